@@ -1,0 +1,151 @@
+"""BREEDS family: from a calibrated hierarchy and an image list to the published tables.
+
+Dataset card
+------------
+- Source: BREEDS (Santurkar, Tsipras, Madry, ICLR 2021), code and hierarchy MIT-licensed;
+  images are ImageNet ILSVRC-2012 (research use).
+- Task: classify *superclasses* (e.g. "dog"); each superclass is a set of ImageNet classes, its
+  *subpopulations*. Source and target domains hold disjoint subpopulations.
+- Splits (WILDS names): source-train -> ``train``, source-val -> ``id_test``,
+  target-val -> ``test``, target-train -> ``ood_train`` (for last-layer retraining). A
+  ``nosplit`` benchmark has domain ``all``: train -> ``train``, val -> ``id_test``.
+- ``y`` is the superclass label, ``group`` the subclass wnid (worst-group = worst subpopulation).
+
+Tables: ``benchmarks`` (one row), ``examples``, ``breeds_subpopulations``, ``breeds_hierarchy``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import polars as pl
+
+from shiftbench.breeds.calibrated import CalibratedHierarchy
+from shiftbench.breeds.specs import BreedsSpec
+from shiftbench.breeds.tasks import SuperclassSplit, build_task
+from shiftbench.fingerprint import canonical_json
+from shiftbench.hierarchy import Hierarchy
+
+FAMILY = "breeds"
+DATASET = "imagenet"
+
+_SUBPOPULATION_SCHEMA = {
+    "y": pl.Int32,
+    "superclass_wnid": pl.String,
+    "superclass_name": pl.String,
+    "subclass_wnid": pl.String,
+    "subclass_name": pl.String,
+    "domain": pl.String,
+    "rank": pl.Int32,
+}
+
+
+def subpopulations_table(task: list[SuperclassSplit], hierarchy: Hierarchy, split: str) -> pl.DataFrame:
+    rows: list[tuple[Any, ...]] = []
+    for sup in task:
+        sides = [("all", sup.source)] if split == "none" else [("source", sup.source), ("target", sup.target)]
+        for domain, subclasses in sides:
+            for rank, wnid in enumerate(subclasses):
+                rows.append(
+                    (sup.label, sup.superclass, hierarchy.name(sup.superclass), wnid, hierarchy.name(wnid), domain, rank)
+                )
+    return pl.DataFrame(rows, schema=_SUBPOPULATION_SCHEMA, orient="row")
+
+
+def examples_table(subpopulations: pl.DataFrame, images: pl.DataFrame) -> pl.DataFrame:
+    """Every known image of every subpopulation, with its WILDS split."""
+    joined = images.join(
+        subpopulations.select(
+            pl.col("subclass_wnid").alias("wnid"), "y", pl.col("superclass_name").alias("y_name"), "domain"
+        ),
+        on="wnid",
+        how="inner",
+        validate="m:1",
+    )
+    in_source = pl.col("domain").is_in(["source", "all"])
+    is_train = pl.col("imagenet_split") == "train"
+    split = (
+        pl.when(in_source & is_train)
+        .then(pl.lit("train"))
+        .when(in_source)
+        .then(pl.lit("id_test"))
+        .when(is_train)
+        .then(pl.lit("ood_train"))
+        .otherwise(pl.lit("test"))
+    )
+    return joined.select(
+        pl.lit(FAMILY).alias("family"),
+        pl.lit(DATASET).alias("dataset"),
+        pl.col("image_id").alias("example_id"),
+        split.alias("split"),
+        pl.col("y").cast(pl.Int32),
+        "y_name",
+        pl.col("wnid").alias("group"),
+    )
+
+
+def hierarchy_table(hierarchy: Hierarchy) -> pl.DataFrame:
+    levels = hierarchy.levels
+    parents = [p for p, _ in hierarchy.edges]
+    children = [c for _, c in hierarchy.edges]
+    return pl.DataFrame(
+        {
+            "parent": parents,
+            "child": children,
+            "parent_name": [hierarchy.name(p) for p in parents],
+            "child_name": [hierarchy.name(c) for c in children],
+            "child_level": [levels[c] for c in children],
+        },
+        schema={
+            "parent": pl.String,
+            "child": pl.String,
+            "parent_name": pl.String,
+            "child_name": pl.String,
+            "child_level": pl.Int32,
+        },
+    )
+
+
+def build_tables(
+    spec: BreedsSpec,
+    calibrated: CalibratedHierarchy,
+    images: pl.DataFrame,
+    image_sources: Mapping[str, Any],
+    *,
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """All tables of one BREEDS benchmark version (without the ``version`` column)."""
+    classes = calibrated.classes_in_hierarchy
+    task = build_task(calibrated.hierarchy, classes, spec.task_params())
+    restricted = calibrated.hierarchy.restrict_to_ancestors(classes)
+    subpopulations = subpopulations_table(task, restricted, spec.split)
+    examples = examples_table(subpopulations, images)
+    counts = examples.group_by("group").agg(pl.len().alias("n_images")).rename({"group": "subclass_wnid"})
+    subpopulations = subpopulations.join(counts, on="subclass_wnid", how="left").with_columns(
+        pl.col("n_images").fill_null(0).cast(pl.Int64)
+    )
+    params = {**spec.params(), "hierarchy": calibrated.kind, "overrides": dict(overrides or {})}
+    sources = {**calibrated.sources, **image_sources}
+    benchmarks = pl.DataFrame(
+        {
+            "family": [FAMILY],
+            "spec": [spec.name],
+            "params": [canonical_json(params)],
+            "sources": [canonical_json(sources)],
+            "n_examples": [examples.height],
+        },
+        schema={
+            "family": pl.String,
+            "spec": pl.String,
+            "params": pl.String,
+            "sources": pl.String,
+            "n_examples": pl.Int64,
+        },
+    )
+    return {
+        "benchmarks": benchmarks,
+        "examples": examples,
+        "breeds_subpopulations": subpopulations,
+        "breeds_hierarchy": hierarchy_table(restricted),
+    }

@@ -1,0 +1,110 @@
+"""The calibrated hierarchy a BREEDS build uses, and where it came from.
+
+Order of preference (never pretending to be the published hierarchy when it is not):
+
+1. the BREEDS release from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR`` (kind ``breeds-published``);
+2. a cached download of the BREEDS-Benchmarks files, when online (also ``breeds-published``);
+3. WordNet (nltk, or ImageNet's files from ``SHIFTBENCH_IMAGENET_HIERARCHY_DIR``) restricted to
+   ancestors of the 1000 classes and turned into a tree by :func:`shiftbench.calibration.tree_edits`
+   (kind ``wordnet-default-calibration``).
+
+An edit file (``SHIFTBENCH_BREEDS_CALIBRATION``) is applied on top of either (kind gets
+``+edits``); for WordNet the tree rule runs after it, so the result is always a tree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from shiftbench.calibration import apply_edits, read_edit_file, tree_edits
+from shiftbench.errors import InputError
+from shiftbench.fingerprint import sha256_file, sha256_json
+from shiftbench.hierarchy import Hierarchy
+from shiftbench.sources.breeds_hierarchy import BreedsHierarchyFiles
+
+KIND_PUBLISHED = "breeds-published"
+KIND_WORDNET = "wordnet-default-calibration"
+
+
+@dataclass(frozen=True)
+class CalibratedHierarchy:
+    hierarchy: Hierarchy
+    dataset_classes: tuple[str, ...]
+    kind: str
+    sources: dict[str, Any] = field(hash=False)  # kind + content fingerprints: goes into params
+    origin: dict[str, Any] = field(hash=False, default_factory=dict)  # paths, reasons: manifest only
+
+    @property
+    def fingerprint(self) -> str:
+        return sha256_json(self.sources)
+
+    @property
+    def classes_in_hierarchy(self) -> list[str]:
+        graph = self.hierarchy.graph
+        return [c for c in self.dataset_classes if c in graph]
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.hierarchy.edges_table().write_parquet(directory / "edges.parquet")
+        self.hierarchy.nodes_table().write_parquet(directory / "nodes.parquet")
+        meta = {
+            "dataset_classes": list(self.dataset_classes),
+            "kind": self.kind,
+            "sources": self.sources,
+            "origin": self.origin,
+            "root": self.hierarchy.root,
+        }
+        (directory / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True), "utf-8")
+
+    @classmethod
+    def load(cls, directory: Path) -> CalibratedHierarchy:
+        meta = json.loads((directory / "meta.json").read_text("utf-8"))
+        hierarchy = Hierarchy.from_tables(
+            pl.read_parquet(directory / "edges.parquet"), pl.read_parquet(directory / "nodes.parquet"), meta["root"]
+        )
+        return cls(hierarchy, tuple(meta["dataset_classes"]), meta["kind"], meta["sources"], meta["origin"])
+
+
+def _apply_user_edits(hierarchy: Hierarchy, edit_file: Path | None) -> tuple[Hierarchy, dict[str, str]]:
+    if edit_file is None:
+        return hierarchy, {}
+    edits = read_edit_file(edit_file)
+    return apply_edits(hierarchy, edits, str(edit_file)), {"edits_sha256": sha256_file(edit_file)}
+
+
+def from_published(files: BreedsHierarchyFiles, edit_file: Path | None = None) -> CalibratedHierarchy:
+    hierarchy, edit_sources = _apply_user_edits(files.hierarchy, edit_file)
+    classes = tuple(wnid for _, wnid, _ in files.dataset_classes)
+    hierarchy.validate(source=str(edit_file) if edit_file else files.origin)
+    kind = KIND_PUBLISHED + ("+edits" if edit_sources else "")
+    sources = {"hierarchy": kind, "hierarchy_sha256": files.fingerprint, **edit_sources}
+    origin = {"breeds_hierarchy": files.origin, **({"edits": str(edit_file)} if edit_file else {})}
+    return CalibratedHierarchy(hierarchy, classes, kind, sources, origin)
+
+
+def from_wordnet(
+    wordnet: Hierarchy,
+    wordnet_fingerprint: str,
+    classes: list[str],
+    edit_file: Path | None = None,
+    fallback_reason: str = "",
+) -> CalibratedHierarchy:
+    unknown = sorted(set(classes) - set(wordnet.graph.nodes))
+    if unknown:
+        raise InputError(
+            f"{len(unknown)} ImageNet class(es) missing from the WordNet hierarchy, e.g. {', '.join(unknown[:5])}",
+            parameter="SHIFTBENCH_IMAGENET_HIERARCHY_DIR",
+        )
+    restricted = wordnet.restrict_to_ancestors(classes)
+    edited, edit_sources = _apply_user_edits(restricted, edit_file)
+    tree = apply_edits(edited, tree_edits(edited), "<default calibration: deepest parent>")
+    tree.validate([c for c in classes if c in tree.graph], source=str(edit_file or "WordNet"))
+    kind = KIND_WORDNET + ("+edits" if edit_sources else "")
+    sources = {"hierarchy": kind, "wordnet_sha256": wordnet_fingerprint, **edit_sources}
+    origin = {"fallback_reason": fallback_reason, **({"edits": str(edit_file)} if edit_file else {})}
+    return CalibratedHierarchy(tree, tuple(classes), kind, sources, origin)

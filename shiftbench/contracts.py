@@ -1,0 +1,273 @@
+"""Data contracts (ODCS v3 YAML in ``data_contracts/``) and their enforcement with DuckDB.
+
+Each published table has one contract. A contract is parsed with the ODCS pydantic model
+(``open-data-contract-standard``), so a typo in a field name fails loudly, and turned into
+rules that run as SQL over the staged Parquet files:
+
+- schema: every column present with its ``physicalType`` (a DuckDB type), no undeclared column;
+- ``required`` properties have no NULLs; ``primaryKey`` properties (in ``primaryKeyPosition``
+  order) form a unique key; ``unique`` properties have no duplicates; ``enum`` lists the
+  allowed values;
+- ``quality`` entries: ODCS library metrics (``nullValues``, ``invalidValues`` with
+  ``arguments.validValues``, ``duplicateValues`` with ``arguments.properties``, ``rowCount``)
+  and ``type: sql`` rules whose ``query`` returns one number compared with
+  ``mustBe``/``mustBeGreaterThan``/... . In a query ``${object}`` names the contract's table;
+  the other tables of the same version are visible under their own names.
+
+The same rules back the blocking Dagster asset checks and the tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import yaml
+from open_data_contract_standard.model import DataQuality, OpenDataContractStandard, SchemaObject, SchemaProperty
+from pydantic import ValidationError
+
+from shiftbench.errors import InputError
+
+CONTRACTS_DIR = Path(__file__).resolve().parents[1] / "data_contracts"
+_OPERATORS = {
+    "mustBe": lambda v, t: v == t,
+    "mustNotBe": lambda v, t: v != t,
+    "mustBeGreaterThan": lambda v, t: v > t,
+    "mustBeGreaterOrEqualTo": lambda v, t: v >= t,
+    "mustBeLessThan": lambda v, t: v < t,
+    "mustBeLessOrEqualTo": lambda v, t: v <= t,
+    "mustBeBetween": lambda v, t: t[0] <= v <= t[1],
+    "mustNotBeBetween": lambda v, t: not t[0] <= v <= t[1],
+}
+
+
+@dataclass(frozen=True)
+class Contract:
+    table: str
+    path: Path
+    model: OpenDataContractStandard
+
+    @property
+    def schema(self) -> SchemaObject:
+        assert self.model.schema_ is not None
+        return self.model.schema_[0]
+
+    @property
+    def properties(self) -> list[SchemaProperty]:
+        return list(self.schema.properties or [])
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Column name -> DuckDB type, in contract order."""
+        return {str(p.name): str(p.physicalType) for p in self.properties}
+
+    @property
+    def primary_key(self) -> list[str]:
+        keyed = [p for p in self.properties if p.primaryKey]
+        return [str(p.name) for p in sorted(keyed, key=lambda p: p.primaryKeyPosition or 0)]
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    table: str
+    rule: str
+    passed: bool
+    observed: Any
+    expected: str
+    description: str = ""
+
+
+def load_contract(path: Path) -> Contract:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("contract not found", path=path) from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise InputError(f"invalid YAML: {exc}", path=path, line=mark.line + 1 if mark else None) from None
+    try:
+        model = OpenDataContractStandard(**raw)
+    except (ValidationError, TypeError) as exc:
+        raise InputError(f"not a valid ODCS contract: {exc}", path=path) from None
+    if model.kind != "DataContract" or not (model.apiVersion or "").startswith("v3"):
+        raise InputError("expected kind DataContract and an ODCS v3 apiVersion", path=path)
+    if not model.schema_ or len(model.schema_) != 1 or not model.schema_[0].name:
+        raise InputError("expected exactly one schema object (the table)", path=path)
+    contract = Contract(str(model.schema_[0].name), path, model)
+    for prop in contract.properties:
+        if not prop.name or not prop.physicalType:
+            raise InputError(f"property {prop.name!r} needs a name and a physicalType", path=path)
+    return contract
+
+
+@cache
+def _load_all(directory: Path) -> dict[str, Contract]:
+    contracts = [load_contract(p) for p in sorted(directory.glob("*.yaml"))]
+    return {c.table: c for c in contracts}
+
+
+def contracts(directory: Path = CONTRACTS_DIR) -> dict[str, Contract]:
+    return _load_all(directory.resolve())
+
+
+def contract_for(table: str, directory: Path = CONTRACTS_DIR) -> Contract:
+    found = contracts(directory).get(table)
+    if found is None:
+        raise InputError(f"no contract for table {table!r} in {directory}", parameter="table")
+    return found
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int | float):
+        return repr(value)
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def _compare(quality: DataQuality) -> tuple[str, Any] | None:
+    for operator in _OPERATORS:
+        value = getattr(quality, operator)
+        if value is not None:
+            return operator, value
+    return None
+
+
+class _Checker:
+    def __init__(self, con: duckdb.DuckDBPyConnection, contract: Contract) -> None:
+        self.con = con
+        self.contract = contract
+        self.table = _quote(contract.table)
+        self.results: list[RuleResult] = []
+
+    def scalar(self, sql: str) -> Any:
+        row = self.con.execute(sql).fetchone()
+        return None if row is None else row[0]
+
+    def add(self, rule: str, observed: Any, operator: str, threshold: Any, description: str = "") -> None:
+        passed = observed is not None and bool(_OPERATORS[operator](observed, threshold))
+        self.results.append(
+            RuleResult(self.contract.table, rule, passed, observed, f"{operator} {threshold}", description)
+        )
+
+    def schema(self) -> bool:
+        described = self.con.execute(f"DESCRIBE SELECT * FROM {self.table}").fetchall()
+        actual = {str(row[0]): str(row[1]) for row in described}
+        problems = []
+        for column, expected in self.contract.columns.items():
+            if column not in actual:
+                problems.append(f"missing column {column}")
+            elif actual[column].upper() != expected.upper():
+                problems.append(f"{column} is {actual[column]}, contract says {expected}")
+        problems += [f"undeclared column {c}" for c in actual if c not in self.contract.columns]
+        self.results.append(
+            RuleResult(
+                self.contract.table,
+                "schema",
+                not problems,
+                "; ".join(problems) or "ok",
+                "columns and types as declared",
+            )
+        )
+        return not problems
+
+    def key(self, rule: str, columns: Sequence[str], description: str) -> None:
+        cols = ", ".join(_quote(c) for c in columns)
+        dupes = self.scalar(f"SELECT count(*) FROM (SELECT {cols} FROM {self.table} GROUP BY ALL HAVING count(*) > 1)")
+        self.add(rule, dupes, "mustBe", 0, description)
+
+    def properties(self) -> None:
+        for prop in self.contract.properties:
+            column = _quote(str(prop.name))
+            if prop.required:
+                nulls = self.scalar(f"SELECT count(*) FROM {self.table} WHERE {column} IS NULL")
+                self.add(f"{prop.name}: required", nulls, "mustBe", 0, "no NULL values")
+            if prop.unique:
+                self.key(f"{prop.name}: unique", [str(prop.name)], "no duplicate values")
+            if prop.enum:
+                allowed = ", ".join(_literal(e.value) for e in prop.enum)
+                invalid = self.scalar(
+                    f"SELECT count(*) FROM {self.table} WHERE {column} IS NOT NULL AND {column} NOT IN ({allowed})"
+                )
+                self.add(f"{prop.name}: enum", invalid, "mustBe", 0, f"values in ({allowed})")
+            for quality in prop.quality or []:
+                self.quality(quality, str(prop.name))
+
+    def quality(self, quality: DataQuality, column: str | None) -> None:
+        comparison = _compare(quality)
+        name = quality.name or quality.metric or quality.rule or "quality"
+        rule = f"{column}: {name}" if column else name
+        if comparison is None:
+            raise InputError(f"quality rule {rule!r} has no mustBe* comparison", path=self.contract.path)
+        operator, threshold = comparison
+        description = quality.description or ""
+        metric = quality.metric or quality.rule
+        args = quality.arguments or {}
+        if quality.type == "sql":
+            if not quality.query:
+                raise InputError(f"sql rule {rule!r} has no query", path=self.contract.path)
+            sql = quality.query.replace("${object}", self.table).replace("${property}", _quote(column or ""))
+            try:
+                observed = self.scalar(sql)
+            except duckdb.Error as exc:
+                raise InputError(f"sql rule {rule!r} failed: {exc}", path=self.contract.path) from None
+        elif metric == "nullValues" and column:
+            observed = self.scalar(f"SELECT count(*) FROM {self.table} WHERE {_quote(column)} IS NULL")
+        elif metric == "invalidValues" and column:
+            allowed = ", ".join(_literal(v) for v in args.get("validValues", []))
+            observed = self.scalar(
+                f"SELECT count(*) FROM {self.table} WHERE {_quote(column)} NOT IN ({allowed or 'NULL'})"
+            )
+        elif metric == "duplicateValues":
+            columns = list(args.get("properties") or ([column] if column else []))
+            cols = ", ".join(_quote(str(c)) for c in columns)
+            observed = self.scalar(
+                f"SELECT count(*) FROM (SELECT {cols} FROM {self.table} GROUP BY ALL HAVING count(*) > 1)"
+            )
+        elif metric == "rowCount":
+            observed = self.scalar(f"SELECT count(*) FROM {self.table}")
+        else:
+            raise InputError(f"unsupported quality rule {rule!r} (type {quality.type!r})", path=self.contract.path)
+        self.add(rule, observed, operator, threshold, description)
+
+
+def check_contract(con: duckdb.DuckDBPyConnection, contract: Contract) -> list[RuleResult]:
+    """Run every rule of ``contract`` against the relation named ``contract.table`` in ``con``."""
+    checker = _Checker(con, contract)
+    if not checker.schema():
+        return checker.results  # the other rules would fail on missing columns for no new reason
+    if contract.primary_key:
+        checker.key("primary key", contract.primary_key, f"({', '.join(contract.primary_key)}) unique")
+    checker.properties()
+    for quality in contract.schema.quality or []:
+        checker.quality(quality, None)
+    return checker.results
+
+
+def connect_tables(tables: Mapping[str, Path]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with one view per table file, as contract queries expect."""
+    con = duckdb.connect()
+    for name, path in tables.items():
+        con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM read_parquet({_literal(str(path))})")
+    return con
+
+
+def check_tables(tables: Mapping[str, Path], only: Sequence[str] | None = None) -> dict[str, list[RuleResult]]:
+    """Check the given table files (one version) against their contracts."""
+    con = connect_tables(tables)
+    try:
+        return {name: check_contract(con, contract_for(name)) for name in (only or sorted(tables))}
+    finally:
+        con.close()
+
+
+def failures(results: Mapping[str, list[RuleResult]]) -> list[RuleResult]:
+    return [r for rules in results.values() for r in rules if not r.passed]

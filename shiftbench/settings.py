@@ -1,0 +1,65 @@
+"""Settings from ``SHIFTBENCH_*`` environment variables (the public interface in the README).
+
+One frozen object, read once per build, so a build never sees a setting change halfway.
+Dagster resources and the CLI both construct it through :meth:`Settings.from_env`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+BREEDS_DEFAULT_URL = (
+    "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
+)
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name, "").strip()
+    return Path(value).expanduser() if value else None
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    imagenet_hierarchy_dir: Path | None = None
+    breeds_hierarchy_dir: Path | None = None
+    imagenet_dir: Path | None = None
+    breeds_calibration: Path | None = None
+    wordnet_dict_dir: Path = Path("/usr/share/wordnet")
+    breeds_url: str = BREEDS_DEFAULT_URL
+    offline: bool = False
+    download_timeout_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        return cls(
+            home=(_path(env, "SHIFTBENCH_HOME") or Path("warehouse")).absolute(),
+            imagenet_hierarchy_dir=_path(env, "SHIFTBENCH_IMAGENET_HIERARCHY_DIR"),
+            breeds_hierarchy_dir=_path(env, "SHIFTBENCH_BREEDS_HIERARCHY_DIR"),
+            imagenet_dir=_path(env, "SHIFTBENCH_IMAGENET_DIR"),
+            breeds_calibration=_path(env, "SHIFTBENCH_BREEDS_CALIBRATION"),
+            wordnet_dict_dir=_path(env, "SHIFTBENCH_WORDNET_DICT_DIR") or Path("/usr/share/wordnet"),
+            breeds_url=env.get("SHIFTBENCH_BREEDS_URL", "").strip() or BREEDS_DEFAULT_URL,
+            offline=_flag(env, "SHIFTBENCH_OFFLINE"),
+            download_timeout_s=float(env.get("SHIFTBENCH_DOWNLOAD_TIMEOUT_S", "") or 10.0),
+        )
+
+    @property
+    def store_dir(self) -> Path:
+        return self.home / "store"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.home / "cache"
+
+    @property
+    def catalog_path(self) -> Path:
+        return self.home / "catalog.duckdb"

@@ -1,0 +1,108 @@
+"""The BREEDS calibrated ImageNet hierarchy (BREEDS-Benchmarks, MIT).
+
+Files: ``class_hierarchy.txt`` (``parent child`` edges, with inserted ``dummyN`` nodes),
+``node_names.txt`` (``id<TAB>name``) and ``dataset_class_info.json`` (``[index, wnid, name]``
+for the 1000 classes). Read from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR``, else from a cached
+download of the repository's ``imagenet_class_hierarchy/modified/`` when online.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from shiftbench.errors import InputError
+from shiftbench.fingerprint import sha256_files
+from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
+
+BREEDS_FILES = ("class_hierarchy.txt", "node_names.txt", "dataset_class_info.json")
+
+
+@dataclass(frozen=True)
+class BreedsHierarchyFiles:
+    hierarchy: Hierarchy
+    dataset_classes: list[tuple[int, str, str]]
+    fingerprint: str
+    origin: str  # where it came from, recorded in benchmark params
+
+
+def read_dataset_class_info(path: Path) -> list[tuple[int, str, str]]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError("file not found", path=path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON ({exc.msg}, column {exc.colno})", path=path, line=exc.lineno) from None
+    if not isinstance(data, list) or not data:
+        raise InputError("expected a non-empty list of [index, wnid, name]", path=path)
+    rows: list[tuple[int, str, str]] = []
+    for position, item in enumerate(data):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or not isinstance(item[0], int)
+            or not isinstance(item[1], str)
+            or not isinstance(item[2], str)
+        ):
+            raise InputError(f"entry {position} is not [index, wnid, name]: {str(item)[:80]}", path=path)
+        rows.append((item[0], item[1], item[2]))
+    return rows
+
+
+def read_breeds_hierarchy_dir(directory: Path, origin: str | None = None) -> BreedsHierarchyFiles:
+    for name in BREEDS_FILES:
+        if not (directory / name).is_file():
+            raise InputError("required BREEDS hierarchy file is missing", path=directory / name)
+    names = read_names_file(directory / "node_names.txt")
+    edges = read_edge_file(directory / "class_hierarchy.txt", names)
+    classes = read_dataset_class_info(directory / "dataset_class_info.json")
+    hierarchy = Hierarchy.from_edges(edges, names)
+    hierarchy.validate(source=str(directory / "class_hierarchy.txt"))
+    return BreedsHierarchyFiles(
+        hierarchy,
+        classes,
+        sha256_files([directory / n for n in BREEDS_FILES], root=directory),
+        origin or f"dir:{directory}",
+    )
+
+
+def download_breeds_hierarchy(url: str, cache_dir: Path, timeout_s: float) -> Path:
+    """Download the three files once into ``cache_dir/breeds_hierarchy``; raises OSError offline."""
+    target = cache_dir / "breeds_hierarchy"
+    if all((target / name).is_file() for name in BREEDS_FILES):
+        return target
+    staging = cache_dir / "breeds_hierarchy.partial"
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    for name in BREEDS_FILES:
+        with urllib.request.urlopen(f"{url.rstrip('/')}/{name}", timeout=timeout_s) as response:
+            (staging / name).write_bytes(response.read())
+    read_breeds_hierarchy_dir(staging)  # never cache a broken download
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+    return target
+
+
+def locate_breeds_hierarchy(
+    configured_dir: Path | None, url: str, cache_dir: Path, *, offline: bool, timeout_s: float
+) -> tuple[Path | None, str]:
+    """Where the published hierarchy comes from: the user's dir, the cache, a download, or nowhere.
+
+    Returns ``(None, reason)`` when it cannot be had, so the caller falls back to WordNet and
+    says so in the benchmark params.
+    """
+    if configured_dir is not None:
+        return configured_dir, f"dir:{configured_dir}"
+    cached = cache_dir / "breeds_hierarchy"
+    if all((cached / name).is_file() for name in BREEDS_FILES):
+        return cached, f"download:{url}"
+    if offline:
+        return None, "offline (SHIFTBENCH_OFFLINE set)"
+    try:
+        return download_breeds_hierarchy(url, cache_dir, timeout_s), f"download:{url}"
+    except (OSError, urllib.error.URLError, InputError) as exc:
+        return None, f"download failed: {exc}"
