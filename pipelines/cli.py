@@ -1,0 +1,270 @@
+"""The ``shiftbench`` command: the same Dagster jobs the UI runs, from a terminal.
+
+    shiftbench build [breeds] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
+    shiftbench sql "SELECT ..." [--csv]
+    shiftbench versions [BENCHMARK]
+    shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
+    shiftbench catalog                    recreate the DuckDB views
+    shiftbench gc [--keep N] [--dry-run]  delete all but the N most recent versions
+
+Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME/dagster_home``),
+so they show in ``dagster dev`` started with the same DAGSTER_HOME.
+"""
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from shiftbench.errors import ShiftbenchError
+from shiftbench.settings import Settings
+
+FAMILIES = ("breeds",)
+# Warnings and errors only on the terminal; the full event log is in the instance (UI).
+_QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+_DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
+
+
+def ensure_dagster_home(settings: Settings) -> Path:
+    """A persistent instance with telemetry off (this machine is offline; users may be too)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or settings.home / "dagster_home")
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(_DAGSTER_YAML, encoding="utf-8")
+    os.environ["DAGSTER_HOME"] = str(home.absolute())
+    return home
+
+
+def _user_error(exc: BaseException) -> BaseException:
+    """The user-code exception inside Dagster's wrappers, for a one-line message."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        inner = getattr(seen, "user_exception", None)
+        if isinstance(seen, ShiftbenchError):
+            return seen
+        seen = inner if isinstance(inner, BaseException) else seen.__cause__
+    return exc
+
+
+def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    from shiftbench.breeds.specs import parse_override_value
+    from shiftbench.errors import InputError
+
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"expected KEY=VALUE, got {item!r}", parameter="--set")
+        overrides[key.strip()] = parse_override_value(value.strip())
+    return overrides
+
+
+def _failed_checks(result: Any) -> list[str]:
+    lines = []
+    for evaluation in result.get_asset_check_evaluations():
+        if not evaluation.passed:
+            detail = evaluation.metadata.get("results")
+            lines.append(f"  check {evaluation.check_name} failed")
+            if detail is not None:
+                for row in str(detail.value).splitlines():
+                    if "**NO**" in row:
+                        lines.append(f"    {row.strip('| ').replace(' | ', ': ', 1)}")
+    return lines
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from shiftbench.breeds.specs import load_specs
+    from shiftbench.errors import InputError
+
+    settings = Settings.from_env()
+    ensure_dagster_home(settings)
+    specs = load_specs()
+    names = args.benchmark or sorted(specs)
+    unknown = [n for n in names if n not in specs]
+    if unknown:
+        raise InputError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(specs))}", parameter="--benchmark")
+    overrides = _parse_sets(args.set or [])
+    if args.name and len(names) != 1:
+        raise InputError("--name needs exactly one --benchmark", parameter="--name")
+    for name in names:  # validate every override before anything runs
+        specs[name].with_overrides(overrides)
+
+    import dagster as dg
+
+    from pipelines.definitions import defs
+
+    instance = dg.DagsterInstance.get()
+    started = time.monotonic()
+    print("[inputs] building hierarchy, image list and calibrated hierarchy ...", flush=True)
+    inputs = defs.resolve_job_def("breeds_inputs").execute_in_process(
+        instance=instance, run_config=_QUIET, raise_on_error=False
+    )
+    if not inputs.success:
+        failure = next((e for e in inputs.all_events if e.is_failure and e.step_key), None)
+        message = failure.event_specific_data.error.message if failure and failure.event_specific_data else "failed"
+        print(f"error: building the inputs failed: {message.strip()}", file=sys.stderr)
+        return 2
+    kind = inputs.output_for_node("breeds__calibrated_hierarchy").meta["kind"]
+    print(f"[inputs] done in {time.monotonic() - started:.1f}s (hierarchy: {kind})", flush=True)
+
+    job = defs.resolve_job_def("breeds_benchmarks")
+    config: dict[str, Any] = {k: ("none" if k == "ancestor" and v is None else v) for k, v in overrides.items()}
+    if args.name:
+        config["publish_as"] = args.name
+    run_config = {**_QUIET, "ops": {"breeds__staged_benchmark": {"config": config}}}
+    failed = 0
+    for index, name in enumerate(names, start=1):
+        t0 = time.monotonic()
+        result = job.execute_in_process(
+            instance=instance, partition_key=name, run_config=run_config, raise_on_error=False
+        )
+        prefix = f"[{index}/{len(names)}] {name}"
+        if result.success:
+            materialization = result.asset_materializations_for_node("breeds__benchmark")[0]
+            meta = materialization.metadata
+            became = "now latest" if meta["became_latest"].value else "already latest"
+            print(
+                f"{prefix}: {meta['benchmark'].value} version {meta['version'].value} ({became}, "
+                f"{meta['dagster/row_count'].value} examples, {time.monotonic() - t0:.1f}s)",
+                flush=True,
+            )
+            continue
+        failed += 1
+        lines = _failed_checks(result)
+        if not lines:
+            failure = next((e for e in result.all_events if e.is_step_failure), None)
+            error = failure.event_specific_data.error if failure and failure.event_specific_data else None
+            lines = [f"  {error.message.strip().splitlines()[-1] if error else 'run failed'}"]
+        print(f"{prefix}: FAILED, nothing published (run {result.run_id})", file=sys.stderr)
+        print("\n".join(lines), file=sys.stderr)
+    print(f"\nStore:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
+    return 1 if failed else 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from shiftbench.catalog import refresh_catalog
+
+    settings = Settings.from_env()
+    if not settings.catalog_path.exists():
+        refresh_catalog(settings.catalog_path, settings.store_dir)
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        try:
+            relation = con.sql(args.query)
+        except duckdb.Error as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        if relation is None:
+            return 0
+        if args.csv:
+            sys.stdout.write(relation.pl().write_csv())
+        else:
+            relation.show(max_rows=args.max_rows, max_width=200)
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    versions = Store(settings.store_dir).versions(args.benchmark)
+    if not versions:
+        print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
+        return 1 if args.benchmark else 0
+    print(f"{'benchmark':<24} {'version':<17} {'first published':<33} {'latest':<6} examples  hierarchy")
+    for info in versions:
+        print(
+            f"{info.benchmark:<24} {info.version:<17} {info.published_at:<33} "
+            f"{'*' if info.is_latest else '':<6} {info.n_examples!s:>8}  {info.params.get('hierarchy', '')}"
+        )
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from shiftbench.contracts import failures
+    from shiftbench.publishing import check_staged
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    store = Store(settings.store_dir)
+    latest = [v for v in store.versions() if v.is_latest and (not args.benchmark or v.benchmark in args.benchmark)]
+    bad = 0
+    for info in latest:
+        results = check_staged(store.staged(info.family, info.benchmark, info.version))
+        failed = failures(results)
+        total = sum(len(r) for r in results.values())
+        print(f"{info.benchmark} {info.version}: {total - len(failed)}/{total} rules hold")
+        for rule in failed:
+            print(f"  {rule.table}.{rule.rule}: observed {rule.observed}, expected {rule.expected}")
+        bad += bool(failed)
+    return 1 if bad else 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from shiftbench.catalog import refresh_catalog
+
+    settings = Settings.from_env()
+    ok = refresh_catalog(settings.catalog_path, settings.store_dir)
+    print(f"{settings.catalog_path}: {'views refreshed' if ok else 'locked, not refreshed'}")
+    return 0 if ok else 1
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from shiftbench.catalog import refresh_catalog
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    removed = Store(settings.store_dir).garbage_collect(keep=args.keep, dry_run=args.dry_run)
+    for path in removed:
+        print(("would remove " if args.dry_run else "removed ") + str(path))
+    if not args.dry_run:
+        refresh_catalog(settings.catalog_path, settings.store_dir)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="shiftbench", description="Distribution-shift benchmark splits.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build, check and publish benchmarks (same jobs as the UI)")
+    build.add_argument("family", nargs="?", choices=FAMILIES, default="breeds")
+    build.add_argument("--benchmark", action="append", metavar="NAME", help="repeatable; default: all")
+    build.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec parameter")
+    build.add_argument("--name", metavar="NEW", help="publish as a new benchmark NEW")
+    build.set_defaults(func=cmd_build)
+    sql = sub.add_parser("sql", help="run SQL against the catalog")
+    sql.add_argument("query")
+    sql.add_argument("--csv", action="store_true", help="write CSV to stdout")
+    sql.add_argument("--max-rows", type=int, default=40)
+    sql.set_defaults(func=cmd_sql)
+    versions = sub.add_parser("versions", help="list published versions")
+    versions.add_argument("benchmark", nargs="?")
+    versions.set_defaults(func=cmd_versions)
+    check = sub.add_parser("check", help="re-check the latest versions against their contracts")
+    check.add_argument("benchmark", nargs="*")
+    check.set_defaults(func=cmd_check)
+    catalog = sub.add_parser("catalog", help="recreate the catalog views")
+    catalog.set_defaults(func=cmd_catalog)
+    gc = sub.add_parser("gc", help="delete old versions")
+    gc.add_argument("--keep", type=int, default=1)
+    gc.add_argument("--dry-run", action="store_true")
+    gc.set_defaults(func=cmd_gc)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ShiftbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
