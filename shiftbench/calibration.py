@@ -4,7 +4,8 @@ BREEDS (Santurkar et al., Appendix A.4) calibrates WordNet for visual recognitio
 operations: *collapse node* (delete it, link each parent to each child), *insert node above*
 (a dummy parent pushes a node one level down), *delete node* (with all its edges) and
 *add edge*. :func:`diff` also needs *remove edge* and *rename node* to reach any target, e.g.
-the published BREEDS hierarchy, which renames five WordNet nodes.
+the published BREEDS hierarchy, which renames five WordNet nodes, and *add node* for a new
+leaf (which no other operation can create).
 
 Edit files are plain text, one operation per line, ``#`` comments::
 
@@ -14,6 +15,7 @@ Edit files are plain text, one operation per line, ``#`` comments::
     add_edge           n00021939 n03051540
     remove_edge        n00021939 n03051540
     rename_node        n03051540 apparel, toiletries
+    add_node           n03051540 dummy99 a new leaf
 
 The project's own default calibration of WordNet, :func:`tree_edits`, keeps for every node
 with several parents only the parent deepest in the hierarchy (longest path from the root;
@@ -40,6 +42,7 @@ OPS: dict[str, tuple[int, bool]] = {
     "add_edge": (2, False),
     "remove_edge": (2, False),
     "rename_node": (1, True),
+    "add_node": (2, True),  # add_node PARENT NEW [NAME]: a new leaf, which insert_node_above cannot make
 }
 
 
@@ -137,6 +140,13 @@ def apply_edits(hierarchy: Hierarchy, edits: Sequence[Edit], source: str = "<edi
             if not graph.has_edge(parent, child):
                 raise fail(edit, "no such edge")
             graph.remove_edge(parent, child)
+        elif edit.op == "add_node":
+            parent, new = edit.nodes
+            need(edit, parent)
+            if new in graph:
+                raise fail(edit, f"node {new} already exists")
+            graph.add_edge(parent, new)
+            names[new] = edit.name or new
         elif edit.op == "rename_node":
             (node,) = edit.nodes
             need(edit, node)
@@ -152,7 +162,7 @@ def diff(source: Hierarchy, target: Hierarchy) -> list[Edit]:
 
     Removed nodes are collapsed when that creates at least one edge the target has (the
     structure-preserving choice BREEDS made), else deleted; new nodes are inserted above
-    one of their target children, deepest first; remaining edge and name differences become
+    one of their target children, deepest first (new leaves are added under the root); remaining edge and name differences become
     add/remove edge and rename edits.
     """
     graph: nx.DiGraph[str] = source.graph.copy()
@@ -176,9 +186,12 @@ def diff(source: Hierarchy, target: Hierarchy) -> list[Edit]:
     levels = target.levels
     for node in sorted(new_nodes, key=lambda n: (-levels.get(n, 0), n)):
         children = sorted(c for c in target_graph.successors(node) if c in graph)
-        if not children:
-            raise InputError(f"target node {node} has no children; insert_node_above cannot create it")
         name = target.names.get(node, node)
+        if not children:  # a new leaf: attach under the root; the edge pass below moves it
+            edits.append(Edit("add_node", (source.root, node), name))
+            graph.add_edge(source.root, node)
+            names[node] = name
+            continue
         edits.append(Edit("insert_node_above", (children[0], node), name))
         parents = list(graph.predecessors(children[0]))
         graph.remove_edges_from((p, children[0]) for p in parents)

@@ -44,8 +44,6 @@ class Hierarchy:
     def graph(self) -> nx.DiGraph[str]:
         graph: nx.DiGraph[str] = nx.DiGraph()
         graph.add_edges_from(self.edges)
-        if self.root not in graph:
-            graph.add_node(self.root)
         return graph
 
     @property
@@ -64,8 +62,10 @@ class Hierarchy:
     def validate(self, dataset_classes: Iterable[str] = (), *, source: str = "hierarchy") -> None:
         """Raise :class:`InputError` unless rooted, acyclic, and every dataset class reachable."""
         graph = self.graph
-        if self.root not in graph or graph.in_degree(self.root) != 0:
-            raise InputError(f"root {self.root} is missing or has a parent", path=source)
+        if self.root not in graph:
+            raise InputError(f"root {self.root} is missing from the hierarchy", path=source)
+        if graph.in_degree(self.root) != 0:
+            raise InputError(f"root {self.root} has a parent", path=source)
         if not nx.is_directed_acyclic_graph(graph):
             cycle = nx.find_cycle(graph)
             shown = " -> ".join(edge[0] for edge in cycle) + f" -> {cycle[0][0]}"
@@ -102,6 +102,8 @@ class Hierarchy:
     def levels(self) -> dict[str, int]:
         """Longest-path depth of every node reachable from the root."""
         graph = self.graph
+        if self.root not in graph:
+            return {}
         level = {self.root: 0}
         for node in nx.topological_sort(graph):
             if node not in level:

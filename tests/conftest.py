@@ -1,0 +1,107 @@
+"""Shared fixtures: the real data in ../shared/fixtures and small generated hierarchies."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shiftbench.settings import Settings
+
+PROJECT = Path(__file__).resolve().parents[1]
+FIXTURES = Path(os.environ.get("SHIFTBENCH_FIXTURES", PROJECT.parent / "shared" / "fixtures"))
+BREEDS_FIXTURE = FIXTURES / "breeds" / "modified"
+IMAGENET_WORDNET_FIXTURE = FIXTURES / "breeds" / "imagenet_wordnet"
+PUBLISHED_SPLITS = FIXTURES / "breeds" / "published_splits.json"
+# One cache for the whole run: reading WordNet through nltk takes ~10 s, once.
+TEST_CACHE = PROJECT / ".pytest_cache" / "shiftbench"
+
+warnings.filterwarnings("ignore", message=".*is currently in beta.*")
+
+# Twelve real ImageNet-1k classes (so the packaged validation images exist for them).
+TOY_CLASSES = [
+    "n01440764", "n01798484", "n02089867", "n02110063", "n02328150", "n02776631",
+    "n03032252", "n03459775", "n03782006", "n04023962", "n04336792", "n04606251",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def fixtures() -> Path:
+    if not BREEDS_FIXTURE.is_dir():
+        pytest.fail(f"real-data fixtures not found at {FIXTURES} (expected ../shared/fixtures beside the project)")
+    return FIXTURES
+
+
+def toy_edges() -> list[tuple[str, str]]:
+    """entity -> {dummy1 (6 classes in 3 groups), dummy2 (6 classes, one chain node)}."""
+    c = TOY_CLASSES
+    return [
+        ("n00001740", "dummy1"),
+        ("n00001740", "dummy2"),
+        ("dummy1", "dummy11"),
+        ("dummy1", "dummy12"),
+        ("dummy1", "dummy13"),
+        ("dummy11", c[0]),
+        ("dummy11", c[1]),
+        ("dummy11", c[2]),
+        ("dummy12", c[3]),
+        ("dummy12", c[4]),
+        ("dummy13", c[5]),
+        ("dummy2", "dummy20"),  # single child: the split walks down to dummy20
+        ("dummy20", "dummy21"),
+        ("dummy20", "dummy22"),
+        ("dummy21", c[6]),
+        ("dummy21", c[7]),
+        ("dummy21", c[8]),
+        ("dummy22", c[9]),
+        ("dummy22", c[10]),
+        ("dummy22", c[11]),
+    ]
+
+
+ToyDir = Callable[..., Path]
+
+
+@pytest.fixture
+def toy_breeds_dir(tmp_path: Path) -> ToyDir:
+    """Write a BREEDS-format hierarchy dir; keyword overrides replace a file's text."""
+
+    def make(name: str = "toy_breeds", **texts: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir(parents=True, exist_ok=True)
+        edges = toy_edges()
+        nodes = sorted({n for edge in edges for n in edge})
+        files = {
+            "class_hierarchy.txt": "".join(f"{p} {c}\n" for p, c in edges),
+            "node_names.txt": "".join(f"{n}\tname of {n}\n" for n in nodes),
+            "dataset_class_info.json": json.dumps([[i, w, f"class {w}"] for i, w in enumerate(TOY_CLASSES)]),
+        }
+        files.update({k.replace("__", "."): v for k, v in texts.items()})
+        for file_name, text in files.items():
+            (directory / file_name).write_text(text, encoding="utf-8")
+        return directory
+
+    return make
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def make(**env: str) -> Settings:
+        values = {"SHIFTBENCH_HOME": str(tmp_path / "home"), "SHIFTBENCH_OFFLINE": "1", **env}
+        settings = Settings.from_env(values)
+        # Share the WordNet cache between tests; everything else stays in the test's home.
+        TEST_CACHE.mkdir(parents=True, exist_ok=True)
+        cache = settings.cache_dir
+        cache.mkdir(parents=True, exist_ok=True)
+        for name in ("wordnet", "nltk_data"):
+            link = cache / name
+            if not link.exists():
+                (TEST_CACHE / name).mkdir(parents=True, exist_ok=True)
+                link.symlink_to(TEST_CACHE / name)
+        return settings
+
+    return make

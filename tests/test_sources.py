@@ -1,0 +1,176 @@
+"""Raw sources: WordNet through nltk equals ImageNet's files; strict readers; downloads."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from shiftbench.errors import InputError
+from shiftbench.sources.breeds_hierarchy import (
+    BREEDS_FILES,
+    locate_breeds_hierarchy,
+    read_breeds_hierarchy_dir,
+    read_dataset_class_info,
+)
+from shiftbench.sources.imagenet import (
+    imagenet_classes,
+    list_train_images,
+    read_imagenet_hierarchy_dir,
+    validation_images,
+)
+from shiftbench.sources.wordnet import lexnames_text, load_wordnet, prepare_nltk_root
+
+from .conftest import IMAGENET_WORDNET_FIXTURE, TEST_CACHE, ToyDir
+
+
+@pytest.mark.slow
+def test_wordnet_through_nltk_equals_imagenet_files(fixtures: Path) -> None:
+    wordnet = load_wordnet(Path("/usr/share/wordnet"), TEST_CACHE)
+    imagenet = read_imagenet_hierarchy_dir(IMAGENET_WORDNET_FIXTURE)
+    assert wordnet.edges.height == imagenet.edges.height == 75_850
+    assert wordnet.nodes.height == imagenet.nodes.height == 82_115
+    assert wordnet.edges.equals(imagenet.edges)
+    assert wordnet.nodes.equals(imagenet.nodes)
+    # The second call is served from the Parquet cache with the same fingerprint.
+    again = load_wordnet(Path("/usr/share/wordnet"), TEST_CACHE)
+    assert again.fingerprint == wordnet.fingerprint
+    assert again.edges.equals(wordnet.edges)
+
+
+def test_lexnames_is_the_standard_list() -> None:
+    lines = lexnames_text().splitlines()
+    assert len(lines) == 45
+    assert lines[3] == "03\tnoun.Tops\t1"
+    assert lines[29] == "29\tverb.body\t2"
+    assert lines[44] == "44\tadj.ppl\t3"
+
+
+def test_incomplete_wordnet_database_is_a_clear_error(tmp_path: Path) -> None:
+    (tmp_path / "dict").mkdir()
+    (tmp_path / "dict" / "data.noun").write_text("")
+    with pytest.raises(InputError, match="wordnet-base"):
+        prepare_nltk_root(tmp_path / "dict", tmp_path / "root")
+    with pytest.raises(InputError, match="SHIFTBENCH_OFFLINE"):
+        load_wordnet(tmp_path / "nowhere", tmp_path / "cache", offline=True)
+
+
+def test_imagenet_classes_and_validation_labels_from_the_package() -> None:
+    classes = imagenet_classes()
+    assert classes.height == 1000
+    assert classes["wnid"].n_unique() == 1000
+    assert classes.row(0) == (0, "n01440764", "tench, Tinca tinca")
+    images = validation_images(classes)
+    assert images.height == 50_000
+    assert images["wnid"].null_count() == 0
+    assert images.group_by("wnid").len()["len"].unique().to_list() == [50]
+    assert images["image_id"].str.starts_with("val/ILSVRC2012_val_").all()
+
+
+def test_train_listing_reads_names_not_images(tmp_path: Path) -> None:
+    for wnid, count in (("n01440764", 3), ("n01443537", 2)):
+        folder = tmp_path / "train" / wnid
+        folder.mkdir(parents=True)
+        for i in range(count):
+            (folder / f"{wnid}_{i}.JPEG").write_bytes(b"")
+        (folder / "notes.txt").write_text("not an image")
+    listed = list_train_images(tmp_path, ["n01443537", "n01440764", "n99999999"])
+    assert listed.height == 5
+    assert listed["image_id"].to_list()[0] == "train/n01440764/n01440764_0.JPEG"
+    with pytest.raises(InputError, match="train"):
+        list_train_images(tmp_path / "missing", ["n01440764"])
+
+
+def test_breeds_fixture_reads_as_a_tree(fixtures: Path) -> None:
+    files = read_breeds_hierarchy_dir(fixtures / "breeds" / "modified")
+    assert len(files.hierarchy.edges) == 1327
+    assert files.hierarchy.is_tree()
+    assert len(files.dataset_classes) == 1000
+
+
+@pytest.mark.parametrize(
+    ("files", "message", "line"),
+    [
+        ({"class_hierarchy.txt": "n00001740 dummy1\ndummy1 n01440764 extra\n"}, "expected 'parent child'", 2),
+        ({"class_hierarchy.txt": "n00001740 dummy1\ndummy1 n0X\n"}, "unknown id n0X", 2),
+        ({"class_hierarchy.txt": "n00001740 dumm$y\n"}, "malformed node id", 1),
+        ({"node_names.txt": "dummy1 no tab here\n"}, "expected 'id<TAB>name'", 1),
+        ({"dataset_class_info__json": '[[0, "n01440764", "tench"],\n[1, "n0144'}, "invalid JSON", 2),
+    ],
+)
+def test_malformed_breeds_files_name_file_and_line(
+    toy_breeds_dir: ToyDir, files: dict[str, str], message: str, line: int
+) -> None:
+    directory = toy_breeds_dir(**{k.replace(".", "__"): v for k, v in files.items()})
+    with pytest.raises(InputError, match=message) as info:
+        read_breeds_hierarchy_dir(directory)
+    assert info.value.line == line
+    assert info.value.path is not None and Path(info.value.path).parent == directory
+
+
+def test_cycle_and_missing_root_are_errors(toy_breeds_dir: ToyDir) -> None:
+    cyclic = toy_breeds_dir("cyclic")
+    with (cyclic / "class_hierarchy.txt").open("a") as handle:
+        handle.write("n01440764 dummy1\n")
+    with pytest.raises(InputError, match="cycle"):
+        read_breeds_hierarchy_dir(cyclic)
+    rootless = toy_breeds_dir("rootless")
+    text = (rootless / "class_hierarchy.txt").read_text().replace("n00001740", "dummy0")
+    (rootless / "class_hierarchy.txt").write_text(text)
+    (rootless / "node_names.txt").write_text((rootless / "node_names.txt").read_text().replace("n00001740", "dummy0"))
+    with pytest.raises(InputError, match="root n00001740 is missing"):
+        read_breeds_hierarchy_dir(rootless)
+
+
+def test_dataset_class_info_shape_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "dataset_class_info.json"
+    path.write_text(json.dumps([[0, "n01440764"]]))
+    with pytest.raises(InputError, match="entry 0"):
+        read_dataset_class_info(path)
+
+
+@pytest.fixture
+def breeds_server(toy_breeds_dir: ToyDir) -> Iterator[str]:
+    """A loopback HTTP server serving a BREEDS hierarchy, standing in for the repository."""
+    directory = toy_breeds_dir("served")
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, directory=str(directory), **kwargs)  # type: ignore[arg-type]
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/"
+    server.shutdown()
+
+
+def test_breeds_download_is_cached_and_offline_falls_back(breeds_server: str, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    path, origin = locate_breeds_hierarchy(None, breeds_server, cache, offline=False, timeout_s=5)
+    assert path == cache / "breeds_hierarchy"
+    assert origin.startswith("download:")
+    assert sorted(p.name for p in path.iterdir()) == sorted(BREEDS_FILES)
+    # Cached now: found even offline, without the server.
+    again, _ = locate_breeds_hierarchy(None, "http://127.0.0.1:9/", cache, offline=True, timeout_s=1)
+    assert again == path
+    missing, reason = locate_breeds_hierarchy(None, breeds_server, tmp_path / "empty", offline=True, timeout_s=1)
+    assert missing is None
+    assert "offline" in reason
+    failed, reason = locate_breeds_hierarchy(None, "http://127.0.0.1:9/", tmp_path / "e2", offline=False, timeout_s=1)
+    assert failed is None
+    assert reason.startswith("download failed")
+
+
+def test_imagenet_hierarchy_dir_reader_matches_fixture_counts(fixtures: Path) -> None:
+    files = read_imagenet_hierarchy_dir(IMAGENET_WORDNET_FIXTURE)
+    assert files.edges.schema == pl.Schema({"parent": pl.String, "child": pl.String})
+    assert files.nodes.filter(pl.col("node") == "n00001740")["name"].to_list() == ["entity"]
