@@ -105,3 +105,18 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
         return settings
 
     return make
+
+
+def toy_tables(directory: Path, split: str = "rand", seed: int = 0, n_subclasses: int = 4) -> dict[str, object]:
+    """The four BREEDS tables of a small benchmark over the toy hierarchy (real val images)."""
+    from shiftbench.breeds.build import build_tables
+    from shiftbench.breeds.calibrated import from_published
+    from shiftbench.breeds.specs import BreedsSpec
+    from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
+    from shiftbench.sources.imagenet import load_imagenet_images
+
+    calibrated = from_published(read_breeds_hierarchy_dir(directory))
+    images = load_imagenet_images(None)
+    spec = BreedsSpec("toy", level=1, n_subclasses=n_subclasses, split=split, seed=seed)
+    sources = {"images": "imagenet-val-package", "images_sha256": images.fingerprint}
+    return dict(build_tables(spec, calibrated, images.images, sources))

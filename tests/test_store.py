@@ -1,0 +1,156 @@
+"""The versioned store: content ids, immutability, atomic publish (also under SIGKILL), history."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from shiftbench.errors import InputError, StoreError
+from shiftbench.store import Store
+
+from .conftest import PROJECT, ToyDir, toy_tables
+
+
+def files_of(root: Path) -> dict[str, tuple[int, int]]:
+    """Every data file with its inode and mtime: rewriting a file changes one of them."""
+    return {
+        str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file() and "publications" not in p.parts
+    }
+
+
+def test_same_content_same_id_and_no_new_files(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    tables = toy_tables(toy_breeds_dir())
+    first = store.stage("breeds", "toy", tables)
+    store.publish(first)
+    before = files_of(store.root)
+    second = store.stage("breeds", "toy", toy_tables(toy_breeds_dir("again")))
+    assert second.version == first.version
+    assert not second.created
+    assert files_of(store.root) == before
+    assert not store.publish(second).changed_latest
+
+
+def test_row_order_does_not_change_the_id(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    tables = toy_tables(toy_breeds_dir())
+    shuffled = {k: v.sample(fraction=1.0, shuffle=True, seed=1) for k, v in tables.items()}  # type: ignore[attr-defined]
+    a = Store(tmp_path / "a").stage("breeds", "toy", tables)
+    b = Store(tmp_path / "b").stage("breeds", "toy", shuffled)
+    assert a.version == b.version
+    for table in a.tables:  # byte-identical files, not just equal ids
+        assert a.table_path(table).read_bytes() == b.table_path(table).read_bytes()
+
+
+def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    v1 = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0))
+    store.publish(v1)
+    v2 = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1))
+    assert v2.version != v1.version
+    assert store.latest("toy").version == v1.version  # staged is not published
+    store.publish(v2)
+    assert store.latest("toy").version == v2.version
+    assert [(v.version, v.is_latest) for v in store.versions("toy")] == [(v1.version, False), (v2.version, True)]
+    store.publish(v1)  # going back to older content is a new publication of the old version
+    assert store.latest("toy").version == v1.version
+    manifest = v1.manifest()
+    assert manifest["tables"]["examples"]["rows"] == pl.read_parquet(v1.table_path("examples")).height
+    assert set(manifest["tables"]) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy"}
+
+
+def test_tampered_files_are_never_published(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    with staged.table_path("examples").open("ab") as handle:
+        handle.write(b"x")
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        store.publish(staged)
+    assert store.latest("toy") is None
+
+
+def test_benchmark_names_are_checked(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    with pytest.raises(InputError, match="invalid benchmark name"):
+        store.stage("breeds", "../escape", toy_tables(toy_breeds_dir()))
+    store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    with pytest.raises(InputError, match="already belongs to family 'breeds'"):
+        store.stage("metashift", "toy", toy_tables(toy_breeds_dir()))
+
+
+_KILL_SCRIPT = """
+import os, signal, sys
+sys.path.insert(0, {project!r})
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from shiftbench.store import Store, _write_atomic
+import shiftbench.store as store_module
+from conftest import toy_tables
+
+stage = {stage!r}
+store = Store(Path({root!r}))
+tables = toy_tables(Path({toy!r}), seed=7)
+if stage == "write":
+    original = Store._write_table
+    def write_then_die(frame, path):
+        original(frame, path)
+        os.kill(os.getpid(), signal.SIGKILL)   # mid-build: one table written
+    Store._write_table = staticmethod(write_then_die)
+    store.stage("breeds", "toy", tables)
+elif stage == "publish":
+    staged = store.stage("breeds", "toy", tables)
+    def die(path, text):
+        os.kill(os.getpid(), signal.SIGKILL)   # after staging, while writing the publication
+    store_module._write_atomic = die
+    store.publish(staged)
+"""
+
+
+@pytest.mark.parametrize("stage", ["write", "publish"])
+def test_a_killed_build_leaves_the_previous_latest(tmp_path: Path, toy_breeds_dir: ToyDir, stage: str) -> None:
+    toy = toy_breeds_dir()
+    store = Store(tmp_path / "store")
+    good = store.stage("breeds", "toy", toy_tables(toy, seed=0))
+    store.publish(good)
+    script = _KILL_SCRIPT.format(
+        project=str(PROJECT), tests=str(PROJECT / "tests"), stage=stage, root=str(store.root), toy=str(toy)
+    )
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert store.latest("toy").version == good.version
+    assert [v.version for v in store.versions("toy")] == [good.version]
+    versions = sorted(p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir())
+    if stage == "write":
+        assert versions == [good.version]  # the half-written build is only in .staging
+        assert any(store.staging_dir.iterdir())
+    else:
+        assert len(versions) == 2  # complete but unpublished: invisible
+    # The next build recovers: same content as the killed one, now published.
+    retry = store.stage("breeds", "toy", toy_tables(toy, seed=7))
+    store.publish(retry)
+    assert store.latest("toy").version == retry.version
+
+
+def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    versions = []
+    for seed in range(3):
+        staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
+        store.publish(staged)
+        versions.append(staged.version)
+    assert len(store.garbage_collect(keep=2, dry_run=True)) == 1
+    removed = store.garbage_collect(keep=1)
+    assert sorted(p.name for p in removed) == sorted(versions[:2])
+    assert [v.version for v in store.versions("toy")] == [versions[2]]
+    events = list((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
+    assert [json.loads(e.read_text())["version"] for e in events] == [versions[2]]
+    assert os.listdir(store.benchmark_dir("breeds", "toy") / "versions") == [versions[2]]
