@@ -15,6 +15,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,15 +40,17 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def _user_error(exc: BaseException) -> BaseException:
-    """The user-code exception inside Dagster's wrappers, for a one-line message."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        inner = getattr(seen, "user_exception", None)
-        if isinstance(seen, ShiftbenchError):
-            return seen
-        seen = inner if isinstance(inner, BaseException) else seen.__cause__
-    return exc
+def _run_error(result: Any) -> str:
+    """The innermost error of a failed run: the user's message, not Dagster's wrapper."""
+    for event in result.all_events:
+        if not event.is_step_failure or event.event_specific_data is None:
+            continue
+        error = event.event_specific_data.error
+        while error is not None and error.cause is not None:
+            error = error.cause
+        if error is not None:
+            return f"{error.cls_name}: {error.message.strip()}" if not error.cls_name.endswith("InputError") else error.message.strip()
+    return "run failed"
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -104,9 +107,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         instance=instance, run_config=_QUIET, raise_on_error=False
     )
     if not inputs.success:
-        failure = next((e for e in inputs.all_events if e.is_failure and e.step_key), None)
-        message = failure.event_specific_data.error.message if failure and failure.event_specific_data else "failed"
-        print(f"error: building the inputs failed: {message.strip()}", file=sys.stderr)
+        print(f"error: {_run_error(inputs)}", file=sys.stderr)
+        print("nothing was published; previous versions are unchanged", file=sys.stderr)
         return 2
     kind = inputs.output_for_node("breeds__calibrated_hierarchy").meta["kind"]
     print(f"[inputs] done in {time.monotonic() - started:.1f}s (hierarchy: {kind})", flush=True)
@@ -134,11 +136,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             )
             continue
         failed += 1
-        lines = _failed_checks(result)
-        if not lines:
-            failure = next((e for e in result.all_events if e.is_step_failure), None)
-            error = failure.event_specific_data.error if failure and failure.event_specific_data else None
-            lines = [f"  {error.message.strip().splitlines()[-1] if error else 'run failed'}"]
+        lines = _failed_checks(result) or [f"  error: {_run_error(result)}"]
         print(f"{prefix}: FAILED, nothing published (run {result.run_id})", file=sys.stderr)
         print("\n".join(lines), file=sys.stderr)
     print(f"\nStore:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
@@ -257,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    warnings.filterwarnings("ignore", message=r".*is currently in beta.*")
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)
