@@ -5,7 +5,6 @@ Graph: raw files (observable) -> ImageNet hierarchy and images -> calibrated hie
 ``breeds/benchmark`` (publishes the version and refreshes the catalog).
 """
 
-
 import os
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -15,6 +14,7 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from pipelines.resources import ShiftbenchSettings
 from shiftbench.breeds import pipeline as bp
 from shiftbench.breeds.specs import load_specs
 from shiftbench.contracts import RuleResult, failures
@@ -24,8 +24,6 @@ from shiftbench.publishing import check_staged, publish_staged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES
 from shiftbench.sources.wordnet import dict_fingerprint
 from shiftbench.store import StagedVersion
-
-from pipelines.resources import ShiftbenchSettings
 
 SPECS = load_specs()
 BREEDS_PARTITIONS = dg.StaticPartitionsDefinition(sorted(SPECS))
@@ -189,7 +187,7 @@ def calibrated_hierarchy(
 
 
 # -- benchmarks -------------------------------------------------------------------------------
-class BreedsBuildConfig(dg.Config):  # type: ignore[misc]
+class BreedsBuildConfig(dg.Config):
     """Overrides of the spec's parameters (recorded in benchmarks.params) and an optional new name."""
 
     level: int | None = Field(default=None, description="Hierarchy level of the superclasses.")
@@ -247,7 +245,10 @@ def staged_benchmark(
     )
     rows = {name: entry["rows"] for name, entry in staged.manifest()["tables"].items()}
     context.log.info(
-        "staged %s version %s (%s)", staged.benchmark, staged.version, "new" if staged.created else "unchanged"
+        "staged %s version %s (%s)",
+        staged.benchmark,
+        staged.version,
+        "new" if staged.created else "unchanged",
     )
     yield dg.Output(
         staged,
@@ -325,9 +326,7 @@ def benchmark(
             "hierarchy": str(manifest["params"].get("hierarchy")),
             "path": dg.MetadataValue.path(str(staged.path)),
             "catalog": dg.MetadataValue.path(str(config.catalog_path)),
-            "duckdb_query": dg.MetadataValue.md(
-                f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"
-            ),
+            "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"),
             "preview": dg.MetadataValue.md(_preview_md(preview.head(12))),
             "subclasses_per_superclass": dg.MetadataValue.md(png_markdown(plot, "subclasses per superclass")),
         },

@@ -49,7 +49,11 @@ def _run_error(result: Any) -> str:
         while error is not None and error.cause is not None:
             error = error.cause
         if error is not None:
-            return f"{error.cls_name}: {error.message.strip()}" if not error.cls_name.endswith("InputError") else error.message.strip()
+            return (
+                f"{error.cls_name}: {error.message.strip()}"
+                if not error.cls_name.endswith("InputError")
+                else error.message.strip()
+            )
     return "run failed"
 
 
@@ -89,7 +93,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     names = args.benchmark or sorted(specs)
     unknown = [n for n in names if n not in specs]
     if unknown:
-        raise InputError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(specs))}", parameter="--benchmark")
+        raise InputError(
+            f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(specs))}", parameter="--benchmark"
+        )
     overrides = _parse_sets(args.set or [])
     if args.name and len(names) != 1:
         raise InputError("--name needs exactly one --benchmark", parameter="--name")

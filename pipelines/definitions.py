@@ -7,7 +7,6 @@
   version reaches, and never publishes past a failed blocking check.
 """
 
-
 import warnings
 
 import dagster as dg

@@ -1,12 +1,11 @@
 """Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource."""
 
-
 import dagster as dg
 
 from shiftbench.settings import Settings
 
 
-class ShiftbenchSettings(dg.ConfigurableResource):  # type: ignore[misc]
+class ShiftbenchSettings(dg.ConfigurableResource):
     """Settings for a run; a field left unset falls back to its SHIFTBENCH_* environment variable.
 
     Tests and the CLI pass explicit values; ``dagster dev`` reads the environment.

@@ -161,9 +161,9 @@ def diff(source: Hierarchy, target: Hierarchy) -> list[Edit]:
     """Edits that turn ``source`` into ``target`` (same edges, same names) under :func:`apply_edits`.
 
     Removed nodes are collapsed when that creates at least one edge the target has (the
-    structure-preserving choice BREEDS made), else deleted; new nodes are inserted above
-    one of their target children, deepest first (new leaves are added under the root); remaining edge and name differences become
-    add/remove edge and rename edits.
+    structure-preserving choice BREEDS made), else deleted; new nodes are inserted above one
+    of their target children, deepest first (new leaves are added under the root); remaining
+    edge and name differences become add/remove edge and rename edits.
     """
     graph: nx.DiGraph[str] = source.graph.copy()
     names = {n: source.names.get(n, n) for n in graph.nodes}

@@ -20,7 +20,12 @@ import duckdb
 from shiftbench.contracts import Contract, contracts
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
-_PUBLICATION_COLUMNS = {"family": "VARCHAR", "benchmark": "VARCHAR", "version": "VARCHAR", "published_at": "VARCHAR"}
+_PUBLICATION_COLUMNS = {
+    "family": "VARCHAR",
+    "benchmark": "VARCHAR",
+    "version": "VARCHAR",
+    "published_at": "VARCHAR",
+}
 
 
 def _literal(text: str) -> str:

@@ -19,7 +19,7 @@ The same rules back the blocking Dagster asset checks and the tests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -27,13 +27,18 @@ from typing import Any
 
 import duckdb
 import yaml
-from open_data_contract_standard.model import DataQuality, OpenDataContractStandard, SchemaObject, SchemaProperty
+from open_data_contract_standard.model import (
+    DataQuality,
+    OpenDataContractStandard,
+    SchemaObject,
+    SchemaProperty,
+)
 from pydantic import ValidationError
 
 from shiftbench.errors import InputError
 
 CONTRACTS_DIR = Path(__file__).resolve().parents[1] / "data_contracts"
-_OPERATORS = {
+_OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "mustBe": lambda v, t: v == t,
     "mustNotBe": lambda v, t: v != t,
     "mustBeGreaterThan": lambda v, t: v > t,

@@ -35,9 +35,7 @@ class Hierarchy:
     root: str = ROOT_WNID
 
     @classmethod
-    def from_edges(
-        cls, edges: Iterable[tuple[str, str]], names: Mapping[str, str], root: str = ROOT_WNID
-    ) -> Hierarchy:
+    def from_edges(cls, edges: Iterable[tuple[str, str]], names: Mapping[str, str], root: str = ROOT_WNID) -> Hierarchy:
         return cls(tuple(sorted(set(edges))), dict(names), root)
 
     @cached_property
@@ -74,15 +72,13 @@ class Hierarchy:
         unreachable = sorted(set(graph.nodes) - reachable)
         if unreachable:
             raise InputError(
-                f"{len(unreachable)} node(s) not reachable from root {self.root}, "
-                f"e.g. {', '.join(unreachable[:5])}",
+                f"{len(unreachable)} node(s) not reachable from root {self.root}, e.g. {', '.join(unreachable[:5])}",
                 path=source,
             )
         missing = sorted(set(dataset_classes) - reachable)
         if missing:
             raise InputError(
-                f"{len(missing)} dataset class(es) not reachable from root {self.root}, "
-                f"e.g. {', '.join(missing[:5])}",
+                f"{len(missing)} dataset class(es) not reachable from root {self.root}, e.g. {', '.join(missing[:5])}",
                 path=source,
             )
 

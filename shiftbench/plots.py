@@ -9,17 +9,13 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: no display on build machines
 
-import matplotlib.pyplot as plt  # noqa: E402
-import polars as pl  # noqa: E402
+import matplotlib.pyplot as plt
+import polars as pl
 
 
 def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes:
     """Stacked bars: number of subclasses of each superclass in each domain."""
-    counts = (
-        subpopulations.group_by("y", "superclass_name", "domain")
-        .agg(pl.len().alias("n"))
-        .sort("y", "domain")
-    )
+    counts = subpopulations.group_by("y", "superclass_name", "domain").agg(pl.len().alias("n")).sort("y", "domain")
     labels = counts.select("y", "superclass_name").unique().sort("y")
     height = max(2.5, 0.28 * labels.height + 1.2)
     fig, ax = plt.subplots(figsize=(7, height), dpi=90)

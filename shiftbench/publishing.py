@@ -45,9 +45,7 @@ def check_staged(staged: StagedVersion, only: list[str] | None = None) -> dict[s
 
 
 def describe_failures(results: Mapping[str, list[RuleResult]]) -> str:
-    return "; ".join(
-        f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}" for r in failures(results)
-    )
+    return "; ".join(f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}" for r in failures(results))
 
 
 def publish_staged(settings: Settings, staged: StagedVersion) -> Publication:

@@ -11,9 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-BREEDS_DEFAULT_URL = (
-    "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
-)
+BREEDS_DEFAULT_URL = "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:

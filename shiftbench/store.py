@@ -95,7 +95,12 @@ class VersionInfo:
 
 
 def version_id(family: str, benchmark: str, table_hashes: Mapping[str, str]) -> str:
-    identity = {"schema_version": SCHEMA_VERSION, "family": family, "benchmark": benchmark, "tables": table_hashes}
+    identity = {
+        "schema_version": SCHEMA_VERSION,
+        "family": family,
+        "benchmark": benchmark,
+        "tables": table_hashes,
+    }
     return sha256_json(identity)[:VERSION_ID_LENGTH]
 
 
@@ -337,9 +342,7 @@ class Store:
                 for event in events:
                     first_seen.setdefault(event["version"], event["published_at"])
                 for version, published_at in first_seen.items():
-                    result.append(
-                        self._info(family_dir.name, bench_dir.name, version, published_at, version == latest)
-                    )
+                    result.append(self._info(family_dir.name, bench_dir.name, version, published_at, version == latest))
         return result
 
     def garbage_collect(self, keep: int = 1, dry_run: bool = False) -> list[Path]:

@@ -8,7 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shiftbench.calibration import Edit, apply_edits, diff, format_edits, parse_edits, read_edit_file, tree_edits
+from shiftbench.calibration import (
+    Edit,
+    apply_edits,
+    diff,
+    format_edits,
+    parse_edits,
+    read_edit_file,
+    tree_edits,
+)
 from shiftbench.errors import InputError
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir

@@ -50,8 +50,12 @@ def test_latest_and_history_views(published_store: tuple[Path, list[str]]) -> No
         )
         assert history.fetchall() == [(v1, False), (v2, True)]
         assert con.sql("SELECT DISTINCT version FROM examples WHERE benchmark = 'toy'").fetchall() == [(v2,)]
-        assert con.execute("SELECT count(DISTINCT version) FROM examples_history WHERE benchmark='toy'").fetchone() == (2,)
-        assert con.execute("SELECT params->>'split' FROM benchmarks WHERE benchmark = 'toy-good'").fetchone() == ("good",)
+        assert con.execute("SELECT count(DISTINCT version) FROM examples_history WHERE benchmark='toy'").fetchone() == (
+            2,
+        )
+        assert con.execute("SELECT params->>'split' FROM benchmarks WHERE benchmark = 'toy-good'").fetchone() == (
+            "good",
+        )
         created = con.execute("SELECT typeof(created_at), typeof(params) FROM benchmarks LIMIT 1").fetchone()
         assert created == ("TIMESTAMP WITH TIME ZONE", "JSON")
 
@@ -70,7 +74,11 @@ def test_a_locked_catalog_is_reported_not_fatal(tmp_path: Path) -> None:
     refresh_catalog(catalog, tmp_path / "store")
     # Another process holds the catalog open for writing (e.g. a user's duckdb shell).
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb,sys,time; c=duckdb.connect({str(catalog)!r}); print('ok', flush=True); time.sleep(30)"],
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,sys,time; c=duckdb.connect({str(catalog)!r}); print('ok', flush=True); time.sleep(30)",
+        ],
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -103,8 +103,11 @@ def instance() -> Iterator[dg.DagsterInstance]:
 
 def run_inputs(settings: Settings, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
     job = defs.resolve_job_def("breeds_inputs")
-    resources = {"settings": ShiftbenchSettings(home=str(settings.home), offline=True,
-                                                breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir))}
+    resources = {
+        "settings": ShiftbenchSettings(
+            home=str(settings.home), offline=True, breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir)
+        )
+    }
     return job.execute_in_process(instance=instance, run_config=QUIET, resources=resources)
 
 
@@ -112,11 +115,18 @@ def run_benchmark(
     settings: Settings, instance: dg.DagsterInstance, name: str, config: dict[str, Any] | None = None
 ) -> dg.ExecuteInProcessResult:
     job = defs.resolve_job_def("breeds_benchmarks")
-    resources = {"settings": ShiftbenchSettings(home=str(settings.home), offline=True,
-                                                breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir))}
+    resources = {
+        "settings": ShiftbenchSettings(
+            home=str(settings.home), offline=True, breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir)
+        )
+    }
     run_config = {**QUIET, "ops": {"breeds__staged_benchmark": {"config": config or {}}}}
     return job.execute_in_process(
-        instance=instance, partition_key=name, run_config=run_config, resources=resources, raise_on_error=False
+        instance=instance,
+        partition_key=name,
+        run_config=run_config,
+        resources=resources,
+        raise_on_error=False,
     )
 
 
@@ -209,8 +219,13 @@ def test_nightly_rebuild_only_when_a_spec_or_source_changed(
 ) -> None:
     from dagster._core.definitions.observe import observe  # not exported in 1.13 (DAGSTER.md)
 
-    resources = {"settings": ShiftbenchSettings(home=str(real_settings.home), offline=True,
-                                                breeds_hierarchy_dir=str(real_settings.breeds_hierarchy_dir))}
+    resources = {
+        "settings": ShiftbenchSettings(
+            home=str(real_settings.home),
+            offline=True,
+            breeds_hierarchy_dir=str(real_settings.breeds_hierarchy_dir),
+        )
+    }
     sources = [a for a in breeds_assets.raw_sources if a.key != breeds_assets.breeds_specs.key]
     observe(sources, instance=instance, resources=resources)
     observe([breeds_assets.breeds_specs], instance=instance)
@@ -221,9 +236,7 @@ def test_nightly_rebuild_only_when_a_spec_or_source_changed(
     start = datetime(2030, 1, 1, 2, 0)
     first = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=start)
     tick = start + timedelta(hours=1, minutes=5)  # past 03:00
-    quiet = dg.evaluate_automation_conditions(
-        defs=defs, instance=instance, evaluation_time=tick, cursor=first.cursor
-    )
+    quiet = dg.evaluate_automation_conditions(defs=defs, instance=instance, evaluation_time=tick, cursor=first.cursor)
     assert quiet.total_requested == 0
 
     # Change one spec: only that benchmark's partitions are requested the next night.

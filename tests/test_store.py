@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -60,7 +59,10 @@ def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_br
     assert store.latest("toy").version == v1.version  # staged is not published
     store.publish(v2)
     assert store.latest("toy").version == v2.version
-    assert [(v.version, v.is_latest) for v in store.versions("toy")] == [(v1.version, False), (v2.version, True)]
+    assert [(v.version, v.is_latest) for v in store.versions("toy")] == [
+        (v1.version, False),
+        (v2.version, True),
+    ]
     store.publish(v1)  # going back to older content is a new publication of the old version
     assert store.latest("toy").version == v1.version
     manifest = v1.manifest()
@@ -153,4 +155,4 @@ def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: Toy
     assert [v.version for v in store.versions("toy")] == [versions[2]]
     events = list((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
     assert [json.loads(e.read_text())["version"] for e in events] == [versions[2]]
-    assert os.listdir(store.benchmark_dir("breeds", "toy") / "versions") == [versions[2]]
+    assert [p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir()] == [versions[2]]

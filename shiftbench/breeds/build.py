@@ -48,7 +48,15 @@ def subpopulations_table(task: list[SuperclassSplit], hierarchy: Hierarchy, spli
         for domain, subclasses in sides:
             for rank, wnid in enumerate(subclasses):
                 rows.append(
-                    (sup.label, sup.superclass, hierarchy.name(sup.superclass), wnid, hierarchy.name(wnid), domain, rank)
+                    (
+                        sup.label,
+                        sup.superclass,
+                        hierarchy.name(sup.superclass),
+                        wnid,
+                        hierarchy.name(wnid),
+                        domain,
+                        rank,
+                    )
                 )
     return pl.DataFrame(rows, schema=_SUBPOPULATION_SCHEMA, orient="row")
 

@@ -65,7 +65,9 @@ class CalibratedHierarchy:
     def load(cls, directory: Path) -> CalibratedHierarchy:
         meta = json.loads((directory / "meta.json").read_text("utf-8"))
         hierarchy = Hierarchy.from_tables(
-            pl.read_parquet(directory / "edges.parquet"), pl.read_parquet(directory / "nodes.parquet"), meta["root"]
+            pl.read_parquet(directory / "edges.parquet"),
+            pl.read_parquet(directory / "nodes.parquet"),
+            meta["root"],
         )
         return cls(hierarchy, tuple(meta["dataset_classes"]), meta["kind"], meta["sources"], meta["origin"])
 

@@ -95,7 +95,9 @@ def load_specs(extra: Path | None = None) -> dict[str, BreedsSpec]:
     """Shipped specs, plus those of ``SHIFTBENCH_BREEDS_SPECS`` (same format) when set."""
     text = resources.files("shiftbench").joinpath("specs/breeds.yaml").read_text("utf-8")
     specs = parse_specs(text, "shiftbench/specs/breeds.yaml")
-    extra_value = extra or (Path(os.environ["SHIFTBENCH_BREEDS_SPECS"]) if os.environ.get("SHIFTBENCH_BREEDS_SPECS") else None)
+    extra_value = extra or (
+        Path(os.environ["SHIFTBENCH_BREEDS_SPECS"]) if os.environ.get("SHIFTBENCH_BREEDS_SPECS") else None
+    )
     if extra_value is not None:
         try:
             extra_text = extra_value.read_text("utf-8")

@@ -43,9 +43,7 @@ class SuperclassSplit:
     target: tuple[str, ...]
 
 
-def superclasses(
-    hierarchy: Hierarchy, classes: frozenset[str], params: TaskParams
-) -> list[tuple[str, list[str]]]:
+def superclasses(hierarchy: Hierarchy, classes: frozenset[str], params: TaskParams) -> list[tuple[str, list[str]]]:
     """Sorted (superclass, sorted subclasses) pairs that have at least N subclasses."""
     levels = hierarchy.levels
     candidates = sorted(node for node, level in levels.items() if level == params.level)
@@ -57,9 +55,7 @@ def superclasses(
     if not candidates:
         where = f" below {params.ancestor}" if params.ancestor else ""
         deepest = max(levels.values(), default=0)
-        raise InputError(
-            f"no node at level {params.level}{where} (levels run from 0 to {deepest})", parameter="level"
-        )
+        raise InputError(f"no node at level {params.level}{where} (levels run from 0 to {deepest})", parameter="level")
     with_subclasses = [(node, hierarchy.reachable_classes(node, classes)) for node in candidates]
     kept = [(node, subs) for node, subs in with_subclasses if len(subs) >= params.n_subclasses]
     if not kept:
@@ -132,8 +128,8 @@ def split_superclass(
     groups = _ordered_children(hierarchy, superclass, classes)
     if split == "rand":
         pool = sorted(s for group in groups for s in group)
-        chosen = [str(s) for s in rng.choice(pool, 2 * half, replace=False)]
-        return chosen[:half], chosen[half:]
+        drawn = [str(s) for s in rng.choice(pool, 2 * half, replace=False)]
+        return drawn[:half], drawn[half:]
     source, target = _fill_sides(groups, half, split)
     if len(source) < half or len(target) < half:
         raise InputError(

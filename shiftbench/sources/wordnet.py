@@ -146,7 +146,9 @@ def load_wordnet(dict_dir: Path, cache_dir: Path, *, offline: bool = False) -> W
         target = cache_dir / "wordnet" / fingerprint
         if (target / "nodes.parquet").exists():
             return WordNetTables(
-                pl.read_parquet(target / "edges.parquet"), pl.read_parquet(target / "nodes.parquet"), fingerprint
+                pl.read_parquet(target / "edges.parquet"),
+                pl.read_parquet(target / "nodes.parquet"),
+                fingerprint,
             )
         corpus = prepare_nltk_root(dict_dir, data_root)
     elif offline:

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Set everything up and run the main job: build, check and publish all 16 BREEDS benchmarks on
+# the embedded sources (WordNet from Debian's packages, the packaged ImageNet validation labels,
+# the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+export SHIFTBENCH_HOME=${SHIFTBENCH_HOME:-$PWD/warehouse}
+export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
+
+.venv/bin/shiftbench build breeds
+
+query="SELECT benchmark, version, params->>'hierarchy' AS hierarchy, n_examples FROM benchmarks ORDER BY benchmark"
+echo
+echo "Published benchmarks (DuckDB catalog):"
+.venv/bin/shiftbench sql "$query"
+cat <<MSG
+
+Outputs
+  Parquet versions: $SHIFTBENCH_HOME/store/breeds/<benchmark>/versions/<version>/
+  DuckDB catalog:   $SHIFTBENCH_HOME/catalog.duckdb
+
+Try
+  .venv/bin/shiftbench sql "SELECT superclass_name, domain, count(*) FROM breeds_subpopulations WHERE benchmark = 'entity13' GROUP BY ALL ORDER BY 1, 2"
+  .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"
+  DAGSTER_HOME=$DAGSTER_HOME SHIFTBENCH_HOME=$SHIFTBENCH_HOME .venv/bin/dagster dev    # the UI, with these runs
+MSG

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Set everything up and run every check: lint, format, types, and the whole test suite
+# (including the slower real-data tests on ../shared/fixtures). `.ci/run` runs this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "[test] ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "[test] mypy (--strict on the library)"
+.venv/bin/mypy --strict shiftbench
+.venv/bin/mypy assets pipelines
+echo "[test] pytest"
+.venv/bin/python -m pytest -q "$@"
