@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,6 @@ class BreedsSpec:
 
 
 def validate_spec(spec: BreedsSpec, source: str) -> BreedsSpec:
-    types = {f.name: f.type for f in fields(BreedsSpec)}
     for name in ("level", "n_subclasses", "seed"):
         value = getattr(spec, name)
         if not isinstance(value, int) or isinstance(value, bool):
@@ -60,7 +59,7 @@ def validate_spec(spec: BreedsSpec, source: str) -> BreedsSpec:
     if spec.split not in SPLITS:
         raise InputError(f"must be one of {', '.join(SPLITS)}, got {spec.split!r} (in {source})", parameter="split")
     if spec.ancestor is not None and not isinstance(spec.ancestor, str):
-        raise InputError(f"must be a node id or null (in {source}; {types['ancestor']})", parameter="ancestor")
+        raise InputError(f"must be a node id or null (in {source})", parameter="ancestor")
     return spec
 
 
