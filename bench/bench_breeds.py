@@ -157,10 +157,10 @@ def main() -> None:
             im = pipeline.imagenet_images(settings)
             cal = pipeline.calibrated_hierarchy(settings, h, im)
             spec = BreedsSpec("all1000", level=0, n_subclasses=1000, split="none", seed=0)
+            import polars as pl
+
             from shiftbench.breeds.build import build_tables
             from shiftbench.breeds.calibrated import CalibratedHierarchy
-
-            import polars as pl
 
             tables = build_tables(
                 spec,
