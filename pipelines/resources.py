@@ -1,5 +1,7 @@
 """Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource."""
 
+import os
+
 import dagster as dg
 
 from shiftbench.settings import Settings
@@ -19,8 +21,6 @@ class ShiftbenchSettings(dg.ConfigurableResource):
     offline: bool | None = None
 
     def get(self) -> Settings:
-        import os
-
         env = dict(os.environ)
         overrides = {
             "SHIFTBENCH_HOME": self.home,

@@ -19,7 +19,7 @@ import polars as pl
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.specs import BreedsSpec
-from shiftbench.fingerprint import sha256_text
+from shiftbench.fingerprint import sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.publishing import environment
 from shiftbench.settings import Settings
@@ -62,14 +62,23 @@ def imagenet_hierarchy(settings: Settings) -> CachedArtifact:
     """WordNet's noun hierarchy in ImageNet form, from the user's files or nltk."""
     if settings.imagenet_hierarchy_dir is not None:
         files = read_imagenet_hierarchy_dir(settings.imagenet_hierarchy_dir)
-        edges, nodes, fingerprint = files.edges, files.nodes, files.fingerprint
+        edges, nodes, file_fingerprint = files.edges, files.nodes, files.fingerprint
         origin = {"kind": "imagenet-hierarchy-files", "path": str(settings.imagenet_hierarchy_dir)}
     else:
         tables = load_wordnet(settings.wordnet_dict_dir, settings.cache_dir, offline=settings.offline)
-        edges, nodes, fingerprint = tables.edges, tables.nodes, tables.fingerprint
+        edges, nodes, file_fingerprint = tables.edges, tables.nodes, tables.fingerprint
         origin = {"kind": "wordnet-nltk", "path": str(settings.wordnet_dict_dir)}
+    # Content, not files: ImageNet's files and nltk's WordNet hold the same hierarchy, so both
+    # routes give the same fingerprint and hence the same benchmark versions.
+    fingerprint = sha256_text(f"{sha256_table(edges)}|{sha256_table(nodes)}")
     target = settings.cache_dir / "imagenet_hierarchy" / fingerprint[:32]
-    meta = {**origin, "fingerprint": fingerprint, "n_edges": edges.height, "n_nodes": nodes.height}
+    meta = {
+        **origin,
+        "fingerprint": fingerprint,
+        "files_sha256": file_fingerprint,
+        "n_edges": edges.height,
+        "n_nodes": nodes.height,
+    }
 
     def write(tmp: Path) -> None:
         edges.write_parquet(tmp / "edges.parquet")

@@ -1,0 +1,41 @@
+"""Content addressing end to end: the same inputs give the same version and the same bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shiftbench.breeds import pipeline
+from shiftbench.breeds.specs import load_specs
+from shiftbench.settings import Settings
+
+from .conftest import IMAGENET_WORDNET_FIXTURE
+
+
+def _build(settings: Settings, benchmark: str) -> tuple[str, dict[str, bytes]]:
+    hierarchy = pipeline.imagenet_hierarchy(settings)
+    images = pipeline.imagenet_images(settings)
+    calibrated = pipeline.calibrated_hierarchy(settings, hierarchy, images)
+    assert calibrated.meta["kind"] == "wordnet-default-calibration"
+    staged = pipeline.stage_benchmark(settings, load_specs()[benchmark], calibrated, images)
+    return staged.version, {t: staged.table_path(t).read_bytes() for t in staged.tables}
+
+
+@pytest.mark.slow
+def test_two_routes_to_wordnet_two_homes_one_version(
+    make_settings: Callable[..., Settings], tmp_path: Path, fixtures: Path
+) -> None:
+    """nltk over Debian's WordNet and ImageNet's own files hold the same hierarchy."""
+    via_nltk = _build(make_settings(), "entity30-good")
+    files_home = Settings.from_env(
+        {
+            "SHIFTBENCH_HOME": str(tmp_path / "other"),
+            "SHIFTBENCH_OFFLINE": "1",
+            "SHIFTBENCH_IMAGENET_HIERARCHY_DIR": str(IMAGENET_WORDNET_FIXTURE),
+        }
+    )
+    via_files = _build(files_home, "entity30-good")
+    assert via_nltk[0] == via_files[0]
+    assert via_nltk[1] == via_files[1]
