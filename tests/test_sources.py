@@ -174,3 +174,21 @@ def test_imagenet_hierarchy_dir_reader_matches_fixture_counts(fixtures: Path) ->
     files = read_imagenet_hierarchy_dir(IMAGENET_WORDNET_FIXTURE)
     assert files.edges.schema == pl.Schema({"parent": pl.String, "child": pl.String})
     assert files.nodes.filter(pl.col("node") == "n00001740")["name"].to_list() == ["entity"]
+
+
+def test_validation_images_follow_class_folders_when_the_root_has_them(tmp_path: Path) -> None:
+    from shiftbench.sources.imagenet import locate_validation_images
+
+    images = validation_images(imagenet_classes())
+    first = images.row(0, named=True)
+    file = first["image_id"].removeprefix("val/")
+    (tmp_path / "val" / first["wnid"]).mkdir(parents=True)
+    (tmp_path / "val" / first["wnid"] / file).touch()
+    located = locate_validation_images(tmp_path, images)
+    assert located.height == 50_000
+    assert located.row(0, named=True)["image_id"] == f"val/{first['wnid']}/{file}"
+    assert located.row(1, named=True)["image_id"] == images.row(1, named=True)["image_id"]
+    (tmp_path / "val" / "n99999999").mkdir()
+    (tmp_path / "val" / first["wnid"] / file).rename(tmp_path / "val" / "n99999999" / file)
+    with pytest.raises(InputError, match="wrong class folder"):
+        locate_validation_images(tmp_path, images)

