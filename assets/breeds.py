@@ -284,10 +284,15 @@ def _check_result(table: str, results: list[RuleResult]) -> dg.AssetCheckResult:
     )
 
 
-def _preview_md(frame: pl.DataFrame) -> str:
-    header = "| " + " | ".join(frame.columns) + " |\n| " + " | ".join("---" for _ in frame.columns) + " |\n"
-    body = "".join("| " + " | ".join(str(v) for v in row) + " |\n" for row in frame.iter_rows())
-    return header + body
+_TABLE_TYPES = {pl.Int32: "int", pl.Int64: "int", pl.String: "string"}
+
+
+def _table(frame: pl.DataFrame) -> dg.TableMetadataValue:
+    """A metadata table: the UI renders it inline (markdown over 1,000 characters is folded)."""
+    schema = dg.TableSchema(
+        columns=[dg.TableColumn(name, _TABLE_TYPES.get(dtype, "string")) for name, dtype in frame.schema.items()]
+    )
+    return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
 
 
 @dg.asset(
@@ -327,7 +332,17 @@ def benchmark(
             "path": dg.MetadataValue.path(str(staged.path)),
             "catalog": dg.MetadataValue.path(str(config.catalog_path)),
             "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"),
-            "preview": dg.MetadataValue.md(_preview_md(preview.head(12))),
+            "preview": _table(preview.head(12)),
+            "subclasses_per_domain": _table(
+                subpopulations.group_by("y", "superclass_name")
+                .agg(
+                    (pl.col("domain") == "source").sum().cast(pl.Int64).alias("source"),
+                    (pl.col("domain") == "target").sum().cast(pl.Int64).alias("target"),
+                    (pl.col("domain") == "all").sum().cast(pl.Int64).alias("all"),
+                    pl.col("n_images").sum().alias("images"),
+                )
+                .sort("y")
+            ),
             "subclasses_per_superclass": dg.MetadataValue.md(png_markdown(plot, "subclasses per superclass")),
         },
     )
