@@ -284,13 +284,12 @@ def _check_result(table: str, results: list[RuleResult]) -> dg.AssetCheckResult:
     )
 
 
-_TABLE_TYPES = {pl.Int32: "int", pl.Int64: "int", pl.String: "string"}
-
-
 def _table(frame: pl.DataFrame) -> dg.TableMetadataValue:
     """A metadata table: the UI renders it inline (markdown over 1,000 characters is folded)."""
     schema = dg.TableSchema(
-        columns=[dg.TableColumn(name, _TABLE_TYPES.get(dtype, "string")) for name, dtype in frame.schema.items()]
+        columns=[
+            dg.TableColumn(name, "int" if dtype.is_integer() else "string") for name, dtype in frame.schema.items()
+        ]
     )
     return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
 
