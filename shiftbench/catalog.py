@@ -92,7 +92,3 @@ def refresh_catalog(catalog_path: Path, store: Path, *, attempts: int = 5) -> bo
         stacklevel=2,
     )
     return False
-
-
-def connect(catalog_path: Path, read_only: bool = True) -> duckdb.DuckDBPyConnection:
-    return duckdb.connect(str(catalog_path), read_only=read_only)

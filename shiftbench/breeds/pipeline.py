@@ -171,8 +171,3 @@ def stage_benchmark(
         "environment": environment(),
     }
     return Store(settings.store_dir).stage(FAMILY, benchmark, tables, manifest_extra=manifest_extra)
-
-
-def inputs_fingerprint(spec: BreedsSpec, hierarchy: CachedArtifact, images: CachedArtifact) -> str:
-    """What a benchmark depends on: Dagster's data version for skipping unchanged rebuilds."""
-    return sha256_text(f"{spec}|{hierarchy.fingerprint}|{images.fingerprint}|{CODE_VERSION}")
