@@ -17,7 +17,7 @@ from pathlib import Path
 
 import duckdb
 
-from shiftbench.contracts import Contract, contracts
+from shiftbench.contracts import Contract, contracts, empty_relation
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 _PUBLICATION_COLUMNS = {
@@ -32,11 +32,6 @@ def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def _empty_relation(columns: dict[str, str]) -> str:
-    cols = ", ".join(f'CAST(NULL AS {kind}) AS "{name}"' for name, kind in columns.items())
-    return f"(SELECT {cols} WHERE FALSE)"
-
-
 def table_glob(store: Path, table: str) -> str:
     return str(store / "*" / "*" / "versions" / "*" / f"{table}.parquet")
 
@@ -44,7 +39,7 @@ def table_glob(store: Path, table: str) -> str:
 def _table_source(store: Path, contract: Contract) -> str:
     if any(store.glob(f"*/*/versions/*/{contract.table}.parquet")):
         return f"read_parquet({_literal(table_glob(store, contract.table))}, union_by_name = true)"
-    return _empty_relation(contract.columns)
+    return empty_relation(contract.columns)
 
 
 def _publications_source(store: Path) -> str:
@@ -52,7 +47,7 @@ def _publications_source(store: Path) -> str:
         pattern = str(store / "*" / "*" / "publications" / "*.json")
         columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in _PUBLICATION_COLUMNS.items()) + "}"
         return f"read_json({_literal(pattern)}, columns = {columns}, format = 'auto')"
-    return _empty_relation(_PUBLICATION_COLUMNS)
+    return empty_relation(_PUBLICATION_COLUMNS)
 
 
 def render_catalog_sql(store: Path) -> list[str]:

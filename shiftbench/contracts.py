@@ -257,11 +257,24 @@ def check_contract(con: duckdb.DuckDBPyConnection, contract: Contract) -> list[R
     return checker.results
 
 
+def empty_relation(columns: Mapping[str, str]) -> str:
+    """A typed relation without rows, so that queries over an absent table still bind."""
+    cols = ", ".join(f"CAST(NULL AS {kind}) AS {_quote(name)}" for name, kind in columns.items())
+    return f"(SELECT {cols} WHERE FALSE)"
+
+
 def connect_tables(tables: Mapping[str, Path]) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with one view per table file, as contract queries expect."""
+    """An in-memory DuckDB with one view per table file, as contract queries expect.
+
+    Contract tables a version does not have (a MetaShift collection has no ``examples``) are
+    empty views, so cross-table rules see zero rows instead of failing to bind.
+    """
     con = duckdb.connect()
     for name, path in tables.items():
         con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM read_parquet({_literal(str(path))})")
+    for name, contract in contracts().items():
+        if name not in tables:
+            con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM {empty_relation(contract.columns)}")
     return con
 
 

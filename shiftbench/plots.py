@@ -11,6 +11,8 @@ matplotlib.use("Agg")  # headless: no display on build machines
 
 import matplotlib.pyplot as plt
 import polars as pl
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 
 def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes:
@@ -45,3 +47,76 @@ def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes
 
 def png_markdown(png: bytes, alt: str) -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def _png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=90, metadata={"Software": None})
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def metagraph_figure(
+    nodes: list[str],
+    sizes: list[int],
+    edges: list[tuple[int, int, float]],
+    community: list[int],
+    title: str,
+    seed: int = 0,
+) -> bytes:
+    """A class's meta-graph as in MetaShift's Figure 2: subsets coloured by community, edge width = overlap."""
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(len(nodes)))
+    graph.add_weighted_edges_from(edges)
+    positions = nx.spring_layout(graph, weight="weight", seed=seed)
+    side = min(12.0, 4.0 + 0.12 * len(nodes))
+    fig, ax = plt.subplots(figsize=(side, side * 0.8))
+    colours = plt.get_cmap("tab20")
+    nx.draw_networkx_edges(
+        graph, positions, ax=ax, width=[0.5 + 3 * w for _, _, w in graph.edges(data="weight")], alpha=0.35
+    )
+    nx.draw_networkx_nodes(
+        graph,
+        positions,
+        ax=ax,
+        node_size=[30 + 6 * s**0.5 for s in sizes],
+        node_color=[colours(c % 20) for c in community],
+        edgecolors="black",
+        linewidths=0.4,
+    )
+    labels = {k: name[name.find("(") + 1 : -1] if "(" in name else name for k, name in enumerate(nodes)}
+    nx.draw_networkx_labels(graph, positions, labels=labels, ax=ax, font_size=7)
+    ax.set_title(title)
+    ax.axis("off")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def task_distances(communities: pl.DataFrame, title: str) -> bytes:
+    """Distance of each community to its reference (test or minority) community, by role."""
+    rows = communities.filter(pl.col("reference").is_not_null()).sort("class", "role", "community")
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.3 * rows.height + 1.2)))
+    roles = sorted(set(rows["role"].to_list()))
+    colours = {role: plt.get_cmap("tab10")(k) for k, role in enumerate(roles)}
+    labels = [f"{c} -> {r}" for c, r in zip(rows["community"].to_list(), rows["reference"].to_list(), strict=True)]
+    values = [v if v is not None else 0.0 for v in rows["distance"].to_list()]
+    ax.barh(labels, values, color=[colours[r] for r in rows["role"].to_list()])
+    for k, (value, status) in enumerate(
+        zip(rows["distance"].to_list(), rows["distance_status"].to_list(), strict=True)
+    ):
+        ax.text(
+            0.01 if value is None else value,
+            k,
+            " NULL: " + status if value is None else f" {value:.2f}",
+            va="center",
+            fontsize=7,
+        )
+    ax.invert_yaxis()
+    ax.set_xlabel("spectral-embedding distance")
+    ax.set_title(title)
+    handles = [Rectangle((0, 0), 1, 1, color=colours[r]) for r in roles]
+    ax.legend(handles, roles, fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _png(fig)

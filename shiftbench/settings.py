@@ -34,6 +34,9 @@ class Settings:
     breeds_url: str = BREEDS_DEFAULT_URL
     offline: bool = False
     download_timeout_s: float = 10.0
+    gqa_scene_graphs: tuple[Path, ...] = ()
+    tags_table: Path | None = None
+    metashift_class_groups: Path | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -48,6 +51,11 @@ class Settings:
             breeds_url=env.get("SHIFTBENCH_BREEDS_URL", "").strip() or BREEDS_DEFAULT_URL,
             offline=_flag(env, "SHIFTBENCH_OFFLINE"),
             download_timeout_s=float(env.get("SHIFTBENCH_DOWNLOAD_TIMEOUT_S", "") or 10.0),
+            gqa_scene_graphs=tuple(
+                Path(part.strip()) for part in env.get("SHIFTBENCH_GQA_SCENE_GRAPHS", "").split(",") if part.strip()
+            ),
+            tags_table=_path(env, "SHIFTBENCH_TAGS_TABLE"),
+            metashift_class_groups=_path(env, "SHIFTBENCH_METASHIFT_CLASS_GROUPS"),
         )
 
     @property

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -166,11 +167,14 @@ class Store:
         tables: Mapping[str, pl.DataFrame],
         *,
         manifest_extra: Mapping[str, Any] | None = None,
+        attachments: Mapping[str, bytes] | None = None,
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
         ``tables`` are given without ``version`` (and may omit ``benchmark``); both columns
         are added here, first in column order. Rows are sorted so the bytes are deterministic.
+        ``attachments`` (e.g. figures) are written under ``files/`` and listed in the manifest
+        with their checksums; they are derived views and do not enter the version id.
         """
         check_benchmark_name(benchmark)
         other = self.family_of(benchmark)
@@ -200,6 +204,12 @@ class Store:
                     "sha256": sha256_file(path),
                     "content_sha256": hashes[name],
                 }
+            attached = {}
+            for name, payload in sorted((attachments or {}).items()):
+                target = staging / "files" / name
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(payload)
+                attached[name] = {"file": f"files/{name}", "sha256": hashlib.sha256(payload).hexdigest()}
             manifest = {
                 "schema_version": SCHEMA_VERSION,
                 "family": family,
@@ -207,6 +217,7 @@ class Store:
                 "version": version,
                 "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "tables": files,
+                **({"attachments": attached} if attached else {}),
                 **dict(manifest_extra or {}),
             }
             # The manifest is written last: a directory without one is incomplete by definition.

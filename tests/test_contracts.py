@@ -17,7 +17,18 @@ from .conftest import ToyDir, toy_tables
 
 def test_every_published_table_has_a_valid_odcs_contract() -> None:
     found = contracts()
-    assert set(found) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy"}
+    metashift = {
+        "metashift_subsets",
+        "metashift_subset_images",
+        "metashift_edges",
+        "metashift_distances",
+        "metashift_communities",
+        "metashift_embeddings",
+        "metashift_graphs",
+        "metashift_tasks",
+        "metashift_task_communities",
+    }
+    assert set(found) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", *metashift}
     for contract in found.values():
         assert contract.model.apiVersion == "v3.0.2"
         assert contract.primary_key[:2] == ["benchmark", "version"]

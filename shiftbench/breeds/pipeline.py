@@ -1,16 +1,12 @@
 """The BREEDS build as steps over settings: each Dagster asset calls one of these.
 
 Intermediate results (the ImageNet hierarchy, the image list, the calibrated hierarchy) are
-cached under ``$SHIFTBENCH_HOME/cache`` in directories named by their content fingerprint,
-so steps running in different processes hand each other a path, not a pickle.
+content-addressed cache directories (:mod:`shiftbench.cache`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +15,7 @@ import polars as pl
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.specs import BreedsSpec
+from shiftbench.cache import CachedArtifact, publish_cache_dir
 from shiftbench.fingerprint import sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.publishing import environment
@@ -31,31 +28,6 @@ from shiftbench.store import StagedVersion, Store, check_benchmark_name
 # Bump when a change to the BREEDS builder can change its output: Dagster marks every
 # benchmark stale and the scheduled rebuild redoes them.
 CODE_VERSION = "breeds-1"
-
-
-@dataclass(frozen=True)
-class CachedArtifact:
-    """A directory of Parquet files with the content fingerprint it is named after."""
-
-    path: Path
-    fingerprint: str
-    meta: dict[str, Any]
-
-
-def _publish_dir(target: Path, write: Any) -> None:
-    """Write a cache directory through a temporary sibling, so readers never see half of it."""
-    if target.exists():
-        return
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
-        write(tmp)
-        tmp.rename(target)
-    except OSError:
-        if not target.exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def imagenet_hierarchy(settings: Settings) -> CachedArtifact:
@@ -85,7 +57,7 @@ def imagenet_hierarchy(settings: Settings) -> CachedArtifact:
         nodes.write_parquet(tmp / "nodes.parquet")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), "utf-8")
 
-    _publish_dir(target, write)
+    publish_cache_dir(target, write)
     return CachedArtifact(target, fingerprint, meta)
 
 
@@ -111,7 +83,7 @@ def imagenet_images(settings: Settings) -> CachedArtifact:
         loaded.classes.write_parquet(tmp / "classes.parquet")
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), "utf-8")
 
-    _publish_dir(target, write)
+    publish_cache_dir(target, write)
     return CachedArtifact(target, loaded.fingerprint, meta)
 
 
@@ -133,7 +105,7 @@ def calibrated_hierarchy(settings: Settings, hierarchy: CachedArtifact, images: 
         )
     fingerprint = result.fingerprint
     target = settings.cache_dir / "calibrated_hierarchy" / fingerprint[:32]
-    _publish_dir(target, result.save)
+    publish_cache_dir(target, result.save)
     meta = {
         "kind": result.kind,
         "fingerprint": fingerprint,

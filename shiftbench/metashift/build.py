@@ -1,0 +1,254 @@
+"""MetaShift family: from scene tables to the published tables of a collection or a task.
+
+Dataset card
+------------
+- Source: MetaShift (Liang & Zou, ICLR 2022), CC BY 4.0; annotations are Visual Genome / GQA
+  scene graphs (CC BY 4.0), a user's tag table, or the generated sample (not real data).
+- A *collection* (``metashift``, ``metashift-attributes``) is the set of candidate subsets with
+  their meta-graphs, communities, spectral embeddings and pairwise distances. It has no
+  examples of its own.
+- A *task* is a benchmark with examples. Splits (WILDS names): domain generalization: train
+  communities -> ``train``, test communities -> ``test``, the released scripts' additional test
+  communities -> ``val`` (OOD validation); subpopulation shift: ``train`` (minority fraction p)
+  and a balanced ``test``; ``id_val`` holds ``id_val_fraction`` of each training community.
+- ``y`` is the class index in the task's ``classes``; ``group`` the community an image was drawn from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from shiftbench.fingerprint import canonical_json
+from shiftbench.metashift import embedding as em
+from shiftbench.metashift import metagraph as mg
+from shiftbench.metashift.specs import CollectionSpec, TaskSpec
+from shiftbench.metashift.subsets import candidate_memberships, image_classes, subset_table
+from shiftbench.metashift.tasks import TaskData, build_task
+
+FAMILY = "metashift"
+_BENCHMARK_SCHEMA = {
+    "family": pl.String(),
+    "spec": pl.String(),
+    "params": pl.String(),
+    "sources": pl.String(),
+    "n_examples": pl.Int64(),
+}
+
+
+def benchmarks_row(
+    spec_name: str, params: Mapping[str, Any], sources: Mapping[str, Any], n_examples: int
+) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "family": [FAMILY],
+            "spec": [spec_name],
+            "params": [canonical_json(dict(params))],
+            "sources": [canonical_json(dict(sources))],
+            "n_examples": [n_examples],
+        },
+        schema=_BENCHMARK_SCHEMA,
+    )
+
+
+@dataclass(frozen=True)
+class ClassResult:
+    graph: mg.ClassGraph
+    communities: list[list[str]]
+    embedding: em.Embedding
+
+
+def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassResult]:
+    results = {}
+    for name, graph in mg.class_graphs(nodes, edges).items():
+        communities = mg.detect_communities(graph, spec.community_method, spec.seed)
+        results[name] = ClassResult(graph, communities, em.embed(graph.weights, spec.embedding_dim, spec.embedding))
+    return results
+
+
+def collection_tables(
+    spec: CollectionSpec,
+    objects: pl.DataFrame,
+    images: pl.DataFrame,
+    general_contexts: Mapping[str, Sequence[str]],
+    sources: Mapping[str, Any],
+    class_groups: pl.DataFrame | None = None,
+) -> tuple[dict[str, pl.DataFrame], dict[str, ClassResult]]:
+    """All tables of one collection version (without ``version``), and the per-class graphs."""
+    memberships = candidate_memberships(objects, images, spec.context_kinds, general_contexts, class_groups)
+    subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
+    nodes = mg.node_order(subsets.filter(pl.col("selected")))
+    edges = mg.overlap_edges(memberships.select("subset", "image_id"), nodes, spec.edge_threshold)
+    results = _class_results(spec, nodes, edges)
+
+    community_rows, embedding_rows, distance_parts, graph_rows = [], [], [], []
+    for name, result in sorted(results.items()):
+        graph, emb = result.graph, result.embedding
+        size_of = dict(zip(graph.nodes, graph.sizes.tolist(), strict=True))
+        for number, members in enumerate(result.communities):
+            label = min(members, key=lambda m: (-size_of[m], m))  # the largest member names it
+            for member in members:
+                community_rows.append((name, member, number, label, len(members)))
+        for k, subset in enumerate(graph.nodes):
+            embedding_rows.append(
+                (name, subset, int(emb.component[k]), [float(x) for x in emb.coords[k]], str(emb.component_status[k]))
+            )
+        pairs = em.pair_distances(emb)
+        names = np.array(graph.nodes, dtype=object)
+        a, b = names[pairs.i], names[pairs.j]
+        swap = a > b
+        distance_parts.append(
+            pl.DataFrame(
+                {
+                    "class": [name] * len(pairs.i),
+                    "subset_a": np.where(swap, b, a).tolist(),
+                    "subset_b": np.where(swap, a, b).tolist(),
+                    "distance": [None if np.isnan(v) else float(v) for v in pairs.distance],
+                    "raw_distance": pairs.raw.astype(np.float64),
+                    "status": pairs.status.tolist(),
+                },
+                schema=DISTANCE_SCHEMA,
+            )
+        )
+        n_components = int(emb.component.max()) + 1 if len(graph.nodes) else 0
+        largest = int(np.sum(emb.component == 0))
+        statuses = sorted(set(emb.component_status.tolist()) - {"ok"})
+        graph_rows.append(
+            (
+                name,
+                len(graph.nodes),
+                int(graph.weights.nnz // 2),
+                n_components,
+                largest,
+                len(result.communities),
+                mg.modularity(graph, result.communities),
+                statuses[0] if statuses else "ok",
+                emb.eigenvalues[0] if emb.eigenvalues else [],
+            )
+        )
+    tables = {
+        "benchmarks": benchmarks_row(spec.name, {**spec.params(), "kind": "collection"}, sources, 0),
+        "metashift_subsets": subsets.select(
+            "subset", "class", "context", "context_kind", "context_group", "n_images", "selected", "selection"
+        ),
+        "metashift_subset_images": memberships.select("subset", "image_id"),
+        "metashift_edges": edges,
+        "metashift_distances": pl.concat(distance_parts) if distance_parts else pl.DataFrame(schema=DISTANCE_SCHEMA),
+        "metashift_communities": pl.DataFrame(community_rows, schema=COMMUNITY_SCHEMA, orient="row"),
+        "metashift_embeddings": pl.DataFrame(embedding_rows, schema=EMBEDDING_SCHEMA, orient="row"),
+        "metashift_graphs": pl.DataFrame(graph_rows, schema=GRAPH_SCHEMA, orient="row"),
+    }
+    return tables, results
+
+
+DISTANCE_SCHEMA = pl.Schema(
+    {
+        "class": pl.String(),
+        "subset_a": pl.String(),
+        "subset_b": pl.String(),
+        "distance": pl.Float64(),
+        "raw_distance": pl.Float64(),
+        "status": pl.String(),
+    }
+)
+COMMUNITY_SCHEMA = pl.Schema(
+    {
+        "class": pl.String(),
+        "subset": pl.String(),
+        "community": pl.Int32(),
+        "community_name": pl.String(),
+        "community_size": pl.Int32(),
+    }
+)
+EMBEDDING_SCHEMA = pl.Schema(
+    {
+        "class": pl.String(),
+        "subset": pl.String(),
+        "component": pl.Int32(),
+        "embedding": pl.List(pl.Float64),
+        "status": pl.String(),
+    }
+)
+GRAPH_SCHEMA = pl.Schema(
+    {
+        "class": pl.String(),
+        "n_subsets": pl.Int32(),
+        "n_edges": pl.Int64(),
+        "n_components": pl.Int32(),
+        "largest_component": pl.Int32(),
+        "n_communities": pl.Int32(),
+        "modularity": pl.Float64(),
+        "status": pl.String(),
+        "eigenvalues": pl.List(pl.Float64),
+    }
+)
+TASK_SCHEMA = pl.Schema(
+    {
+        "task_kind": pl.String(),
+        "classes": pl.List(pl.String),
+        "distance_class": pl.String(),
+        "distance": pl.Float64(),
+        "distance_status": pl.String(),
+        "paper_distance": pl.Float64(),
+        "minority_fraction": pl.Float64(),
+        "n_train": pl.Int64(),
+        "n_id_val": pl.Int64(),
+        "n_val": pl.Int64(),
+        "n_test": pl.Int64(),
+        "scaled_down": pl.Boolean(),
+    }
+)
+
+
+def task_data(
+    objects: pl.DataFrame,
+    images: pl.DataFrame,
+    spec: TaskSpec,
+    general_contexts: Mapping[str, Sequence[str]],
+    class_groups: pl.DataFrame | None = None,
+) -> TaskData:
+    """Images per candidate subset of the task's classes, and per class."""
+    classes = image_classes(objects, class_groups).filter(pl.col("class").is_in(list(spec.classes)))
+    relevant = objects.filter(pl.col("image_id").is_in(classes["image_id"].unique().implode()))
+    memberships = candidate_memberships(relevant, images, spec.context_kinds, general_contexts, class_groups)
+    subset_images = {
+        str(key[0]): frozenset(frame["image_id"].to_list())
+        for key, frame in memberships.select("subset", "image_id").partition_by("subset", as_dict=True).items()
+    }
+    class_images = {
+        str(key[0]): frozenset(frame["image_id"].to_list())
+        for key, frame in classes.select("class", "image_id").partition_by("class", as_dict=True).items()
+    }
+    return TaskData(subset_images, class_images)
+
+
+def task_tables(
+    spec: TaskSpec,
+    data: TaskData,
+    dataset: str,
+    example_id_format: str,
+    sources: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+) -> dict[str, pl.DataFrame]:
+    """All tables of one task version (without ``version``)."""
+    result = build_task(spec, data)
+    examples = result.examples.select(
+        pl.lit(FAMILY).alias("family"),
+        pl.lit(dataset).alias("dataset"),
+        pl.format(example_id_format, pl.col("image_id")).alias("example_id"),
+        "split",
+        "y",
+        "y_name",
+        "group",
+    )
+    params = {**spec.params(), **result.notes, "overrides": dict(overrides or {})}
+    return {
+        "benchmarks": benchmarks_row(spec.name, params, sources, examples.height),
+        "examples": examples,
+        "metashift_tasks": pl.DataFrame([result.summary], schema=TASK_SCHEMA),
+        "metashift_task_communities": result.communities,
+    }

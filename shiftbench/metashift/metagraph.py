@@ -1,0 +1,147 @@
+"""Meta-graphs: per class, subsets as nodes and their overlap coefficient as edge weights.
+
+overlap(X, Y) = |X ∩ Y| / min(|X|, |Y|) (paper Eq. 1) for every pair of subsets of a class comes
+from one sparse product: with M the 0/1 incidence matrix whose rows are (class, image) pairs and
+whose columns are subsets, (MᵀM)[i, j] = |X_i ∩ X_j|. Rows are keyed by class as well as image,
+so MᵀM is block-diagonal by class and no cross-class pair is ever computed. This replaces the
+released scripts' Python set intersections over all pairs (see ``bench/bench_metashift.py``).
+
+Communities: Louvain (the paper, seeded) or greedy modularity (what the released scripts ran,
+``networkx.greedy_modularity_communities(G)``, which ignores edge weights).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+import polars as pl
+import scipy.sparse as sp
+
+from shiftbench.errors import InputError
+
+COMMUNITY_METHODS = ("louvain", "greedy_modularity")
+EDGE_SCHEMA = {
+    "class": pl.String,
+    "subset_a": pl.String,
+    "subset_b": pl.String,
+    "n_shared": pl.Int64,
+    "overlap": pl.Float64,
+}
+
+
+def check_edge_threshold(value: float, parameter: str = "edge_threshold") -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
+        raise InputError(f"must be a number in [0, 1] (an overlap coefficient), got {value!r}", parameter=parameter)
+    return float(value)
+
+
+def node_order(subsets: pl.DataFrame) -> pl.DataFrame:
+    """Nodes of each class, largest subset first (the released scripts' ``Counter.most_common`` order)."""
+    return subsets.sort(["class", "n_images", "subset"], descending=[False, True, False]).with_columns(
+        pl.int_range(pl.len()).over("class").alias("node")
+    )
+
+
+def overlap_edges(memberships: pl.DataFrame, nodes: pl.DataFrame, threshold: float) -> pl.DataFrame:
+    """Edges (overlap >= threshold and > 0) between subsets of the same class.
+
+    ``memberships``: (subset, image_id); ``nodes``: (class, subset, n_images) of the subsets to
+    connect. Returns ``class, subset_a, subset_b, n_shared, overlap`` with subset_a < subset_b.
+    """
+    columns = nodes.select("class", "subset", "n_images").with_row_index("col")
+    if columns.height < 2:
+        return pl.DataFrame(schema=EDGE_SCHEMA)
+    incidence = memberships.join(columns.select("subset", "class", "col"), on="subset", how="inner")
+    rows = incidence.select("class", "image_id").unique().with_row_index("row")
+    incidence = incidence.join(rows, on=["class", "image_id"])
+    matrix = sp.csr_array(
+        (
+            np.ones(incidence.height, dtype=np.int64),
+            (incidence["row"].to_numpy(), incidence["col"].to_numpy()),
+        ),
+        shape=(rows.height, columns.height),
+    )
+    shared = sp.triu(matrix.T @ matrix, k=1).tocoo()
+    sizes = columns["n_images"].to_numpy()
+    i, j, n = shared.row, shared.col, shared.data
+    overlap = n / np.minimum(sizes[i], sizes[j])
+    keep = (overlap >= threshold) & (n > 0)
+    names = columns["subset"].to_numpy()
+    classes = columns["class"].to_numpy()
+    a, b = names[i[keep]], names[j[keep]]
+    first = np.where(a < b, a, b)
+    second = np.where(a < b, b, a)
+    return pl.DataFrame(
+        {
+            "class": classes[i[keep]],
+            "subset_a": first,
+            "subset_b": second,
+            "n_shared": n[keep].astype(np.int64),
+            "overlap": overlap[keep].astype(np.float64),
+        },
+        schema=EDGE_SCHEMA,
+    ).sort("class", "subset_a", "subset_b")
+
+
+@dataclass(frozen=True)
+class ClassGraph:
+    """One class's meta-graph: nodes in :func:`node_order`, weights as a symmetric sparse matrix."""
+
+    class_name: str
+    nodes: list[str]
+    sizes: np.ndarray
+    weights: sp.csr_array
+
+    def to_networkx(self) -> nx.Graph:
+        graph = nx.Graph()
+        graph.add_nodes_from(self.nodes)
+        coo = sp.triu(self.weights, k=1).tocoo()
+        graph.add_weighted_edges_from(
+            (self.nodes[i], self.nodes[j], float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True)
+        )
+        return graph
+
+
+def class_graphs(nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassGraph]:
+    """Assemble per-class weight matrices from the node order and the edge table."""
+    graphs: dict[str, ClassGraph] = {}
+    edges_by_class = {key[0]: frame for key, frame in edges.partition_by("class", as_dict=True).items()}
+    for (class_name,), frame in sorted(nodes.partition_by("class", as_dict=True).items()):
+        frame = frame.sort("node")
+        names = frame["subset"].to_list()
+        index = {name: k for k, name in enumerate(names)}
+        class_edges = edges_by_class.get(class_name)
+        n = len(names)
+        if class_edges is None or class_edges.height == 0:
+            weights = sp.csr_array((n, n), dtype=np.float64)
+        else:
+            a = np.array([index[s] for s in class_edges["subset_a"].to_list()], dtype=np.int64)
+            b = np.array([index[s] for s in class_edges["subset_b"].to_list()], dtype=np.int64)
+            w = class_edges["overlap"].to_numpy()
+            weights = sp.csr_array(
+                (np.concatenate([w, w]), (np.concatenate([a, b]), np.concatenate([b, a]))), shape=(n, n)
+            )
+        graphs[str(class_name)] = ClassGraph(str(class_name), names, frame["n_images"].to_numpy(), weights)
+    return graphs
+
+
+def detect_communities(graph: ClassGraph, method: str, seed: int) -> list[list[str]]:
+    """Communities as sorted member lists, largest first (ties: first member name)."""
+    if method not in COMMUNITY_METHODS:
+        raise InputError(f"must be one of {', '.join(COMMUNITY_METHODS)}, got {method!r}", parameter="community_method")
+    g = graph.to_networkx()
+    if method == "louvain":
+        found = nx.community.louvain_communities(g, weight="weight", seed=seed)
+    else:
+        found = nx.community.greedy_modularity_communities(g)
+    communities = [sorted(c) for c in found]
+    return sorted(communities, key=lambda c: (-len(c), c[0]))
+
+
+def modularity(graph: ClassGraph, communities: list[list[str]]) -> float | None:
+    g = graph.to_networkx()
+    if g.number_of_edges() == 0:
+        return None
+    return float(nx.community.modularity(g, [set(c) for c in communities], weight="weight"))

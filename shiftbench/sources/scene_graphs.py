@@ -1,0 +1,270 @@
+"""Multi-label image annotations for MetaShift: GQA scene graphs, generic tag tables, class groups.
+
+Every reader returns the same two tables, the *scene tables*:
+
+- ``objects``: one row per annotated object: ``image_id``, ``object_id``, ``name``,
+  ``attributes`` (list of strings);
+- ``images``: one row per image: ``image_id``, ``location``, ``weather`` (GQA's image-level
+  fields, NULL when absent) and ``general`` (list of further image-level tags).
+
+GQA files are hundreds of MB of ``{image_id: {..., objects: {object_id: {...}}}}``: a top-level
+mapping keyed by data, which row-oriented JSON readers turn into one column per image. DuckDB
+reads it instead as one ``MAP`` value and unnests it in C++, so no Python object is built per
+image or object (19 MB in 0.7 s; see BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+from shiftbench.errors import InputError
+from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
+
+OBJECTS_SCHEMA = {
+    "image_id": pl.String,
+    "object_id": pl.String,
+    "name": pl.String,
+    "attributes": pl.List(pl.String),
+}
+IMAGES_SCHEMA = {
+    "image_id": pl.String,
+    "location": pl.String,
+    "weather": pl.String,
+    "general": pl.List(pl.String),
+}
+TAG_KINDS = ("object", "general")
+
+# Values are read as JSON so that their types can be checked (DuckDB would cast 5 to '5').
+_GQA_TYPE = "MAP(VARCHAR, JSON)"
+_GQA_SQL = f"""
+WITH doc AS (
+    SELECT graphs FROM read_json(?, records = false, format = 'unstructured',
+                                 maximum_object_size = ?, columns = {{graphs: '{_GQA_TYPE}'}})
+),
+images AS (SELECT unnest(map_entries(graphs), recursive := true) FROM doc)
+SELECT key AS image_id, json_type(value) AS image_type,
+       json_type(value, '$.objects') AS objects_type,
+       value->'$.objects' AS objects,
+       json_type(value, '$.location') AS location_type, value->>'$.location' AS location,
+       json_type(value, '$.weather') AS weather_type, value->>'$.weather' AS weather
+FROM images
+"""
+_OBJECTS_SQL = """
+WITH entries AS (
+    SELECT image_id, unnest(map_entries(CAST(objects AS MAP(VARCHAR, JSON))), recursive := true)
+    FROM image_rows WHERE objects_type = 'OBJECT'
+)
+SELECT image_id, key AS object_id,
+       json_type(value) AS object_type,
+       json_type(value, '$.name') AS name_type, value->>'$.name' AS name,
+       json_type(value, '$.attributes') AS attributes_type,
+       CASE WHEN json_type(value, '$.attributes') = 'ARRAY'
+            THEN list_transform(CAST(value->'$.attributes' AS JSON[]), lambda x: json_type(x)) END AS attribute_types,
+       CASE WHEN json_type(value, '$.attributes') = 'ARRAY'
+            THEN CAST(value->'$.attributes' AS VARCHAR[]) END AS attributes
+FROM entries
+"""
+
+
+@dataclass(frozen=True)
+class SceneTables:
+    """Objects and images of one annotation source, with the fingerprint of their content."""
+
+    objects: pl.DataFrame
+    images: pl.DataFrame
+    fingerprint: str
+    files_sha256: str
+    kind: str
+
+    @classmethod
+    def from_frames(cls, objects: pl.DataFrame, images: pl.DataFrame, files_sha256: str, kind: str) -> SceneTables:
+        objects = objects.select(list(OBJECTS_SCHEMA)).cast(OBJECTS_SCHEMA).sort("image_id", "object_id")  # type: ignore[arg-type]
+        images = images.select(list(IMAGES_SCHEMA)).cast(IMAGES_SCHEMA).sort("image_id")  # type: ignore[arg-type]
+        fingerprint = sha256_text(f"{kind}|{sha256_table(objects)}|{sha256_table(images)}")
+        return cls(objects, images, fingerprint, files_sha256, kind)
+
+
+def _json_error_location(path: Path) -> tuple[int | None, str]:
+    """Line and message of the first syntax error (slow path: only after DuckDB refused the file)."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            json.load(handle)
+    except json.JSONDecodeError as exc:
+        return exc.lineno, exc.msg
+    except UnicodeDecodeError as exc:
+        return None, f"not UTF-8 ({exc.reason})"
+    return None, "unreadable"
+
+
+def _fail_on(frame: pl.DataFrame, condition: pl.Expr, path: Path, message: str) -> None:
+    bad = frame.filter(condition)
+    if bad.height:
+        first = bad.row(0, named=True)
+        where = f"image {first['image_id']!r}" + (f", object {first['object_id']!r}" if "object_id" in first else "")
+        raise InputError(f"{where}: {message} ({bad.height} such rows)", path=path)
+
+
+def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """One GQA ``*_sceneGraphs.json`` file as (objects, images); strict about structure and types."""
+    if not path.is_file():
+        raise InputError("scene-graph file not found", path=path, parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
+    con = duckdb.connect()
+    try:
+        con.execute("SET preserve_insertion_order = false")
+        size = max(path.stat().st_size + 1, 1 << 20)
+        try:
+            con.execute(f"CREATE TEMP TABLE image_rows AS {_GQA_SQL}", [str(path), size])
+        except duckdb.Error as exc:
+            line, message = _json_error_location(path)
+            if line is not None or "malformed" in str(exc).lower() or "json" in str(exc).lower():
+                detail = message if line is not None else str(exc).splitlines()[0]
+                if re.search(r"MAP|map|Cast|cast|convert", str(exc)) and line is None:
+                    detail = "expected a JSON object mapping image ids to scene graphs"
+                raise InputError(f"invalid scene-graph JSON: {detail}", path=path, line=line) from None
+            raise
+        images = con.sql("SELECT * FROM image_rows").pl()
+        _fail_on(images, pl.col("image_type") != "OBJECT", path, "scene graph is not a JSON object")
+        _fail_on(images, pl.col("objects_type").is_null(), path, "missing 'objects'")
+        _fail_on(images, pl.col("objects_type") != "OBJECT", path, "'objects' is not a JSON object")
+        for field in ("location", "weather"):
+            _fail_on(
+                images,
+                pl.col(f"{field}_type").is_not_null() & ~pl.col(f"{field}_type").is_in(["VARCHAR", "NULL"]),
+                path,
+                f"'{field}' is not a string",
+            )
+        objects = con.sql(_OBJECTS_SQL).pl()
+    finally:
+        con.close()
+    _fail_on(objects, pl.col("object_type") != "OBJECT", path, "object is not a JSON object")
+    _fail_on(objects, pl.col("name_type").is_null(), path, "object without 'name'")
+    _fail_on(objects, pl.col("name_type") != "VARCHAR", path, "object 'name' is not a string")
+    _fail_on(objects, pl.col("name").str.strip_chars() == "", path, "object 'name' is empty")
+    _fail_on(
+        objects,
+        pl.col("attributes_type").is_not_null() & ~pl.col("attributes_type").is_in(["ARRAY", "NULL"]),
+        path,
+        "'attributes' is not a list",
+    )
+    _fail_on(
+        objects,
+        pl.col("attribute_types").list.eval(pl.element() != "VARCHAR").list.any().fill_null(False),
+        path,
+        "'attributes' holds a non-string value",
+    )
+    objects = objects.with_columns(pl.col("attributes").fill_null(pl.lit([], dtype=pl.List(pl.String))))
+    images = images.with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
+    return objects.select(list(OBJECTS_SCHEMA)), images.select(list(IMAGES_SCHEMA))
+
+
+def read_gqa_scene_graphs(paths: list[Path]) -> SceneTables:
+    """Several GQA files (e.g. train and val) as one source; an image in two files is an error."""
+    if not paths:
+        raise InputError("no scene-graph file given", parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
+    objects, images = [], []
+    owner: dict[str, Path] = {}
+    for path in paths:
+        file_objects, file_images = read_gqa_scene_graph_file(path)
+        for image_id in set(file_images["image_id"].to_list()) & owner.keys():
+            raise InputError(f"image {image_id!r} is also in {owner[image_id]}", path=path)
+        owner.update(dict.fromkeys(file_images["image_id"].to_list(), path))
+        objects.append(file_objects)
+        images.append(file_images)
+    return SceneTables.from_frames(pl.concat(objects), pl.concat(images), sha256_files(paths), kind="gqa-scene-graphs")
+
+
+def parse_path_list(value: str) -> list[Path]:
+    """``SHIFTBENCH_GQA_SCENE_GRAPHS`` is a comma-separated list of files."""
+    return [Path(part.strip()) for part in value.split(",") if part.strip()]
+
+
+def read_tags_table(path: Path) -> SceneTables:
+    """A generic ``image_id, tag[, kind]`` table (Parquet or CSV): MetaShift from any multi-label dataset.
+
+    ``kind`` is ``object`` (default: the tag is a class and an object context, like COCO labels)
+    or ``general`` (an image-level context such as a scene or weather tag).
+    """
+    parameter = "SHIFTBENCH_TAGS_TABLE"
+    if not path.is_file():
+        raise InputError("tag table not found", path=path, parameter=parameter)
+    if path.suffix.lower() == ".parquet":
+        try:
+            frame = pl.read_parquet(path)
+        except (pl.exceptions.PolarsError, OSError) as exc:
+            raise InputError(f"unreadable Parquet: {exc}", path=path, parameter=parameter) from None
+        line_offset = None
+    elif path.suffix.lower() in (".csv", ".tsv"):
+        try:
+            frame = pl.read_csv(path, separator="\t" if path.suffix.lower() == ".tsv" else ",", infer_schema=False)
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(f"unreadable CSV: {str(exc).splitlines()[0]}", path=path, parameter=parameter) from None
+        line_offset = 2  # header is line 1
+    else:
+        raise InputError("expected a .parquet, .csv or .tsv file", path=path, parameter=parameter)
+    missing = [c for c in ("image_id", "tag") if c not in frame.columns]
+    if missing:
+        raise InputError(f"missing column {missing[0]!r} (have {', '.join(frame.columns)})", path=path)
+    for column in ("image_id", "tag", "kind"):
+        if column in frame.columns and frame.schema[column] != pl.String:
+            raise InputError(
+                f"column {column!r} must be strings, found {frame.schema[column]} (ids are names, not numbers: "
+                "cast them when writing the file)",
+                path=path,
+            )
+    if "kind" not in frame.columns:
+        frame = frame.with_columns(pl.lit("object").alias("kind"))
+    frame = frame.with_row_index("row").with_columns(pl.col("kind").fill_null("object"))
+    for condition, message in (
+        (pl.col("image_id").is_null() | (pl.col("image_id").str.strip_chars() == ""), "empty image_id"),
+        (pl.col("tag").is_null() | (pl.col("tag").str.strip_chars() == ""), "empty tag"),
+        (~pl.col("kind").is_in(TAG_KINDS), f"kind must be one of {', '.join(TAG_KINDS)}"),
+    ):
+        bad = frame.filter(condition)
+        if bad.height:
+            row = int(bad["row"][0])
+            line = row + line_offset if line_offset is not None else None
+            where = "" if line is not None else f"row {row}: "
+            raise InputError(f"{where}{message} ({bad.height} such rows)", path=path, line=line)
+    tags = frame.select("image_id", "tag", "kind").unique()
+    objects = (
+        tags.filter(pl.col("kind") == "object")
+        .sort("image_id", "tag")
+        .select("image_id", pl.col("tag").alias("object_id"), pl.col("tag").alias("name"))
+        .with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("attributes"))
+    )
+    general = tags.filter(pl.col("kind") == "general").group_by("image_id").agg(pl.col("tag").sort().alias("general"))
+    images = (
+        tags.select("image_id")
+        .unique()
+        .join(general, on="image_id", how="left")
+        .with_columns(
+            pl.lit(None, dtype=pl.String).alias("location"),
+            pl.lit(None, dtype=pl.String).alias("weather"),
+            pl.col("general").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        )
+    )
+    return SceneTables.from_frames(objects, images, sha256_files([path]), kind="tag-table")
+
+
+def read_class_groups(path: Path) -> pl.DataFrame:
+    """A class grouping ``{"group": ["name", ...]}`` (MetaShift's ``class_hierarchy.json``) as (name, class)."""
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise InputError(
+            "class grouping file not found", path=path, parameter="SHIFTBENCH_METASHIFT_CLASS_GROUPS"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"invalid JSON: {exc.msg}", path=path, line=exc.lineno) from None
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, list) and all(isinstance(n, str) for n in v) for k, v in data.items()
+    ):
+        raise InputError("expected a JSON object mapping group names to lists of object names", path=path)
+    rows = sorted({(name, group) for group, names in data.items() for name in names})
+    return pl.DataFrame(rows, schema={"name": pl.String, "class": pl.String}, orient="row")
