@@ -14,10 +14,12 @@ import dagster as dg
 import polars as pl
 from pydantic import Field
 
+from assets.automation import rebuild_condition
+from assets.metadata import artifact_output, contract_check_result, metadata_table
 from pipelines.resources import ShiftbenchSettings
 from shiftbench.breeds import pipeline as bp
 from shiftbench.breeds.specs import load_specs
-from shiftbench.contracts import RuleResult, failures
+from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_files, sha256_json, sha256_text
 from shiftbench.plots import png_markdown, subclasses_per_superclass
 from shiftbench.publishing import check_staged, publish_staged
@@ -27,26 +29,7 @@ from shiftbench.store import StagedVersion
 
 SPECS = load_specs()
 BREEDS_PARTITIONS = dg.StaticPartitionsDefinition(sorted(SPECS))
-REBUILD_CRON = "0 3 * * *"
 BREEDS_TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy")
-
-
-def rebuild_condition() -> dg.AutomationCondition:
-    """At the nightly tick, rebuild only what a changed input reaches; at once after a code bump.
-
-    ``on_cron`` waits for *all* deps to update after the tick, which never happens for a
-    benchmark whose spec changed but whose hierarchy did not. This condition asks instead:
-    has *any* dep's data version changed since this asset was last requested or built (or is
-    a dep being rebuilt in this same tick, or was this asset never built)? Observable sources
-    only count as updated when their data version changes, so unchanged raw files request
-    nothing.
-    """
-    cond = dg.AutomationCondition
-    tick = cond.cron_tick_passed(REBUILD_CRON)
-    changed_since_built = cond.any_deps_updated().since(cond.newly_requested() | cond.newly_updated())
-    dep_rebuilding = cond.any_deps_match(cond.will_be_requested())
-    nightly = tick & (cond.missing() | changed_since_built | dep_rebuilding) & ~cond.in_progress()
-    return (nightly | cond.code_version_changed()).with_label("nightly rebuild if inputs, spec or code changed")
 
 
 # -- raw sources: observed, never materialized --------------------------------------------------
@@ -115,19 +98,6 @@ def breeds_specs() -> dg.DataVersionsByPartition:
 
 
 # -- shared inputs ----------------------------------------------------------------------------
-def _artifact_output(artifact: bp.CachedArtifact, rows: int) -> dg.Output[bp.CachedArtifact]:
-    return dg.Output(
-        artifact,
-        data_version=dg.DataVersion(artifact.fingerprint),
-        metadata={
-            "path": dg.MetadataValue.path(str(artifact.path)),
-            "fingerprint": artifact.fingerprint,
-            "dagster/row_count": rows,
-            **{k: dg.MetadataValue.text(str(v)) for k, v in artifact.meta.items() if k != "fingerprint"},
-        },
-    )
-
-
 @dg.asset(
     key=["sources", "imagenet_hierarchy"],
     deps=[imagenet_hierarchy_files],
@@ -137,9 +107,9 @@ def _artifact_output(artifact: bp.CachedArtifact, rows: int) -> dg.Output[bp.Cac
     automation_condition=rebuild_condition(),
     description="WordNet 3.0 noun hierarchy in ImageNet form (wordnet.is_a.txt / words.txt), cached as Parquet.",
 )
-def imagenet_hierarchy(settings: ShiftbenchSettings) -> dg.Output[bp.CachedArtifact]:
+def imagenet_hierarchy(settings: ShiftbenchSettings) -> dg.Output[CachedArtifact]:
     artifact = bp.imagenet_hierarchy(settings.get())
-    return _artifact_output(artifact, int(artifact.meta["n_edges"]))
+    return artifact_output(artifact, int(artifact.meta["n_edges"]))
 
 
 @dg.asset(
@@ -151,9 +121,9 @@ def imagenet_hierarchy(settings: ShiftbenchSettings) -> dg.Output[bp.CachedArtif
     automation_condition=rebuild_condition(),
     description="ImageNet-1k classes and known images: 50,000 packaged validation labels, plus train/ listings.",
 )
-def imagenet_images(settings: ShiftbenchSettings) -> dg.Output[bp.CachedArtifact]:
+def imagenet_images(settings: ShiftbenchSettings) -> dg.Output[CachedArtifact]:
     artifact = bp.imagenet_images(settings.get())
-    return _artifact_output(artifact, int(artifact.meta["n_images"]))
+    return artifact_output(artifact, int(artifact.meta["n_images"]))
 
 
 @dg.asset(
@@ -172,9 +142,9 @@ def imagenet_images(settings: ShiftbenchSettings) -> dg.Output[bp.CachedArtifact
 def calibrated_hierarchy(
     context: dg.AssetExecutionContext,
     settings: ShiftbenchSettings,
-    hierarchy: bp.CachedArtifact,
-    images: bp.CachedArtifact,
-) -> dg.Output[bp.CachedArtifact]:
+    hierarchy: CachedArtifact,
+    images: CachedArtifact,
+) -> dg.Output[CachedArtifact]:
     artifact = bp.calibrated_hierarchy(settings.get(), hierarchy, images)
     if artifact.meta["kind"].startswith("wordnet"):
         context.log.warning(
@@ -183,7 +153,7 @@ def calibrated_hierarchy(
             artifact.meta.get("fallback_reason", ""),
             artifact.meta["kind"],
         )
-    return _artifact_output(artifact, int(artifact.meta["n_nodes"]))
+    return artifact_output(artifact, int(artifact.meta["n_nodes"]))
 
 
 # -- benchmarks -------------------------------------------------------------------------------
@@ -233,8 +203,8 @@ def staged_benchmark(
     context: dg.AssetExecutionContext,
     config: BreedsBuildConfig,
     settings: ShiftbenchSettings,
-    hierarchy: bp.CachedArtifact,
-    images: bp.CachedArtifact,
+    hierarchy: CachedArtifact,
+    images: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
     spec = SPECS[context.partition_key]
     overrides = config.overrides()
@@ -263,35 +233,7 @@ def staged_benchmark(
     )
     results = check_staged(staged, only=list(BREEDS_TABLES))
     for table in BREEDS_TABLES:
-        yield _check_result(table, results[table])
-
-
-def _check_result(table: str, results: list[RuleResult]) -> dg.AssetCheckResult:
-    """One blocking check per contract: a failure stops the run before ``breeds/benchmark``."""
-    failed = failures({table: results})
-    lines = ["| rule | passed | observed | expected |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r.rule} | {'yes' if r.passed else '**NO**'} | {r.observed} | {r.expected} |" for r in results]
-    return dg.AssetCheckResult(
-        check_name=f"contract_{table}",
-        passed=not failed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={
-            "rules": len(results),
-            "failed": len(failed),
-            "results": dg.MetadataValue.md("\n".join(lines)),
-        },
-        description=f"{len(results) - len(failed)}/{len(results)} rules of data_contracts/{table}.yaml hold",
-    )
-
-
-def _table(frame: pl.DataFrame) -> dg.TableMetadataValue:
-    """A metadata table: the UI renders it inline (markdown over 1,000 characters is folded)."""
-    schema = dg.TableSchema(
-        columns=[
-            dg.TableColumn(name, "int" if dtype.is_integer() else "string") for name, dtype in frame.schema.items()
-        ]
-    )
-    return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
+        yield contract_check_result(table, results[table])
 
 
 @dg.asset(
@@ -331,8 +273,8 @@ def benchmark(
             "path": dg.MetadataValue.path(str(staged.path)),
             "catalog": dg.MetadataValue.path(str(config.catalog_path)),
             "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"),
-            "preview": _table(preview.head(12)),
-            "subclasses_per_domain": _table(
+            "preview": metadata_table(preview.head(12)),
+            "subclasses_per_domain": metadata_table(
                 subpopulations.group_by("y", "superclass_name")
                 .agg(
                     (pl.col("domain") == "source").sum().cast(pl.Int64).alias("source"),

@@ -1,6 +1,6 @@
 """The ``shiftbench`` command: the same Dagster jobs the UI runs, from a terminal.
 
-    shiftbench build [breeds] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
+    shiftbench build [breeds|metashift] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
     shiftbench sql "SELECT ..." [--csv]
     shiftbench versions [BENCHMARK]
     shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
@@ -23,7 +23,7 @@ from typing import Any
 from shiftbench.errors import ShiftbenchError
 from shiftbench.settings import Settings
 
-FAMILIES = ("breeds",)
+FAMILIES = ("breeds", "metashift")
 # Warnings and errors only on the terminal; the full event log is in the instance (UI).
 _QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
@@ -83,24 +83,98 @@ def _failed_checks(result: Any) -> list[str]:
     return lines
 
 
-def cmd_build(args: argparse.Namespace) -> int:
+def _breeds_plan(
+    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
+) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """(benchmark, job, staging op, op config) for each BREEDS benchmark to build."""
     from shiftbench.breeds.specs import load_specs
     from shiftbench.errors import InputError
 
-    settings = Settings.from_env()
-    ensure_dagster_home(settings)
     specs = load_specs()
-    names = args.benchmark or sorted(specs)
-    unknown = [n for n in names if n not in specs]
+    unknown = [n for n in names or [] if n not in specs]
     if unknown:
         raise InputError(
             f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(specs))}", parameter="--benchmark"
         )
-    overrides = _parse_sets(args.set or [])
-    if args.name and len(names) != 1:
-        raise InputError("--name needs exactly one --benchmark", parameter="--name")
-    for name in names:  # validate every override before anything runs
+    selected = names or sorted(specs)
+    for name in selected:  # validate every override before anything runs
         specs[name].with_overrides(overrides)
+    config: dict[str, Any] = {k: ("none" if k == "ancestor" and v is None else v) for k, v in overrides.items()}
+    if publish_as:
+        config["publish_as"] = publish_as
+    return [(name, "breeds_benchmarks", "breeds__staged_benchmark", config) for name in selected]
+
+
+def _metashift_plan(
+    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
+) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """Collections first, then tasks; each gets the overrides it knows (a key no one knows is an error)."""
+    from dataclasses import fields
+
+    from shiftbench.errors import InputError
+    from shiftbench.metashift.specs import TASK_PARAMS, CollectionSpec, load_specs
+
+    specs = load_specs()
+    known = specs.names()
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        raise InputError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}", parameter="--benchmark")
+    selected = names or [*sorted(specs.collections), *sorted(specs.tasks)]
+    collection_keys = {f.name for f in fields(CollectionSpec)} - {"name"}
+    plan = []
+    used: set[str] = set()
+    for name in sorted(selected, key=lambda n: (n in specs.tasks, n)):
+        is_task = name in specs.tasks
+        accepted = set(TASK_PARAMS) if is_task else collection_keys
+        mine = {k: v for k, v in overrides.items() if k in accepted}
+        used |= set(mine)
+        spec = specs.tasks[name] if is_task else specs.collections[name]
+        spec.with_overrides(mine)
+        config: dict[str, Any] = {"overrides": {k: yaml_text(v) for k, v in mine.items()}}
+        if publish_as:
+            config["publish_as"] = publish_as
+        job, op = (
+            ("metashift_tasks", "metashift__staged_task")
+            if is_task
+            else ("metashift_collections", "metashift__staged_collection")
+        )
+        plan.append((name, job, op, config))
+    stray = sorted(set(overrides) - used)
+    if stray:
+        raise InputError("not a parameter of any selected benchmark", parameter=stray[0])
+    return plan
+
+
+def yaml_text(value: Any) -> str:
+    """An override value back as the YAML scalar text the Dagster config carries."""
+    import yaml
+
+    return str(yaml.safe_dump(value, default_flow_style=True)).strip().removesuffix("...").strip()
+
+
+_INPUTS = {
+    "breeds": ("breeds_inputs", "hierarchy, image list and calibrated hierarchy"),
+    "metashift": ("metashift_inputs", "scene tables"),
+}
+
+
+def _inputs_summary(family: str, result: Any) -> str:
+    if family == "breeds":
+        return f"hierarchy: {result.output_for_node('breeds__calibrated_hierarchy').meta['kind']}"
+    meta = result.output_for_node("metashift__scene_tables").meta
+    return f"annotations: {meta['dataset']}, {meta['n_images']} images, {meta['n_objects']} objects"
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from shiftbench.errors import InputError
+
+    settings = Settings.from_env()
+    ensure_dagster_home(settings)
+    overrides = _parse_sets(args.set or [])
+    if args.name and (not args.benchmark or len(args.benchmark) != 1):
+        raise InputError("--name needs exactly one --benchmark", parameter="--name")
+    planner = _breeds_plan if args.family == "breeds" else _metashift_plan
+    plan = planner(args.benchmark, overrides, args.name)
 
     import dagster as dg
 
@@ -108,36 +182,35 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     instance = dg.DagsterInstance.get()
     started = time.monotonic()
-    print("[inputs] building hierarchy, image list and calibrated hierarchy ...", flush=True)
-    inputs = defs.resolve_job_def("breeds_inputs").execute_in_process(
+    inputs_job, what = _INPUTS[args.family]
+    print(f"[inputs] building {what} ...", flush=True)
+    inputs = defs.resolve_job_def(inputs_job).execute_in_process(
         instance=instance, run_config=_QUIET, raise_on_error=False
     )
     if not inputs.success:
         print(f"error: {_run_error(inputs)}", file=sys.stderr)
         print("nothing was published; previous versions are unchanged", file=sys.stderr)
         return 2
-    kind = inputs.output_for_node("breeds__calibrated_hierarchy").meta["kind"]
-    print(f"[inputs] done in {time.monotonic() - started:.1f}s (hierarchy: {kind})", flush=True)
+    print(f"[inputs] done in {time.monotonic() - started:.1f}s ({_inputs_summary(args.family, inputs)})", flush=True)
 
-    job = defs.resolve_job_def("breeds_benchmarks")
-    config: dict[str, Any] = {k: ("none" if k == "ancestor" and v is None else v) for k, v in overrides.items()}
-    if args.name:
-        config["publish_as"] = args.name
-    run_config = {**_QUIET, "ops": {"breeds__staged_benchmark": {"config": config}}}
     failed = 0
-    for index, name in enumerate(names, start=1):
+    for index, (name, job_name, op, config) in enumerate(plan, start=1):
         t0 = time.monotonic()
-        result = job.execute_in_process(
+        run_config = {**_QUIET, "ops": {op: {"config": config}}}
+        result = defs.resolve_job_def(job_name).execute_in_process(
             instance=instance, partition_key=name, run_config=run_config, raise_on_error=False
         )
-        prefix = f"[{index}/{len(names)}] {name}"
+        prefix = f"[{index}/{len(plan)}] {name}"
         if result.success:
-            materialization = result.asset_materializations_for_node("breeds__benchmark")[0]
-            meta = materialization.metadata
+            publish_node = op.replace("staged_", "")
+            meta = result.asset_materializations_for_node(publish_node)[0].metadata
             became = "now latest" if meta["became_latest"].value else "already latest"
+            extra = (
+                f", d={meta['distance'].value:.3f}" if "distance" in meta and meta["distance"].value != "NULL" else ""
+            )
             print(
                 f"{prefix}: {meta['benchmark'].value} version {meta['version'].value} ({became}, "
-                f"{meta['dagster/row_count'].value} examples, {time.monotonic() - t0:.1f}s)",
+                f"{meta['dagster/row_count'].value} examples{extra}, {time.monotonic() - t0:.1f}s)",
                 flush=True,
             )
             continue

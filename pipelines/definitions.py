@@ -2,12 +2,15 @@
 
 - ``breeds_inputs``: the unpartitioned inputs (ImageNet hierarchy and images, calibrated hierarchy).
 - ``breeds_benchmarks``: one run per benchmark partition (stage -> blocking contract checks -> publish).
+- ``metashift_inputs``, ``metashift_collections``, ``metashift_tasks``: the same for MetaShift
+  (parsed annotations; one run per collection or task partition).
 - ``observe_sources``: observes the raw files and specs (schedule at 02:50); the automation
   sensor (running by default) then rebuilds at 03:00 only what a changed data version or code
   version reaches, and never publishes past a failed blocking check.
 """
 
 import warnings
+from typing import Any
 
 import dagster as dg
 
@@ -15,7 +18,7 @@ import dagster as dg
 # way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in beta.*")
 
-from assets import breeds  # noqa: E402
+from assets import breeds, metashift  # noqa: E402
 from pipelines.resources import ShiftbenchSettings  # noqa: E402
 
 breeds_inputs_job = dg.define_asset_job(
@@ -28,15 +31,42 @@ breeds_benchmarks_job = dg.define_asset_job(
     selection=dg.AssetSelection.assets(*breeds.benchmark_assets),
     description="Build, check and publish one BREEDS benchmark per partition (backfill all partitions to build all).",
 )
+metashift_inputs_job = dg.define_asset_job(
+    "metashift_inputs",
+    selection=dg.AssetSelection.assets(*metashift.input_assets),
+    description="Parse the MetaShift annotations (GQA scene graphs, tag table or generated sample).",
+)
+metashift_collections_job = dg.define_asset_job(
+    "metashift_collections",
+    selection=dg.AssetSelection.assets(*metashift.collection_assets),
+    description="Build, check and publish one MetaShift subset collection per partition.",
+)
+metashift_tasks_job = dg.define_asset_job(
+    "metashift_tasks",
+    selection=dg.AssetSelection.assets(*metashift.task_assets),
+    description="Build, check and publish one MetaShift shift task per partition.",
+)
 observe_sources_job = dg.define_asset_job(
     "observe_sources",
-    selection=dg.AssetSelection.assets(*[source.key for source in breeds.raw_sources[:-1]]),
+    selection=dg.AssetSelection.assets(
+        *[source.key for source in breeds.raw_sources[:-1]], metashift.metashift_annotations.key
+    ),
     description="Observe the raw source files so that changed inputs show as new data versions.",
 )
 observe_specs_job = dg.define_asset_job(
     "observe_specs",
     selection=dg.AssetSelection.assets(breeds.breeds_specs.key),
     description="Observe the benchmark specs (one data version per benchmark).",
+)
+observe_metashift_collection_specs_job = dg.define_asset_job(
+    "observe_metashift_collection_specs",
+    selection=dg.AssetSelection.assets(metashift.metashift_collection_specs.key),
+    description="Observe the MetaShift collection specs (one data version per collection).",
+)
+observe_metashift_task_specs_job = dg.define_asset_job(
+    "observe_metashift_task_specs",
+    selection=dg.AssetSelection.assets(metashift.metashift_task_specs.key),
+    description="Observe the MetaShift task specs (one data version per task).",
 )
 
 observe_sources_schedule = dg.ScheduleDefinition(
@@ -59,6 +89,18 @@ def observe_specs_schedule(context: dg.ScheduleEvaluationContext) -> dg.RunReque
     return dg.RunRequest(run_key=None, partition_key=first)
 
 
+def _observe_partitioned(job: Any, partitions: dg.StaticPartitionsDefinition) -> dg.ScheduleDefinition:
+    """A nightly observation of a partitioned source: one run reports every partition's version."""
+
+    @dg.schedule(
+        name=f"{job.name}_nightly", job=job, cron_schedule="50 2 * * *", default_status=dg.DefaultScheduleStatus.RUNNING
+    )
+    def _schedule(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        return dg.RunRequest(run_key=None, partition_key=partitions.get_partition_keys()[0])
+
+    return _schedule
+
+
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "shiftbench_automation",
     target=dg.AssetSelection.all(),
@@ -67,9 +109,32 @@ automation_sensor = dg.AutomationConditionSensorDefinition(
 )
 
 defs = dg.Definitions(
-    assets=[*breeds.raw_sources, *breeds.input_assets, *breeds.benchmark_assets],
-    jobs=[breeds_inputs_job, breeds_benchmarks_job, observe_sources_job, observe_specs_job],
-    schedules=[observe_sources_schedule, observe_specs_schedule],
+    assets=[
+        *breeds.raw_sources,
+        *breeds.input_assets,
+        *breeds.benchmark_assets,
+        *metashift.raw_sources,
+        *metashift.input_assets,
+        *metashift.collection_assets,
+        *metashift.task_assets,
+    ],
+    jobs=[
+        breeds_inputs_job,
+        breeds_benchmarks_job,
+        metashift_inputs_job,
+        metashift_collections_job,
+        metashift_tasks_job,
+        observe_sources_job,
+        observe_specs_job,
+        observe_metashift_collection_specs_job,
+        observe_metashift_task_specs_job,
+    ],
+    schedules=[
+        observe_sources_schedule,
+        observe_specs_schedule,
+        _observe_partitioned(observe_metashift_collection_specs_job, metashift.COLLECTION_PARTITIONS),
+        _observe_partitioned(observe_metashift_task_specs_job, metashift.TASK_PARTITIONS),
+    ],
     sensors=[automation_sensor],
     resources={"settings": ShiftbenchSettings()},
     # One process per run: steps are short and a subprocess per step costs seconds each.
