@@ -1,0 +1,369 @@
+"""MetaShift: exactness on the released subsets, networkx compatibility, distances on disconnected
+graphs, leakage-free tasks at the paper's sizes, scaling down, and clear errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from itertools import combinations
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import polars as pl
+import pytest
+import scipy.sparse as sp
+
+from shiftbench.contracts import failures
+from shiftbench.errors import ContractViolation, InputError
+from shiftbench.metashift import build
+from shiftbench.metashift import embedding as em
+from shiftbench.metashift import metagraph as mg
+from shiftbench.metashift import pipeline as mp
+from shiftbench.metashift.specs import load_specs, parse_specs
+from shiftbench.metashift.subsets import candidate_memberships, subset_table
+from shiftbench.metashift.tasks import TaskData
+from shiftbench.publishing import check_staged, stage_check_publish
+from shiftbench.settings import Settings
+from shiftbench.sources.generated_scenes import generate_scene_tables
+from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
+
+from .conftest import FIXTURES
+
+METASHIFT = FIXTURES / "metashift"
+SCENES = METASHIFT / "gqa_scene_graphs_from_attributes.json"
+SPECS = load_specs()
+
+
+@pytest.fixture(scope="module")
+def fixture_scenes() -> tuple[pl.DataFrame, pl.DataFrame]:
+    tables = read_gqa_scene_graphs([SCENES])
+    return tables.objects, tables.images
+
+
+@pytest.fixture(scope="module")
+def generated() -> tuple[pl.DataFrame, pl.DataFrame]:
+    objects, images, _ = generate_scene_tables()
+    return objects, images
+
+
+def _task_data(objects: pl.DataFrame, images: pl.DataFrame, name: str) -> TaskData:
+    return build.task_data(objects, images, SPECS.tasks[name], SPECS.general_contexts)
+
+
+# -- exactness --------------------------------------------------------------------------------
+def test_released_attribute_subsets_are_reproduced_exactly(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = fixture_scenes
+    memberships = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts)
+    released = pl.read_parquet(METASHIFT / "attribute_subsets.parquet")
+    assert memberships["subset"].n_unique() == released["subset"].n_unique() == 4962
+    ours = set(zip(memberships["subset"], memberships["image_id"], strict=True))
+    theirs = set(zip(released["subset"], released["image_id"], strict=True))
+    assert ours == theirs
+
+
+def test_shipped_task_specs_match_the_paper_tasks_fixture() -> None:
+    paper = json.loads((METASHIFT / "paper_tasks.json").read_text())
+    dg_paper = paper["domain_generalization"]["cat_vs_dog"]
+    spec = SPECS.tasks["cat-dog-dg-cabinet-bed"]
+    by_name = {c.name: set(c.members) for c in spec.communities}
+    for cls, communities in {**dg_paper["test"]}.items():
+        for name, members in communities.items():
+            assert by_name[name] == set(members), (cls, name)
+    for variant, communities in dg_paper["train_dog_variants"].items():
+        for name, members in communities.items():
+            assert by_name[name] == set(members), variant
+    for communities in [dg_paper["train_cat"], *dg_paper["additional_test"].values()]:
+        for name, members in communities.items():
+            assert by_name[name] == set(members)
+    distances = {s.paper_distance for n, s in SPECS.tasks.items() if n.startswith("cat-dog-dg-")}
+    assert distances == set(dg_paper["paper_distances"].values())
+    sub = paper["subpopulation_shift"]["cat_vs_dog_indoor_outdoor"]
+    subpop = SPECS.tasks["cat-dog-indoor-outdoor-p12"]
+    assert {c.name: set(c.members) for c in subpop.communities} == {k: set(v) for k, v in sub["groups"].items()}
+    assert {c.name for c in subpop.by_role("minority")} == set(sub["minority_groups"])
+    assert sorted(
+        SPECS.tasks[f"cat-dog-indoor-outdoor-{p}"].minority_fraction or 0 for p in ("p01", "p06", "p12")
+    ) == sorted(sub["minority_fraction_p"])
+    assert (subpop.train_size, subpop.test_size) == (1700, 576)
+    assert SPECS.general_contexts == paper["context_ontology"]["general"]
+
+
+def test_sparse_overlaps_equal_pairwise_set_intersections(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = fixture_scenes
+    memberships = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts)
+    nodes = mg.node_order(subset_table(memberships, 25, 6).filter(pl.col("selected")))
+    edges = mg.overlap_edges(memberships, nodes, 0.0)
+    sets = {k[0]: set(v["image_id"]) for k, v in memberships.partition_by("subset", as_dict=True).items()}
+    expected = {}
+    for _, frame in nodes.partition_by("class", as_dict=True).items():
+        for a, b in combinations(sorted(frame["subset"]), 2):
+            shared = len(sets[a] & sets[b])
+            if shared:
+                expected[(a, b)] = shared / min(len(sets[a]), len(sets[b]))
+    got = {(a, b): o for a, b, o in edges.select("subset_a", "subset_b", "overlap").iter_rows()}
+    assert got.keys() == expected.keys()
+    assert all(got[k] == pytest.approx(v, abs=1e-15) for k, v in expected.items())
+
+
+def test_networkx_mode_is_bit_identical_to_spectral_layout(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = fixture_scenes
+    for kinds in (["attribute"], ["object", "general"]):
+        memberships = candidate_memberships(objects, images, kinds, SPECS.general_contexts)
+        nodes = mg.node_order(subset_table(memberships, 25, 6).filter(pl.col("selected")))
+        graphs = mg.class_graphs(nodes, mg.overlap_edges(memberships, nodes, 0.2))
+        compared = 0
+        for graph in graphs.values():
+            if len(graph.nodes) < 6:  # networkx itself fails for 3..dim nodes with dim=5
+                continue
+            reference = nx.spectral_layout(graph.to_networkx(), dim=5)
+            ours = em.embed(graph.weights, 5, "networkx").coords
+            assert np.array_equal(np.array([reference[n] for n in graph.nodes]), ours)
+            compared += 1
+        assert compared > 20
+
+
+# -- distances on disconnected and degenerate graphs -------------------------------------------
+def _weights(graph: nx.Graph) -> sp.csr_array:
+    return sp.csr_array(nx.to_scipy_sparse_array(graph, weight="weight", dtype=float))
+
+
+def test_distances_across_components_are_null() -> None:
+    graph = nx.disjoint_union(nx.path_graph(8), nx.path_graph(7))
+    for method in ("paper", "networkx"):
+        emb = em.embed(_weights(graph), 3, method)
+        pairs = em.pair_distances(emb)
+        across = emb.component[pairs.i] != emb.component[pairs.j]
+        assert across.any()
+        assert (pairs.status[across] == "different_components").all()
+        assert np.isnan(pairs.distance[across]).all()
+    paper = em.pair_distances(em.embed(_weights(graph), 3, "paper"))
+    within = ~np.isnan(paper.distance)
+    assert within.sum() == 8 * 7 // 2 + 7 * 6 // 2  # paths have simple spectra: all defined
+
+
+def test_paper_embedding_matches_the_laplacian_eigenmap_of_each_component() -> None:
+    graph = nx.path_graph(10)
+    emb = em.embed(_weights(graph), 2, "paper")
+    laplacian = nx.laplacian_matrix(graph).toarray().astype(float)
+    values, vectors = np.linalg.eigh(laplacian)
+    for k in range(2):
+        assert abs(abs(vectors[:, k + 1] @ emb.coords[:, k]) - 1) < 1e-9
+    assert emb.eigenvalues[0][:3] == pytest.approx(values[:3].tolist(), abs=1e-9)
+
+
+def test_degenerate_eigenvalues_at_the_cut_are_flagged_not_published() -> None:
+    cycle = nx.cycle_graph(8)  # eigenvalues come in pairs; dim 5 splits the third pair
+    emb = em.embed(_weights(cycle), 5, "paper")
+    pairs = em.pair_distances(emb)
+    assert set(pairs.status) == {"degenerate_eigenvalues"}
+    assert np.isnan(pairs.distance).all() and (pairs.raw > 0).all()
+    assert set(em.pair_distances(em.embed(_weights(cycle), 4, "paper")).status) == {"ok"}
+
+
+def test_two_node_graphs_follow_networkx_and_are_flagged() -> None:
+    emb = em.embed(_weights(nx.path_graph(2)), 5, "networkx")
+    assert not emb.coords.any()
+    assert set(em.pair_distances(emb).status) == {"too_few_nodes"}
+
+
+# -- tasks ----------------------------------------------------------------------------------
+def test_canonical_tasks_on_the_generated_default_have_paper_sizes_and_no_leakage(
+    generated: tuple[pl.DataFrame, pl.DataFrame],
+) -> None:
+    objects, images = generated
+    trains_of_cat, tests = [], []
+    for name in ("cat-dog-dg-cabinet-bed", "cat-dog-dg-boat-surfboard"):
+        data = _task_data(objects, images, name)
+        tables = build.task_tables(SPECS.tasks[name], data, "generated-scenes", "{}.jpg", {})
+        examples = tables["examples"]
+        assert examples.filter(pl.col("split") == "train").height == 400
+        train = set(examples.filter(pl.col("split") == "train")["example_id"])
+        held = set(examples.filter(pl.col("split") != "train")["example_id"])
+        assert not train & held
+        both = {f"{i}.jpg" for i in data.class_images["cat"] & data.class_images["dog"]}
+        assert both and not both & set(examples["example_id"])
+        trains_of_cat.append(
+            set(examples.filter((pl.col("split") == "train") & (pl.col("y_name") == "cat"))["example_id"])
+        )
+        tests.append(set(examples.filter(pl.col("split") == "test")["example_id"]))
+        assert tables["metashift_tasks"]["distance_status"][0] == "ok"
+    assert trains_of_cat[0] == trains_of_cat[1] and tests[0] == tests[1]  # only the dog training set changes
+
+    test_sets = []
+    for p, minority in (("p12", 102), ("p06", 51), ("p01", 9)):
+        name = f"cat-dog-indoor-outdoor-{p}"
+        tables = build.task_tables(SPECS.tasks[name], _task_data(objects, images, name), "g", "{}", {})
+        examples = tables["examples"]
+        train = examples.filter(pl.col("split") == "train")
+        assert train.height == 1700
+        assert train.filter(pl.col("group").is_in(["cat(outdoor)", "dog(indoor)"])).height == 2 * minority
+        test = examples.filter(pl.col("split") == "test")
+        assert test.group_by("group").len()["len"].to_list() == [144] * 4
+        test_sets.append(set(test["example_id"]))
+        assert not set(train["example_id"]) & test_sets[-1]
+    assert test_sets[0] == test_sets[1] == test_sets[2]
+
+
+def test_fixture_tasks_need_scale_down_and_record_it(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = fixture_scenes
+    spec = SPECS.tasks["cat-dog-dg-cabinet-bed"]
+    data = build.task_data(objects, images, spec, SPECS.general_contexts)
+    with pytest.raises(InputError, match=r"community dog\(\w+\) names subset\(s\) that do not exist"):
+        build.task_tables(spec, data, "visual-genome", "{}.jpg", {})
+    scaled = spec.with_overrides({"allow_scale_down": True})
+    tables = build.task_tables(scaled, data, "visual-genome", "{}.jpg", {})
+    params = json.loads(tables["benchmarks"]["params"][0])
+    assert params["allow_scale_down"] and params["missing_subsets"]
+    assert tables["examples"].height > 0
+
+
+def test_task_errors_name_the_task_and_the_community(generated: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = generated
+    text = (Path(__file__).parents[1] / "shiftbench" / "specs" / "metashift.yaml").read_text()
+    bad = parse_specs(text.replace("cat(bed): [cat(bed),", "cat(bed): [cat(nothing),", 1), "test.yaml")
+    spec = bad.tasks["cat-dog-dg-bag-box"]
+    with pytest.raises(
+        InputError, match=r"cat\(bed\) names subset\(s\) that do not exist in this data: cat\(nothing\)"
+    ):
+        build.task_tables(spec, _task_data(objects, images, "cat-dog-dg-bag-box"), "g", "{}", {})
+    # A test community equal to the cat training community leaves nothing to train on.
+    clash = parse_specs(
+        text.replace(
+            "cat(shelf): [cat(container), cat(shelf), cat(vase), cat(bowl)]",
+            "cat(shelf): [cat(cup), cat(sofa), cat(chair)]",
+            1,
+        ),
+        "test.yaml",
+    )
+    with pytest.raises(InputError, match=r"community cat\(sofa\) \(train\) has no image left after leakage removal"):
+        build.task_tables(
+            clash.tasks["cat-dog-dg-bag-box"], _task_data(objects, images, "cat-dog-dg-bag-box"), "g", "{}", {}
+        )
+    big = SPECS.tasks["cat-dog-dg-bag-box"].with_overrides({"train_size": 4000})
+    with pytest.raises(InputError, match=r"task cat-dog-dg-bag-box: community cat\(sofa\) has \d+ training images"):
+        build.task_tables(big, _task_data(objects, images, "cat-dog-dg-bag-box"), "g", "{}", {})
+    for key, value in (
+        ("edge_threshold", 1.5),
+        ("embedding", "tsne"),
+        ("id_val_fraction", 1.0),
+        ("minority_fraction", 2),
+    ):
+        with pytest.raises(InputError, match=key):
+            SPECS.tasks["cat-dog-indoor-outdoor-p12"].with_overrides({key: value})
+    for key, value in (("edge_threshold", -0.1), ("community_method", "leiden"), ("context_kinds", ["colour"])):
+        with pytest.raises(InputError, match=key):
+            SPECS.collections["metashift"].with_overrides({key: value})
+
+
+# -- sources --------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"1": {"objects": {"5": {"name": "cat"}}},\n "2": {"objects": {', r"scenes.json:2: invalid scene-graph JSON"),
+        ('{"1": {"width": 3}}', r"image '1': missing 'objects'"),
+        ('{"1": {"objects": {"5": {"attributes": ["black"]}}}}', r"image '1', object '5': object without 'name'"),
+        ('{"1": {"objects": {"5": {"name": 7}}}}', r"object 'name' is not a string"),
+        ('{"1": {"objects": {"5": {"name": "cat", "attributes": [1]}}}}', r"non-string value"),
+        ('[{"image_id": 1}]', r"invalid scene-graph JSON"),
+    ],
+)
+def test_bad_scene_graphs_are_clear_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "scenes.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message) as info:
+        read_gqa_scene_graph_file(path)
+    assert str(path) in str(info.value)
+
+
+def test_tag_tables_build_subsets_and_reject_numeric_ids(tmp_path: Path) -> None:
+    csv = tmp_path / "tags.csv"
+    csv.write_text("image_id,tag,kind\na,cat,object\na,sofa,object\na,indoors,general\nb,cat,object\nb,grass,object\n")
+    tables = read_tags_table(csv)
+    memberships = candidate_memberships(tables.objects, tables.images, ["object", "general"], SPECS.general_contexts)
+    assert set(memberships["subset"]) >= {"cat(sofa)", "cat(grass)", "cat(indoors)", "sofa(cat)"}
+    pl.DataFrame({"image_id": [1, 2], "tag": ["cat", "dog"]}).write_parquet(tmp_path / "tags.parquet")
+    with pytest.raises(InputError, match="column 'image_id' must be strings"):
+        read_tags_table(tmp_path / "tags.parquet")
+    (tmp_path / "bad.csv").write_text("image_id,tag,kind\na,cat,object\nb,dog,colour\n")
+    with pytest.raises(InputError, match=r"bad.csv:3: kind must be one of object, general"):
+        read_tags_table(tmp_path / "bad.csv")
+
+
+# -- publishing -----------------------------------------------------------------------------
+def test_collections_and_tasks_publish_deterministically_and_contracts_catch_leakage(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    first = make_settings()
+    other = make_settings(SHIFTBENCH_HOME=str(tmp_path / "other"))
+    versions = []
+    for settings in (first, other):
+        scenes = mp.scene_tables(settings)
+        staged = [
+            mp.stage_collection(settings, SPECS, SPECS.collections["metashift-attributes"], scenes, max_figures=2),
+            mp.stage_task(settings, SPECS, SPECS.tasks["cat-dog-dg-cabinet-bed"], scenes),
+        ]
+        for version in staged:
+            assert not failures(check_staged(version))
+        versions.append([s.version for s in staged])
+        assert len(staged[0].manifest()["attachments"]) == 2
+    assert versions[0] == versions[1]
+
+    tables = build.task_tables(
+        SPECS.tasks["cat-dog-dg-cabinet-bed"],
+        _task_data(*generate_scene_tables()[:2], "cat-dog-dg-cabinet-bed"),
+        "generated-scenes",
+        "{}.jpg",
+        {},
+    )
+    leaked = tables["examples"].filter(pl.col("split") == "test").head(1).with_columns(pl.lit("train").alias("split"))
+    tables["examples"] = pl.concat([tables["examples"], leaked])  # one test image also in train
+    with pytest.raises(ContractViolation, match=r"examples\.train_disjoint_from_evaluation: observed 1"):
+        stage_check_publish(first, "metashift", "leaky", tables, {})
+
+
+@pytest.mark.slow
+def test_cli_builds_metashift_and_the_catalog_answers(
+    make_settings: Callable[..., Settings],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pipelines.cli import main
+
+    settings = make_settings()
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("SHIFTBENCH_GQA_SCENE_GRAPHS", str(SCENES))
+    code = main(
+        [
+            "build",
+            "metashift",
+            "--benchmark",
+            "metashift-attributes",
+            "--benchmark",
+            "cat-dog-indoor-outdoor-p12",
+            "--set",
+            "allow_scale_down=true",
+            "--set",
+            "edge_threshold=0.2",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert (
+        main(
+            [
+                "sql",
+                "SELECT benchmark, params->>'edge_threshold', params->>'allow_scale_down' FROM benchmarks ORDER BY 1",
+                "--csv",
+            ]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "cat-dog-indoor-outdoor-p12,0.2,true" in out and "metashift-attributes,0.2," in out
+    assert main(["sql", "SELECT count(*) FILTER (distance IS NULL), count(*) FROM metashift_distances", "--csv"]) == 0
+    null, total = map(int, capsys.readouterr().out.splitlines()[1].split(","))
+    assert 0 < null < total  # the fixture's meta-graphs are disconnected: cross-component pairs are NULL
+    assert main(["build", "metashift", "--benchmark", "metashift", "--set", "edge_threshold=2"]) == 2
+    assert "edge_threshold" in capsys.readouterr().err
