@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Set everything up and run the main job: build, check and publish all 16 BREEDS benchmarks on
+# Set everything up and run the main jobs: build, check and publish all 16 BREEDS benchmarks on
 # the embedded sources (WordNet from Debian's packages, the packaged ImageNet validation labels,
-# the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR).
+# the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR),
+# then the MetaShift collections and tasks (generated scene sample unless GQA files are set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -9,19 +10,22 @@ export SHIFTBENCH_HOME=${SHIFTBENCH_HOME:-$PWD/warehouse}
 export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 
 .venv/bin/shiftbench build breeds
+# MetaShift on SHIFTBENCH_GQA_SCENE_GRAPHS, or on the embedded generated scene sample when unset.
+.venv/bin/shiftbench build metashift
 
-query="SELECT benchmark, version, params->>'hierarchy' AS hierarchy, n_examples FROM benchmarks ORDER BY benchmark"
+query="SELECT family, benchmark, version, coalesce(params->>'hierarchy', sources->>'dataset') AS source, n_examples FROM benchmarks ORDER BY family, benchmark"
 echo
 echo "Published benchmarks (DuckDB catalog):"
 .venv/bin/shiftbench sql "$query"
 cat <<MSG
 
 Outputs
-  Parquet versions: $SHIFTBENCH_HOME/store/breeds/<benchmark>/versions/<version>/
+  Parquet versions: $SHIFTBENCH_HOME/store/<family>/<benchmark>/versions/<version>/
   DuckDB catalog:   $SHIFTBENCH_HOME/catalog.duckdb
 
 Try
   .venv/bin/shiftbench sql "SELECT superclass_name, domain, count(*) FROM breeds_subpopulations WHERE benchmark = 'entity13' GROUP BY ALL ORDER BY 1, 2"
+  .venv/bin/shiftbench sql "SELECT benchmark, distance, paper_distance, n_train, n_test FROM metashift_tasks ORDER BY 1"
   .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"
   DAGSTER_HOME=$DAGSTER_HOME SHIFTBENCH_HOME=$SHIFTBENCH_HOME .venv/bin/dagster dev    # the UI, with these runs
 MSG
