@@ -367,3 +367,29 @@ def test_cli_builds_metashift_and_the_catalog_answers(
     assert 0 < null < total  # the fixture's meta-graphs are disconnected: cross-component pairs are NULL
     assert main(["build", "metashift", "--benchmark", "metashift", "--set", "edge_threshold=2"]) == 2
     assert "edge_threshold" in capsys.readouterr().err
+
+
+def test_collection_content_does_not_depend_on_string_hashing() -> None:
+    """networkx iterates sets of subset names: the published bytes must not depend on PYTHONHASHSEED."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from shiftbench.metashift.build import collection_tables; from shiftbench.metashift.specs import load_specs;"
+        "from shiftbench.sources.generated_scenes import generate_scene_tables;"
+        "from shiftbench.fingerprint import sha256_table; s = load_specs(); o, i, _ = generate_scene_tables();"
+        "t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
+        "print({k: sha256_table(v) for k, v in sorted(t.items())})"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2")
+    }
+    assert len(outputs) == 1

@@ -144,4 +144,7 @@ def modularity(graph: ClassGraph, communities: list[list[str]]) -> float | None:
     g = graph.to_networkx()
     if g.number_of_edges() == 0:
         return None
-    return float(nx.community.modularity(g, [set(c) for c in communities], weight="weight"))
+    value = nx.community.modularity(g, [set(c) for c in communities], weight="weight")
+    # networkx sums over sets, whose order varies with the process's string hashing: round away
+    # the last bits so that the same graph gives the same bytes (and version id) in every process.
+    return round(float(value), 12) + 0.0
