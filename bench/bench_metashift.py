@@ -1,6 +1,7 @@
 """MetaShift benchmark (speed and memory, not correctness): results go to BENCHMARKS.md.
 
     .venv/bin/python bench/bench_metashift.py [--scales 1 10 100] [--runs 3] [--large-runs 1] [--timeout 900]
+                                              [--impls A B B-gc-off] [--one-file-scale 10]
 
 End to end from GQA scene graphs to distances, for the attribute collection (``metashift-attributes``
 with the released scripts' semantics: edges >= 0.2, networkx ``spectral_layout`` dim 5, classes
@@ -13,11 +14,17 @@ with more than 5 subsets of >= 25 images), by two implementations:
     ``dict[str, set[image_id]]`` of candidate subsets ``name(attribute)``, Python set
     intersections for every pair of subsets of a class, ``nx.spectral_layout(G, dim=5)``,
     Euclidean distances of all pairs.
+(B-gc-off) the same code with Python's cyclic garbage collector disabled. ``json.load`` makes
+    hundreds of thousands of dicts per file, which trigger full collections; each one walks every
+    element of the subset sets built so far, so plain (B) grows quadratically with the input.
+    B builds no reference cycles, so disabling the collector changes nothing else.
 
 Sizes: 1x is the fixture ``../shared/fixtures/metashift/gqa_scene_graphs_from_attributes.json``
 (19 MB, 59,663 images). 10x and 100x are generated GQA files in a temporary folder (deleted at
 the end), one file per 1x chunk: chunk k resamples the fixture's images with replacement (seed k)
 under new ids ``k-j``, objects and attributes unchanged; 10x is chunks 0-9, 100x chunks 0-99.
+"10x as one file" is chunks 0-9 as a single 190 MB document (real GQA files are single documents
+of hundreds of MB: memory per file matters).
 
 Every (size, implementation, repeat) runs in a fresh subprocess (``--one A --scale 10 --data DIR``);
 time excludes imports; peak memory is the process's RSS high-water mark (``VmHWM``, which an
@@ -58,6 +65,8 @@ OVERRIDES = {
     "min_subsets_per_class": MAX_DROPPED_SUBSETS + 1,
 }
 TOLERANCE = 1e-9
+IMPLS = ("A", "B", "B-gc-off")
+LABELS = {"A": "A shiftbench", "B": "B reference", "B-gc-off": "B reference, GC off"}
 READ_TOTAL = "read_gqa_scene_graphs (all)"
 BUILD_TOTAL = "collection_tables (all)"
 
@@ -77,18 +86,22 @@ def memory_mb() -> dict[str, float]:
     }
 
 
-def paths_for(scale: int, data: Path | None) -> list[Path]:
+def paths_for(scale: int, data: Path | None, one_file: bool = False) -> list[Path]:
     if scale == 1:
         return [FIXTURE]
     assert data is not None, "--data is needed for scales above 1"
+    if one_file:
+        return [data / f"one_file_{scale:03d}.json"]
     return [data / f"chunk_{k:03d}.json" for k in range(scale)]
 
 
 class Stages:
-    """Seconds spent in named functions, by wrapping them in their modules (this process only)."""
+    """Seconds spent in named functions, by wrapping them in their modules (this process only),
+    and the process's RSS high-water mark when each stage last ended (where the peak was reached)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = defaultdict(float)
+        self.hwm_mb: dict[str, float] = {}
 
     def wrap(self, owner: Any, attr: str, label: str) -> None:
         fn = getattr(owner, attr)
@@ -99,12 +112,13 @@ class Stages:
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.seconds[label] += time.perf_counter() - start
+                self.add(label, time.perf_counter() - start)
 
         setattr(owner, attr, wrapper)
 
     def add(self, label: str, seconds: float) -> None:
         self.seconds[label] += seconds
+        self.hwm_mb[label] = memory_mb()["hwm_mb"]
 
 
 # ---------------------------------------------------------------------------------------------- (A) shiftbench
@@ -322,8 +336,11 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------- data
 
 
-def generate(out_dir: Path, chunks: int) -> dict[str, Any]:
-    """GQA files of the fixture's shape: chunk k resamples its images (seed k) as ``k-j``."""
+def generate(out_dir: Path, chunks: int, one_file_scale: int) -> dict[str, Any]:
+    """GQA files of the fixture's shape: chunk k resamples its images (seed k) as ``k-j``.
+
+    With ``one_file_scale`` n > 1, also chunks 0..n-1 in one file (the same images, one document).
+    """
     import numpy as np
     import polars as pl
 
@@ -366,23 +383,33 @@ def generate(out_dir: Path, chunks: int) -> dict[str, Any]:
     n = len(fragments)
     out_dir.mkdir(parents=True, exist_ok=True)
     total = 0
-    for k in range(chunks):
+    merged: list[str] = []
+    for k in range(max(chunks, one_file_scale)):
         index = np.random.default_rng(k).integers(0, n, n)
         body = pl.DataFrame({"j": np.arange(n), "fragment": fragments.gather(index)}).select(
             pl.concat_str(pl.lit(f'"{k}-'), pl.col("j").cast(pl.String), pl.lit('": '), pl.col("fragment"))
         )
-        text = "{" + ", ".join(body.to_series().to_list()) + "}"
+        inner = ", ".join(body.to_series().to_list())
+        if k < one_file_scale:
+            merged.append(inner)
         path = out_dir / f"chunk_{k:03d}.json"
-        path.write_text(text, encoding="utf-8")
+        path.write_text("{" + inner + "}", encoding="utf-8")
         total += path.stat().st_size
     json.loads((out_dir / "chunk_000.json").read_text("utf-8"))  # valid JSON
-    return {"chunks": chunks, "images_per_chunk": n, "bytes": total}
+    one_file_bytes = 0
+    if one_file_scale > 1:
+        path = out_dir / f"one_file_{one_file_scale:03d}.json"
+        path.write_text("{" + ", ".join(merged) + "}", encoding="utf-8")
+        one_file_bytes = path.stat().st_size
+    return {"chunks": chunks, "images_per_chunk": n, "bytes": total, "one_file_bytes": one_file_bytes}
 
 
 # ---------------------------------------------------------------------------------------------- workers
 
 
-def worker_one(impl: str, scale: int, data: Path | None) -> dict[str, Any]:
+def worker_one(impl: str, scale: int, data: Path | None, one_file: bool) -> dict[str, Any]:
+    import gc
+
     import numpy  # noqa: F401  (imports are outside the timed part, for both)
 
     if impl == "A":
@@ -392,10 +419,12 @@ def worker_one(impl: str, scale: int, data: Path | None) -> dict[str, Any]:
         from shiftbench.sources import scene_graphs  # noqa: F401
     else:
         import networkx  # noqa: F401
-    paths = paths_for(scale, data)
+    paths = paths_for(scale, data, one_file)
     before = memory_mb()
     stages = Stages()
     run = run_shiftbench if impl == "A" else run_reference
+    if impl == "B-gc-off":
+        gc.disable()  # B builds no reference cycles; the collector only re-walks the growing sets
     result = run(paths, stages)
     record = {k: v for k, v in result.items() if k not in ("tables", "results", "classes")}
     return {
@@ -403,6 +432,7 @@ def worker_one(impl: str, scale: int, data: Path | None) -> dict[str, Any]:
         "scale": scale,
         **record,
         "stages": dict(stages.seconds),
+        "stage_hwm_mb": stages.hwm_mb,
         "rss_after_imports_mb": before["rss_mb"],
         **memory_mb(),
     }
@@ -459,6 +489,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_mb": max(r["hwm_mb"] for r in ok),
         "rss_after_imports_mb": statistics.median(r["rss_after_imports_mb"] for r in ok),
         "stages": median_run["stages"],
+        "stage_hwm_mb": median_run["stage_hwm_mb"],
         **{k: median_run[k] for k in ("n_images", "n_objects", "n_classes", "n_nodes", "n_edges", "n_distances")},
     }
 
@@ -475,56 +506,66 @@ def fmt_time(s: dict[str, Any]) -> str:
 
 def ratio(a: dict[str, Any], b: dict[str, Any], key: str) -> str:
     if a["status"] == "ok" and b["status"] == "ok":
-        return f"{b[key] / a[key]:.1f}x"
+        return f"{b[key] / a[key]:.2f}x"
     if b["status"] == "stopped" and a["status"] == "ok" and key == "median_s":
         return f"> {b['timeout_s'] / a[key]:.1f}x"
     return "-"
 
 
-def markdown(summary: dict[int, dict[str, dict[str, Any]]]) -> str:
+def markdown(summary: dict[str, dict[str, dict[str, Any]]]) -> str:
     rows = [
         "| size | images | objects | subsets / classes / edges | impl | time: median (range) | runs "
-        "| peak RSS | B/A time | B/A RSS |",
+        "| peak RSS | time / A | RSS / A |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    label = {"A": "A shiftbench", "B": "B reference"}
     for scale, by_impl in summary.items():
-        a, b = by_impl["A"], by_impl["B"]
-        known = a if a["status"] == "ok" else b
+        a = by_impl["A"]
+        known = next((s for s in by_impl.values() if s["status"] == "ok"), a)
         for impl, s in by_impl.items():
             counts = f"{s['n_nodes']:,} / {s['n_classes']} / {s['n_edges']:,}" if s["status"] == "ok" else "-"
             peak = f"{s['peak_mb']:,.0f} MiB" if s["status"] == "ok" else "-"
             runs = str(s.get("runs", "-"))
-            rt, rm = (ratio(a, b, "median_s"), ratio(a, b, "peak_mb")) if impl == "B" else ("", "")
+            rt, rm = (ratio(a, s, "median_s"), ratio(a, s, "peak_mb")) if impl != "A" else ("", "")
             images = f"{known['n_images']:,}" if known["status"] == "ok" else "-"
             objects = f"{known['n_objects']:,}" if known["status"] == "ok" else "-"
             rows.append(
-                f"| {scale}x | {images} | {objects} | {counts} | {label[impl]} | {fmt_time(s)} | {runs} | {peak} "
+                f"| {scale} | {images} | {objects} | {counts} | {LABELS[impl]} | {fmt_time(s)} | {runs} | {peak} "
                 f"| {rt} | {rm} |"
             )
     scales = list(summary)
-    rows += ["", "| impl | " + " | ".join(f"{x}x → {y}x" for x, y in itertools.pairwise(scales)) + " |"]
-    rows.append("| --- |" + " --- |" * (len(scales) - 1))
-    for impl in ("A", "B"):
+    impls = list(next(iter(summary.values())))
+    multi = [x for x in scales if "one file" not in x]
+    rows += ["", "| growth | " + " | ".join(f"{x} → {y}" for x, y in itertools.pairwise(multi)) + " |"]
+    rows.append("| --- |" + " --- |" * (len(multi) - 1))
+    for impl in impls:
         cells = []
-        for x, y in itertools.pairwise(scales):
+        for x, y in itertools.pairwise(multi):
             sx, sy = summary[x][impl], summary[y][impl]
             if sx["status"] == "ok" and sy["status"] == "ok":
                 cells.append(f"time {sy['median_s'] / sx['median_s']:.1f}x, RSS {sy['peak_mb'] / sx['peak_mb']:.1f}x")
             else:
                 cells.append("-")
-        rows.append(f"| {label[impl]} | " + " | ".join(cells) + " |")
-    for impl in ("A", "B"):
+        rows.append(f"| {LABELS[impl]} | " + " | ".join(cells) + " |")
+    for impl in impls:
         labels = list(dict.fromkeys(k for by_impl in summary.values() for k in by_impl[impl].get("stages", {})))
         if not labels:
             continue
-        rows += ["", f"| {label[impl]}: stage (s, median run) | " + " | ".join(f"{x}x" for x in scales) + " |"]
+        rows += [
+            "",
+            f"| {LABELS[impl]}: stage (s, and RSS high-water mark when it ended; median run) | "
+            + " | ".join(scales)
+            + " |",
+        ]
         rows.append("| --- |" + " --- |" * len(scales))
         for stage in labels:
-            cells = [
-                f"{summary[x][impl]['stages'][stage]:.2f}" if stage in summary[x][impl].get("stages", {}) else "-"
-                for x in scales
-            ]
+            cells = []
+            for x in scales:
+                s = summary[x][impl]
+                if stage in s.get("stages", {}):
+                    hwm = s["stage_hwm_mb"].get(stage)
+                    cells.append(f"{s['stages'][stage]:.2f} s" + (f", {hwm:,.0f} MiB" if hwm is not None else ""))
+                else:
+                    cells.append("-")
             rows.append(f"| {stage} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -537,20 +578,27 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is stopped")
     parser.add_argument("--check-scales", type=int, nargs="*", default=[1, 10], help="A == B checked here")
     parser.add_argument("--out", type=Path, default=PROJECT / "bench" / "results" / "metashift.json")
-    parser.add_argument("--one", choices=["A", "B"], help=argparse.SUPPRESS)
+    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument(
+        "--one-file-scale", type=int, default=10, help="also this scale as a single file (real GQA files are big)"
+    )
+    parser.add_argument("--one-file", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--one", choices=IMPLS, help=argparse.SUPPRESS)
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--generate", type=int, metavar="CHUNKS", help=argparse.SUPPRESS)
     parser.add_argument("--scale", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if "A" not in args.impls:
+        parser.error("--impls must include A (ratios are to A)")
 
     worker: Callable[[], dict[str, Any]] | None = None
     if args.one:
-        worker = lambda: worker_one(args.one, args.scale, args.data)  # noqa: E731
+        worker = lambda: worker_one(args.one, args.scale, args.data, args.one_file)  # noqa: E731
     elif args.check:
         worker = lambda: worker_check(args.scale, args.data)  # noqa: E731
     elif args.generate:
-        worker = lambda: generate(args.data, args.generate)  # noqa: E731
+        worker = lambda: generate(args.data, args.generate, args.one_file_scale)  # noqa: E731
     if worker is not None:
         print("RESULT " + json.dumps(worker()), flush=True)
         return
@@ -561,31 +609,43 @@ def main() -> None:
     data = Path(tempfile.mkdtemp(prefix="shiftbench-metashift-"))
     try:
         largest = max(args.scales)
+        one_file_scale = args.one_file_scale if args.one_file_scale in args.scales and args.one_file_scale > 1 else 0
+        sizes: list[tuple[str, int, bool]] = []
+        for scale in args.scales:
+            sizes.append((f"{scale}x", scale, False))
+            if scale == one_file_scale:
+                sizes.append((f"{scale}x as one file", scale, True))
         if largest > 1:
-            generated = spawn(["--generate", str(largest), "--data", str(data)], args.timeout)
+            command = ["--generate", str(largest), "--one-file-scale", str(one_file_scale), "--data", str(data)]
+            generated = spawn(command, args.timeout)
             assert generated["status"] == "ok", generated
             results["generated"] = generated
-            print(f"generated {generated['chunks']} files, {generated['bytes'] / 1e9:.2f} GB", flush=True)
+            print(
+                f"generated {generated['chunks']} files, {generated['bytes'] / 1e9:.2f} GB; "
+                f"one file: {generated['one_file_bytes'] / 1e6:.0f} MB",
+                flush=True,
+            )
         results["agreement"] = {}
         for scale in [s for s in args.check_scales if s in args.scales]:
             check = spawn(["--check", "--scale", str(scale), "--data", str(data)], args.timeout)
             assert check["status"] == "ok", f"A and B disagree at {scale}x: {check}"
             results["agreement"][f"{scale}x"] = check
             print(f"agreement {scale}x: {json.dumps(check)}", flush=True)
-        summary: dict[int, dict[str, dict[str, Any]]] = {}
+        summary: dict[str, dict[str, dict[str, Any]]] = {}
         raw: dict[str, list[dict[str, Any]]] = {}
-        for scale in args.scales:
+        for name, scale, one_file in sizes:
             runs = args.runs if scale < 100 else args.large_runs
-            by_impl: dict[str, list[dict[str, Any]]] = {"A": [], "B": []}
+            by_impl: dict[str, list[dict[str, Any]]] = {impl: [] for impl in args.impls}
             for _ in range(runs):
-                for impl in ("A", "B"):
-                    one = spawn(["--one", impl, "--scale", str(scale), "--data", str(data)], args.timeout)
+                for impl in args.impls:
+                    command = ["--one", impl, "--scale", str(scale), "--data", str(data)]
+                    one = spawn([*command, "--one-file"] if one_file else command, args.timeout)
                     by_impl[impl].append(one)
                     shown = f"{one['seconds']:.2f} s, {one['hwm_mb']:.0f} MiB" if one["status"] == "ok" else one
-                    print(f"{scale}x {impl}: {shown}", flush=True)
-            summary[scale] = {impl: summarise(r) for impl, r in by_impl.items()}
-            raw.update({f"{scale}x {impl}": r for impl, r in by_impl.items()})
-        results["summary"] = {f"{s}x": v for s, v in summary.items()}
+                    print(f"{name} {impl}: {shown}", flush=True)
+            summary[name] = {impl: summarise(r) for impl, r in by_impl.items()}
+            raw.update({f"{name} {impl}": r for impl, r in by_impl.items()})
+        results["summary"] = summary
         results["runs"] = raw
     finally:
         shutil.rmtree(data, ignore_errors=True)

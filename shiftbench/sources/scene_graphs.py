@@ -10,7 +10,8 @@ Every reader returns the same two tables, the *scene tables*:
 GQA files are hundreds of MB of ``{image_id: {..., objects: {object_id: {...}}}}``: a top-level
 mapping keyed by data, which row-oriented JSON readers turn into one column per image. DuckDB
 reads it instead as one ``MAP`` value and unnests it in C++, so no Python object is built per
-image or object (19 MB in 0.7 s; see BENCHMARKS.md).
+object (the fixture's 19 MB in about 0.9 s, type checks included; single-threaded per file and
+about 10x the file size in memory: see BENCHMARKS.md, "MetaShift: scene graphs to distances").
 """
 
 from __future__ import annotations
