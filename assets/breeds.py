@@ -15,14 +15,13 @@ import polars as pl
 from pydantic import Field
 
 from assets.automation import rebuild_condition
-from assets.metadata import artifact_output, contract_check_result, metadata_table
+from assets.metadata import artifact_output, metadata_table, publish_with_metadata, staged_with_checks
 from pipelines.resources import ShiftbenchSettings
 from shiftbench.breeds import pipeline as bp
 from shiftbench.breeds.specs import load_specs
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_files, sha256_json, sha256_text
 from shiftbench.plots import png_markdown, subclasses_per_superclass
-from shiftbench.publishing import check_staged, publish_staged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES
 from shiftbench.sources.wordnet import dict_fingerprint
 from shiftbench.store import StagedVersion
@@ -213,27 +212,7 @@ def staged_benchmark(
     staged = bp.stage_benchmark(
         settings.get(), spec, hierarchy, images, overrides=overrides, publish_as=config.publish_as
     )
-    rows = {name: entry["rows"] for name, entry in staged.manifest()["tables"].items()}
-    context.log.info(
-        "staged %s version %s (%s)",
-        staged.benchmark,
-        staged.version,
-        "new" if staged.created else "unchanged",
-    )
-    yield dg.Output(
-        staged,
-        data_version=dg.DataVersion(staged.version),
-        metadata={
-            "benchmark": staged.benchmark,
-            "version": staged.version,
-            "new_version": staged.created,
-            "path": dg.MetadataValue.path(str(staged.path)),
-            **{f"rows/{name}": n for name, n in rows.items()},
-        },
-    )
-    results = check_staged(staged, only=list(BREEDS_TABLES))
-    for table in BREEDS_TABLES:
-        yield contract_check_result(table, results[table])
+    yield from staged_with_checks(context, staged, BREEDS_TABLES)
 
 
 @dg.asset(
@@ -249,30 +228,19 @@ def staged_benchmark(
 def benchmark(
     context: dg.AssetExecutionContext, settings: ShiftbenchSettings, staged: StagedVersion
 ) -> dg.MaterializeResult:
-    config = settings.get()
-    publication = publish_staged(config, staged)
-    manifest = staged.manifest()
     subpopulations = pl.read_parquet(staged.table_path("breeds_subpopulations"))
     preview = subpopulations.sort("y", "domain", "rank").select(
         "y", "superclass_name", "domain", "subclass_wnid", "subclass_name", "n_images"
     )
     query = f"SELECT * FROM breeds_subpopulations WHERE benchmark = '{staged.benchmark}' ORDER BY y, domain, rank"
     plot = subclasses_per_superclass(subpopulations, f"{staged.benchmark} ({staged.version})")
+    metadata = publish_with_metadata(settings.get(), staged, query)
     context.log.info("published %s version %s", staged.benchmark, staged.version)
     return dg.MaterializeResult(
         data_version=dg.DataVersion(staged.version),
         metadata={
-            "benchmark": staged.benchmark,
-            "version": staged.version,
-            "became_latest": publication.changed_latest,
-            "published_at": publication.published_at,
-            "dagster/row_count": int(manifest["n_examples"]),
-            **{f"rows/{name}": int(entry["rows"]) for name, entry in manifest["tables"].items()},
-            "params": dg.MetadataValue.json(manifest["params"]),
-            "hierarchy": str(manifest["params"].get("hierarchy")),
-            "path": dg.MetadataValue.path(str(staged.path)),
-            "catalog": dg.MetadataValue.path(str(config.catalog_path)),
-            "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"),
+            **metadata,
+            "hierarchy": str(staged.manifest()["params"].get("hierarchy")),
             "preview": metadata_table(preview.head(12)),
             "subclasses_per_domain": metadata_table(
                 subpopulations.group_by("y", "superclass_name")

@@ -1,10 +1,16 @@
 """Materialization metadata and contract check results, in the same shape for every family."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import dagster as dg
 import polars as pl
 
 from shiftbench.cache import CachedArtifact
 from shiftbench.contracts import RuleResult, failures
+from shiftbench.publishing import check_staged, publish_staged
+from shiftbench.settings import Settings
+from shiftbench.store import StagedVersion
 
 
 def artifact_output(artifact: CachedArtifact, rows: int) -> dg.Output[CachedArtifact]:
@@ -59,3 +65,45 @@ def contract_check_specs(asset_key: list[str], tables: tuple[str, ...]) -> list[
         )
         for table in tables
     ]
+
+
+def staged_with_checks(
+    context: dg.AssetExecutionContext, staged: StagedVersion, tables: tuple[str, ...]
+) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
+    """The staged version as the asset's output, then one blocking check result per contract."""
+    rows = {name: entry["rows"] for name, entry in staged.manifest()["tables"].items()}
+    context.log.info(
+        "staged %s version %s (%s)", staged.benchmark, staged.version, "new" if staged.created else "unchanged"
+    )
+    yield dg.Output(
+        staged,
+        data_version=dg.DataVersion(staged.version),
+        metadata={
+            "benchmark": staged.benchmark,
+            "version": staged.version,
+            "new_version": staged.created,
+            "path": dg.MetadataValue.path(str(staged.path)),
+            **{f"rows/{name}": n for name, n in rows.items()},
+        },
+    )
+    results = check_staged(staged, only=list(tables))
+    for table in tables:
+        yield contract_check_result(table, results[table])
+
+
+def publish_with_metadata(settings: Settings, staged: StagedVersion, query: str) -> dict[str, Any]:
+    """Publish the staged version and describe it: ids, row counts, params, paths and a catalog query."""
+    publication = publish_staged(settings, staged)
+    manifest = staged.manifest()
+    return {
+        "benchmark": staged.benchmark,
+        "version": staged.version,
+        "became_latest": publication.changed_latest,
+        "published_at": publication.published_at,
+        "dagster/row_count": int(manifest["n_examples"]),
+        **{f"rows/{name}": int(entry["rows"]) for name, entry in manifest["tables"].items()},
+        "params": dg.MetadataValue.json(manifest["params"]),
+        "path": dg.MetadataValue.path(str(staged.path)),
+        "catalog": dg.MetadataValue.path(str(settings.catalog_path)),
+        "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {settings.catalog_path}\n{query};\n```"),
+    }

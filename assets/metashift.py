@@ -13,21 +13,25 @@ classes and make the collection's version depend on hundreds of partial material
 
 from collections.abc import Iterator
 from dataclasses import asdict
-from typing import Any
 
 import dagster as dg
 import polars as pl
 from pydantic import Field
 
 from assets.automation import rebuild_condition
-from assets.metadata import artifact_output, contract_check_result, contract_check_specs, metadata_table
+from assets.metadata import (
+    artifact_output,
+    contract_check_specs,
+    metadata_table,
+    publish_with_metadata,
+    staged_with_checks,
+)
 from pipelines.resources import ShiftbenchSettings
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_files, sha256_json, sha256_text
 from shiftbench.metashift import pipeline as mp
 from shiftbench.metashift.specs import load_specs
 from shiftbench.plots import png_markdown, task_distances
-from shiftbench.publishing import check_staged, publish_staged
 from shiftbench.sources.generated_scenes import GENERATOR_VERSION
 from shiftbench.store import StagedVersion
 
@@ -127,22 +131,28 @@ class MetashiftBuildConfig(dg.Config):
         return {key: parse_override_value(value) for key, value in self.overrides.items()}
 
 
-def _staged_output(context: dg.AssetExecutionContext, staged: StagedVersion) -> dg.Output[StagedVersion]:
-    rows = {name: entry["rows"] for name, entry in staged.manifest()["tables"].items()}
-    context.log.info(
-        "staged %s version %s (%s)", staged.benchmark, staged.version, "new" if staged.created else "unchanged"
-    )
-    return dg.Output(
-        staged,
-        data_version=dg.DataVersion(staged.version),
-        metadata={
-            "benchmark": staged.benchmark,
-            "version": staged.version,
-            "new_version": staged.created,
-            "path": dg.MetadataValue.path(str(staged.path)),
-            **{f"rows/{name}": n for name, n in rows.items()},
-        },
-    )
+def _stage(
+    context: dg.AssetExecutionContext,
+    config: MetashiftBuildConfig,
+    settings: ShiftbenchSettings,
+    scenes: CachedArtifact,
+    *,
+    is_task: bool,
+) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
+    specs = load_specs()
+    overrides = config.parsed()
+    name = context.partition_key
+    if is_task:
+        task_spec = specs.tasks[name].with_overrides(overrides) if overrides else specs.tasks[name]
+        staged = mp.stage_task(
+            settings.get(), specs, task_spec, scenes, overrides=overrides, publish_as=config.publish_as
+        )
+    else:
+        spec = specs.collections[name].with_overrides(overrides) if overrides else specs.collections[name]
+        staged = mp.stage_collection(
+            settings.get(), specs, spec, scenes, overrides=overrides, publish_as=config.publish_as
+        )
+    yield from staged_with_checks(context, staged, TASK_TABLES if is_task else COLLECTION_TABLES)
 
 
 @dg.asset(
@@ -164,16 +174,7 @@ def staged_collection(
     settings: ShiftbenchSettings,
     scenes: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
-    specs = load_specs()
-    overrides = config.parsed()
-    spec = specs.collections[context.partition_key]
-    if overrides:
-        spec = spec.with_overrides(overrides)
-    staged = mp.stage_collection(settings.get(), specs, spec, scenes, overrides=overrides, publish_as=config.publish_as)
-    yield _staged_output(context, staged)
-    results = check_staged(staged, only=list(COLLECTION_TABLES))
-    for table in COLLECTION_TABLES:
-        yield contract_check_result(table, results[table])
+    yield from _stage(context, config, settings, scenes, is_task=False)
 
 
 @dg.asset(
@@ -195,35 +196,7 @@ def staged_task(
     settings: ShiftbenchSettings,
     scenes: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
-    specs = load_specs()
-    overrides = config.parsed()
-    spec = specs.tasks[context.partition_key]
-    if overrides:
-        spec = spec.with_overrides(overrides)
-    staged = mp.stage_task(settings.get(), specs, spec, scenes, overrides=overrides, publish_as=config.publish_as)
-    yield _staged_output(context, staged)
-    results = check_staged(staged, only=list(TASK_TABLES))
-    for table in TASK_TABLES:
-        yield contract_check_result(table, results[table])
-
-
-def _published_metadata(staged: StagedVersion, settings: ShiftbenchSettings, query: str) -> dict[str, Any]:
-    config = settings.get()
-    publication = publish_staged(config, staged)
-    manifest = staged.manifest()
-    return {
-        "benchmark": staged.benchmark,
-        "version": staged.version,
-        "became_latest": publication.changed_latest,
-        "published_at": publication.published_at,
-        "dagster/row_count": int(manifest["n_examples"]),
-        **{f"rows/{name}": int(entry["rows"]) for name, entry in manifest["tables"].items()},
-        "params": dg.MetadataValue.json(manifest["params"]),
-        "dataset": str(manifest["sources"].get("dataset")),
-        "path": dg.MetadataValue.path(str(staged.path)),
-        "catalog": dg.MetadataValue.path(str(config.catalog_path)),
-        "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {config.catalog_path}\n{query};\n```"),
-    }
+    yield from _stage(context, config, settings, scenes, is_task=True)
 
 
 @dg.asset(
@@ -243,7 +216,8 @@ def collection(
         f"SELECT class, n_subsets, n_components, n_communities, modularity FROM metashift_graphs "
         f"WHERE benchmark = '{staged.benchmark}' ORDER BY n_subsets DESC"
     )
-    metadata = _published_metadata(staged, settings, query)
+    metadata = publish_with_metadata(settings.get(), staged, query)
+    metadata["dataset"] = str(staged.manifest()["sources"].get("dataset"))
     graphs = pl.read_parquet(staged.table_path("metashift_graphs")).sort("n_subsets", "class", descending=[True, False])
     metadata["graphs"] = metadata_table(
         graphs.select("class", "n_subsets", "n_edges", "n_components", "n_communities", "status").head(15)
@@ -273,7 +247,8 @@ def task(
     context: dg.AssetExecutionContext, settings: ShiftbenchSettings, staged: StagedVersion
 ) -> dg.MaterializeResult:
     query = f"SELECT split, \"group\", count(*) FROM examples WHERE benchmark = '{staged.benchmark}' GROUP BY ALL"
-    metadata = _published_metadata(staged, settings, query)
+    metadata = publish_with_metadata(settings.get(), staged, query)
+    metadata["dataset"] = str(staged.manifest()["sources"].get("dataset"))
     summary = pl.read_parquet(staged.table_path("metashift_tasks")).row(0, named=True)
     communities = pl.read_parquet(staged.table_path("metashift_task_communities"))
     metadata["distance"] = dg.MetadataValue.float(summary["distance"]) if summary["distance"] is not None else "NULL"
