@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -148,7 +148,6 @@ class TaskSpec:
     train_size: int = 400
     test_size: int | None = None
     minority_fraction: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def params(self) -> dict[str, Any]:
         values = {name: getattr(self, name) for name in TASK_PARAMS}
