@@ -223,6 +223,10 @@ def collection(
         graphs.select("class", "n_subsets", "n_edges", "n_components", "n_communities", "status").head(15)
     )
     attachments = staged.manifest().get("attachments", {})
+    warnings = staged.manifest().get("warnings", [])
+    for warning in warnings:
+        context.log.warning("%s: %s", staged.benchmark, warning)
+    metadata["warnings"] = dg.MetadataValue.md("\n".join(f"- **{w}**" for w in warnings) or "none")
     metadata["figures"] = dg.MetadataValue.path(str(staged.path / "files"))
     shown = [c for c in ("cat", "dog") if mp.figure_name(c) in attachments]
     shown += [c for c in graphs["class"].to_list() if c not in shown and mp.figure_name(c) in attachments]

@@ -213,6 +213,9 @@ def cmd_build(args: argparse.Namespace) -> int:
                 f"{meta['dagster/row_count'].value} examples{extra}, {time.monotonic() - t0:.1f}s)",
                 flush=True,
             )
+            warnings = str(meta["warnings"].value) if "warnings" in meta else "none"
+            for line in warnings.splitlines() if warnings != "none" else []:
+                print(f"  warning: {line.removeprefix('- ').replace('**', '')}", flush=True)
             continue
         failed += 1
         lines = _failed_checks(result) or [f"  error: {_run_error(result)}"]

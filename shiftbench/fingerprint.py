@@ -52,7 +52,7 @@ def sha256_table(frame: pl.DataFrame) -> str:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return hashlib.sha256(sink.getvalue().to_pybytes()).hexdigest()
+    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()  # hashed in place, not copied to bytes
 
 
 def sha256_text(text: str) -> str:

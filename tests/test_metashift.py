@@ -4,6 +4,7 @@ graphs, leakage-free tasks at the paper's sizes, scaling down, and clear errors.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from itertools import combinations
 from pathlib import Path
@@ -142,6 +143,19 @@ def test_distances_across_components_are_null() -> None:
     assert within.sum() == 8 * 7 // 2 + 7 * 6 // 2  # paths have simple spectra: all defined
 
 
+def test_mostly_null_distances_are_warned_about(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
+    objects, images = fixture_scenes
+    released = {"embedding": "networkx", "edge_threshold": 0.2, "min_subsets_per_class": 6}
+    for overrides, expect in (({}, None), (released, r"\(9\d%\) are NULL: degenerate_eigenvalues [\d,]+, ")):
+        spec = SPECS.collections["metashift-attributes"].with_overrides(overrides)
+        tables, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
+        warnings = build.distance_warnings(tables["metashift_distances"], spec.embedding)
+        if expect is None:
+            assert warnings == []
+        else:
+            assert len(warnings) == 1 and re.search(expect, warnings[0]) and "embedding=paper" in warnings[0]
+
+
 def test_paper_embedding_matches_the_laplacian_eigenmap_of_each_component() -> None:
     graph = nx.path_graph(10)
     emb = em.embed(_weights(graph), 2, "paper")
@@ -274,6 +288,19 @@ def test_bad_scene_graphs_are_clear_errors(tmp_path: Path, text: str, message: s
     with pytest.raises(InputError, match=message) as info:
         read_gqa_scene_graph_file(path)
     assert str(path) in str(info.value)
+
+
+def test_several_scene_graph_files_read_side_by_side_as_one_source(tmp_path: Path) -> None:
+    train, val, again = tmp_path / "train.json", tmp_path / "val.json", tmp_path / "again.json"
+    train.write_text('{"1": {"objects": {"5": {"name": "cat", "attributes": ["black"]}}, "location": "indoors"}}')
+    val.write_text('{"2": {"objects": {"6": {"name": "dog"}, "7": {"name": "sofa"}}}}')
+    again.write_text('{"3": {"objects": {}}, "2": {"objects": {}}}')
+    both = read_gqa_scene_graphs([train, val], workers=2)
+    assert both.objects["image_id"].to_list() == ["1", "2", "2"]
+    assert both.images["location"].to_list() == ["indoors", None]
+    assert read_gqa_scene_graphs([val, train], workers=1).fingerprint == both.fingerprint
+    with pytest.raises(InputError, match=r"again.json: image '2' is also in .*val.json"):
+        read_gqa_scene_graphs([train, val, again])
 
 
 def test_tag_tables_build_subsets_and_reject_numeric_ids(tmp_path: Path) -> None:

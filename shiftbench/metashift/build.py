@@ -145,6 +145,32 @@ def collection_tables(
     return tables, results
 
 
+NULL_DISTANCE_WARNING_SHARE = 0.5
+
+
+def distance_warnings(distances: pl.DataFrame, embedding: str) -> list[str]:
+    """Say loudly when most distances of a collection are NULL (published, but mostly unusable).
+
+    Sparse meta-graphs (high ``edge_threshold``, attribute contexts) split into many components,
+    and in ``networkx`` mode a graph with several zero eigenvalues is embedded as a whole, so
+    most of its pairs are flagged; the user should know before picking tasks from it.
+    """
+    if distances.is_empty():
+        return ["no distances: no class has two or more selected subsets"]
+    null = distances.filter(pl.col("distance").is_null())
+    share = null.height / distances.height
+    if share <= NULL_DISTANCE_WARNING_SHARE:
+        return []
+    counts = null.group_by("status").len().sort("len", "status", descending=[True, False])
+    reasons = ", ".join(f"{status} {n:,}" for status, n in counts.iter_rows())
+    hint = (
+        " (networkx mode embeds each meta-graph as a whole: use embedding=paper for per-component distances)"
+        if embedding == "networkx"
+        else " (meta-graphs are split into components: a lower edge_threshold joins more of them)"
+    )
+    return [f"{null.height:,} of {distances.height:,} distances ({share:.0%}) are NULL: {reasons}{hint}"]
+
+
 DISTANCE_SCHEMA = pl.Schema(
     {
         "class": pl.String(),

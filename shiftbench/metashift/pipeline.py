@@ -143,11 +143,12 @@ def stage_collection(
             [community_of[n] for n in result.graph.nodes],
             f"{class_name}: {len(result.graph.nodes)} subsets, {len(result.communities)} communities ({benchmark})",
         )
+    warnings = build.distance_warnings(tables["metashift_distances"], spec.embedding)
     return Store(settings.store_dir).stage(
         build.FAMILY,
         benchmark,
         tables,
-        manifest_extra=_manifest_extra(tables, spec.name, scenes),
+        manifest_extra={**_manifest_extra(tables, spec.name, scenes), "warnings": warnings},
         attachments=attachments,
     )
 

@@ -10,14 +10,17 @@ Every reader returns the same two tables, the *scene tables*:
 GQA files are hundreds of MB of ``{image_id: {..., objects: {object_id: {...}}}}``: a top-level
 mapping keyed by data, which row-oriented JSON readers turn into one column per image. DuckDB
 reads it instead as one ``MAP`` value and unnests it in C++, so no Python object is built per
-object (the fixture's 19 MB in about 0.9 s, type checks included; single-threaded per file and
-about 10x the file size in memory: see BENCHMARKS.md, "MetaShift: scene graphs to distances").
+object (the fixture's 19 MB in about 0.8 s, type checks included). One document parses on one
+thread, so several files are read side by side; memory is about 10x the file size: see
+BENCHMARKS.md, "MetaShift: scene graphs to distances".
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,20 +167,25 @@ def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return objects.select(list(OBJECTS_SCHEMA)), images.select(list(IMAGES_SCHEMA))
 
 
-def read_gqa_scene_graphs(paths: list[Path]) -> SceneTables:
-    """Several GQA files (e.g. train and val) as one source; an image in two files is an error."""
+def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
+    """Several GQA files (e.g. train and val) as one source; an image in two files is an error.
+
+    DuckDB parses one JSON document on one thread, so files are read side by side, one per core
+    (``workers``; DuckDB releases the GIL while it parses).
+    """
     if not paths:
         raise InputError("no scene-graph file given", parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
-    objects, images = [], []
-    owner: dict[str, Path] = {}
-    for path in paths:
-        file_objects, file_images = read_gqa_scene_graph_file(path)
-        for image_id in set(file_images["image_id"].to_list()) & owner.keys():
-            raise InputError(f"image {image_id!r} is also in {owner[image_id]}", path=path)
-        owner.update(dict.fromkeys(file_images["image_id"].to_list(), path))
-        objects.append(file_objects)
-        images.append(file_images)
-    return SceneTables.from_frames(pl.concat(objects), pl.concat(images), sha256_files(paths), kind="gqa-scene-graphs")
+    workers = workers or min(len(paths), os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(read_gqa_scene_graph_file, paths))  # in path order; the first error wins
+    images = pl.concat([file_images.with_columns(pl.lit(i).alias("file")) for i, (_, file_images) in enumerate(parts)])
+    twice = images.filter(pl.col("image_id").is_duplicated()).sort("image_id", "file")
+    if twice.height:
+        image_id, first_file = twice.row(0)[0], twice["file"][0]
+        second_file = twice.filter(pl.col("image_id") == image_id)["file"][1]
+        raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
+    objects = pl.concat([file_objects for file_objects, _ in parts])
+    return SceneTables.from_frames(objects, images.drop("file"), sha256_files(paths), kind="gqa-scene-graphs")
 
 
 def parse_path_list(value: str) -> list[Path]:
