@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import io
+import math
+from typing import Any
 
 import matplotlib
 
@@ -56,6 +58,29 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
+def _component_grid_layout(graph: Any, seed: int) -> dict[int, Any]:
+    """Spring layout per connected component, components on a grid, largest first.
+
+    A spring layout of a disconnected graph pushes the components into the corners and
+    shrinks each to a dot (networkx has no component packing); meta-graphs are often
+    disconnected, so each component gets its own cell, scaled by the square root of its size.
+    """
+    import networkx as nx
+    import numpy as np
+
+    components = sorted(nx.connected_components(graph), key=lambda c: (-len(c), min(c)))
+    columns = math.ceil(math.sqrt(len(components))) if components else 1
+    largest = len(components[0]) if components else 1
+    positions: dict[int, Any] = {}
+    for k, members in enumerate(components):
+        sub = graph.subgraph(sorted(members))
+        local = nx.spring_layout(sub, weight="weight", seed=seed) if len(members) > 1 else {next(iter(members)): (0, 0)}
+        scale = 0.4 * math.sqrt(len(members) / largest)
+        centre = np.array([k % columns, -(k // columns)], dtype=float)
+        positions.update({node: centre + scale * np.asarray(xy) for node, xy in local.items()})
+    return positions
+
+
 def metagraph_figure(
     nodes: list[str],
     sizes: list[int],
@@ -70,8 +95,8 @@ def metagraph_figure(
     graph = nx.Graph()
     graph.add_nodes_from(range(len(nodes)))
     graph.add_weighted_edges_from(edges)
-    positions = nx.spring_layout(graph, weight="weight", seed=seed)
-    side = min(12.0, 4.0 + 0.12 * len(nodes))
+    positions = _component_grid_layout(graph, seed)
+    side = min(10.0, 4.0 + 0.12 * len(nodes))  # 900 px at most: fits the Dagster UI's dialog
     fig, ax = plt.subplots(figsize=(side, side * 0.8))
     colours = plt.get_cmap("tab20")
     nx.draw_networkx_edges(
