@@ -21,7 +21,6 @@ community, unless ``allow_scale_down`` is set: then every size shrinks by one fa
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from shiftbench.errors import InputError
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import Community, TaskSpec
+from shiftbench.seeding import rng_for
 
 EXAMPLE_SCHEMA = {"image_id": pl.String, "split": pl.String, "y": pl.Int32, "y_name": pl.String, "group": pl.String}
 COMMUNITY_SCHEMA = pl.Schema(
@@ -53,12 +53,6 @@ COMMUNITY_SCHEMA = pl.Schema(
     }
 )
 _SPLIT_OF_ROLE = {"train": "train", "test": "test", "val": "val", "other_train": None}
-
-
-def rng_for(seed: int, *names: str) -> np.random.Generator:
-    """A generator seeded from names, so adding a community never reshuffles another."""
-    digest = hashlib.sha256("|".join([str(seed), *names]).encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
 
 
 def shuffled(images: set[str], rng: np.random.Generator) -> list[str]:
