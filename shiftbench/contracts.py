@@ -4,7 +4,8 @@ Each published table has one contract. A contract is parsed with the ODCS pydant
 (``open-data-contract-standard``), so a typo in a field name fails loudly, and turned into
 rules that run as SQL over the staged Parquet files:
 
-- schema: every column present with its ``physicalType`` (a DuckDB type), no undeclared column;
+- schema: every column present with its ``physicalType`` (a DuckDB type), no undeclared column
+  (unless the schema's ``customProperties`` allow ``additionalColumns`` of one type);
 - ``required`` properties have no NULLs; ``primaryKey`` properties (in ``primaryKeyPosition``
   order) form a unique key; ``unique`` properties have no duplicates; ``enum`` lists the
   allowed values;
@@ -69,6 +70,18 @@ class Contract:
     def columns(self) -> dict[str, str]:
         """Column name -> DuckDB type, in contract order."""
         return {str(p.name): str(p.physicalType) for p in self.properties}
+
+    @property
+    def additional_columns_type(self) -> str | None:
+        """Type of undeclared columns the table may have (``customProperties: additionalColumns``).
+
+        For tables with one column per attribute of a dataset (``conds_examples``): the names
+        vary by dataset, the type does not.
+        """
+        for custom in self.schema.customProperties or []:
+            if custom.property == "additionalColumns":
+                return str(custom.value)
+        return None
 
     @property
     def primary_key(self) -> list[str]:
@@ -172,7 +185,12 @@ class _Checker:
                 problems.append(f"missing column {column}")
             elif actual[column].upper() != expected.upper():
                 problems.append(f"{column} is {actual[column]}, contract says {expected}")
-        problems += [f"undeclared column {c}" for c in actual if c not in self.contract.columns]
+        extra_type = self.contract.additional_columns_type
+        for column in [c for c in actual if c not in self.contract.columns]:
+            if extra_type is None:
+                problems.append(f"undeclared column {column}")
+            elif actual[column].upper() != extra_type.upper():
+                problems.append(f"additional column {column} is {actual[column]}, contract allows {extra_type}")
         self.results.append(
             RuleResult(
                 self.contract.table,

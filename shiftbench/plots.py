@@ -145,3 +145,44 @@ def task_distances(communities: pl.DataFrame, title: str) -> bytes:
     ax.legend(handles, roles, fontsize=7, loc="lower right")
     fig.tight_layout()
     return _png(fig)
+
+
+def conds_cell_counts(cells: pl.DataFrame, title: str) -> bytes:
+    """Train (and id_val) vs test examples per cell: the shape of a ConDS case at a glance."""
+    ordered = cells.sort("cell")
+    fig, ax = plt.subplots(figsize=(9, 3.6))
+    x = list(range(ordered.height))
+    ax.bar(x, ordered["n_train"].to_list(), color="#4C72B0", label="train")
+    ax.bar(x, ordered["n_id_val"].to_list(), bottom=ordered["n_train"].to_list(), color="#8DA0CB", label="id_val")
+    ax.plot(x, ordered["n_test"].to_list(), "o", color="#DD8452", markersize=3, label="test")
+    if ordered.height <= 24:
+        ax.set_xticks(x, [c.replace("|", "\n") for c in ordered["cell"].to_list()], fontsize=5)
+    else:
+        ax.set_xticks([])
+        ax.set_xlabel(f"{ordered.height} cells (label x attribute values), in name order")
+    ax.set_ylabel("examples")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def conds_value_shares(value_counts: pl.DataFrame, attributes: pl.DataFrame, title: str) -> bytes:
+    """Per attribute: share of each value in train vs test, with the shift and association."""
+    names = attributes["attribute"].to_list()
+    fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), squeeze=False)
+    for ax, row in zip(axes[0], attributes.iter_rows(named=True), strict=True):
+        part = value_counts.filter(pl.col("attribute") == row["attribute"])
+        values = part.filter(pl.col("split") == "train")["value"].to_list()
+        for offset, split, colour in ((-0.2, "train", "#4C72B0"), (0.2, "test", "#DD8452")):
+            shares = part.filter(pl.col("split") == split)["share"].to_list()
+            ax.bar([k + offset for k in range(len(values))], shares, width=0.4, color=colour, label=split)
+        ax.set_xticks(range(len(values)), values, fontsize=6, rotation=30)
+        note = f"{row['shift']}" + (f", V={row['cramers_v']:.2f}" if row["cramers_v"] is not None else "")
+        ax.set_title(f"{row['attribute']} ({note})", fontsize=7)
+        ax.set_ylim(0, 1)
+    axes[0][0].set_ylabel("share")
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)

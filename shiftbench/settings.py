@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from shiftbench.errors import InputError
+
 BREEDS_DEFAULT_URL = "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
 
 
@@ -21,6 +23,15 @@ def _path(env: Mapping[str, str], name: str) -> Path | None:
 
 def _flag(env: Mapping[str, str], name: str) -> bool:
     return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    text = env.get(name, "").strip()
+    if not text:
+        return default
+    if not text.lstrip("-").isdigit() or int(text) < minimum:
+        raise InputError(f"must be an integer >= {minimum}, got {text!r}", parameter=name)
+    return int(text)
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,10 @@ class Settings:
     gqa_scene_graphs: tuple[Path, ...] = ()
     tags_table: Path | None = None
     metashift_class_groups: Path | None = None
+    celeba_dir: Path | None = None
+    celeba_allow_partial: bool = False
+    sprites_per_combination: int = 100
+    sprites_seed: int = 0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -56,6 +71,10 @@ class Settings:
             ),
             tags_table=_path(env, "SHIFTBENCH_TAGS_TABLE"),
             metashift_class_groups=_path(env, "SHIFTBENCH_METASHIFT_CLASS_GROUPS"),
+            celeba_dir=_path(env, "SHIFTBENCH_CELEBA_DIR"),
+            celeba_allow_partial=_flag(env, "SHIFTBENCH_CELEBA_ALLOW_PARTIAL"),
+            sprites_per_combination=_int(env, "SHIFTBENCH_SPRITES_PER_COMBINATION", 100, minimum=1),
+            sprites_seed=_int(env, "SHIFTBENCH_SPRITES_SEED", 0, minimum=0),
         )
 
     @property
