@@ -1,6 +1,6 @@
 """The ``shiftbench`` command: the same Dagster jobs the UI runs, from a terminal.
 
-    shiftbench build [breeds|metashift] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
+    shiftbench build [breeds|metashift|conds] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
     shiftbench sql "SELECT ..." [--csv]
     shiftbench versions [BENCHMARK]
     shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
@@ -23,7 +23,7 @@ from typing import Any
 from shiftbench.errors import ShiftbenchError
 from shiftbench.settings import Settings
 
-FAMILIES = ("breeds", "metashift")
+FAMILIES = ("breeds", "metashift", "conds")
 # Warnings and errors only on the terminal; the full event log is in the instance (UI).
 _QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
@@ -145,6 +145,33 @@ def _metashift_plan(
     return plan
 
 
+def _conds_plan(
+    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
+) -> list[tuple[str, str, str, dict[str, Any]]]:
+    """ConDS cases; by default every case of every dataset whose source is configured."""
+    from shiftbench.conds.specs import load_specs
+    from shiftbench.errors import InputError
+
+    specs = load_specs()
+    unknown = [n for n in names or [] if n not in specs.cases]
+    if unknown:
+        shown = ", ".join(list(specs.cases)[:6])
+        raise InputError(
+            f"unknown benchmark {unknown[0]!r}; known: {shown}, ... ({len(specs.cases)} cases: see "
+            "'shiftbench build conds --list')",
+            parameter="--benchmark",
+        )
+    settings = Settings.from_env()
+    available = [d for d, spec in specs.datasets.items() if spec.source != "celeba" or settings.celeba_dir]
+    selected = names or [c for c, case in specs.cases.items() if case.dataset in available]
+    config: dict[str, Any] = {"overrides": {k: yaml_text(v) for k, v in overrides.items()}}
+    if publish_as:
+        config["publish_as"] = publish_as
+    for name in selected:  # validate every override before anything runs
+        specs.cases[name].with_overrides(overrides)
+    return [(name, "conds_cases", "conds__staged_case", config) for name in selected]
+
+
 def yaml_text(value: Any) -> str:
     """An override value back as the YAML scalar text the Dagster config carries."""
     import yaml
@@ -155,25 +182,46 @@ def yaml_text(value: Any) -> str:
 _INPUTS = {
     "breeds": ("breeds_inputs", "hierarchy, image list and calibrated hierarchy"),
     "metashift": ("metashift_inputs", "scene tables"),
+    "conds": ("conds_inputs", "attribute tables"),
 }
 
 
 def _inputs_summary(family: str, result: Any) -> str:
     if family == "breeds":
         return f"hierarchy: {result.output_for_node('breeds__calibrated_hierarchy').meta['kind']}"
+    if family == "conds":
+        meta = result.output_for_node("conds__attribute_tables").meta
+        return f"{meta['dataset']}: {meta['n_examples']} examples ({meta['source']})"
     meta = result.output_for_node("metashift__scene_tables").meta
     return f"annotations: {meta['dataset']}, {meta['n_images']} images, {meta['n_objects']} objects"
+
+
+def _benchmark_names(family: str) -> list[str]:
+    if family == "breeds":
+        from shiftbench.breeds.specs import load_specs as breeds_specs
+
+        return sorted(breeds_specs())
+    if family == "metashift":
+        from shiftbench.metashift.specs import load_specs as metashift_specs
+
+        return metashift_specs().names()
+    from shiftbench.conds.specs import load_specs as conds_specs
+
+    return conds_specs().names()
 
 
 def cmd_build(args: argparse.Namespace) -> int:
     from shiftbench.errors import InputError
 
+    if args.list:
+        print("\n".join(_benchmark_names(args.family)))
+        return 0
     settings = Settings.from_env()
     ensure_dagster_home(settings)
     overrides = _parse_sets(args.set or [])
     if args.name and (not args.benchmark or len(args.benchmark) != 1):
         raise InputError("--name needs exactly one --benchmark", parameter="--name")
-    planner = _breeds_plan if args.family == "breeds" else _metashift_plan
+    planner = {"breeds": _breeds_plan, "metashift": _metashift_plan, "conds": _conds_plan}[args.family]
     plan = planner(args.benchmark, overrides, args.name)
 
     import dagster as dg
@@ -183,15 +231,25 @@ def cmd_build(args: argparse.Namespace) -> int:
     instance = dg.DagsterInstance.get()
     started = time.monotonic()
     inputs_job, what = _INPUTS[args.family]
-    print(f"[inputs] building {what} ...", flush=True)
-    inputs = defs.resolve_job_def(inputs_job).execute_in_process(
-        instance=instance, run_config=_QUIET, raise_on_error=False
-    )
-    if not inputs.success:
-        print(f"error: {_run_error(inputs)}", file=sys.stderr)
-        print("nothing was published; previous versions are unchanged", file=sys.stderr)
-        return 2
-    print(f"[inputs] done in {time.monotonic() - started:.1f}s ({_inputs_summary(args.family, inputs)})", flush=True)
+    # Partitioned inputs (ConDS: one attribute table per dataset) run once per partition needed.
+    partitions: list[str | None] = [None]
+    if args.family == "conds":
+        from shiftbench.conds.specs import load_specs as load_conds_specs
+
+        cases = load_conds_specs().cases
+        partitions = list(dict.fromkeys(cases[name].dataset for name, *_ in plan))
+    for partition in partitions:
+        label = f" ({partition})" if partition else ""
+        print(f"[inputs] building {what}{label} ...", flush=True)
+        inputs = defs.resolve_job_def(inputs_job).execute_in_process(
+            instance=instance, run_config=_QUIET, raise_on_error=False, partition_key=partition
+        )
+        if not inputs.success:
+            print(f"error: {_run_error(inputs)}", file=sys.stderr)
+            print("nothing was published; previous versions are unchanged", file=sys.stderr)
+            return 2
+        summary = _inputs_summary(args.family, inputs)
+        print(f"[inputs] done in {time.monotonic() - started:.1f}s ({summary})", flush=True)
 
     failed = 0
     for index, (name, job_name, op, config) in enumerate(plan, start=1):
@@ -315,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--benchmark", action="append", metavar="NAME", help="repeatable; default: all")
     build.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec parameter")
     build.add_argument("--name", metavar="NEW", help="publish as a new benchmark NEW")
+    build.add_argument("--list", action="store_true", help="list the family's benchmark names and exit")
     build.set_defaults(func=cmd_build)
     sql = sub.add_parser("sql", help="run SQL against the catalog")
     sql.add_argument("query")

@@ -4,6 +4,8 @@
 - ``breeds_benchmarks``: one run per benchmark partition (stage -> blocking contract checks -> publish).
 - ``metashift_inputs``, ``metashift_collections``, ``metashift_tasks``: the same for MetaShift
   (parsed annotations; one run per collection or task partition).
+- ``conds_inputs``, ``conds_cases``: ConDS attribute tables (one run per dataset partition) and
+  cases (one run per case partition: stage -> checks of the case's definition -> publish).
 - ``observe_sources``: observes the raw files and specs (schedule at 02:50); the automation
   sensor (running by default) then rebuilds at 03:00 only what a changed data version or code
   version reaches, and never publishes past a failed blocking check.
@@ -18,7 +20,7 @@ import dagster as dg
 # way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in beta.*")
 
-from assets import breeds, metashift  # noqa: E402
+from assets import breeds, conds, metashift  # noqa: E402
 from pipelines.resources import ShiftbenchSettings  # noqa: E402
 
 breeds_inputs_job = dg.define_asset_job(
@@ -45,6 +47,26 @@ metashift_tasks_job = dg.define_asset_job(
     "metashift_tasks",
     selection=dg.AssetSelection.assets(*metashift.task_assets),
     description="Build, check and publish one MetaShift shift task per partition.",
+)
+conds_inputs_job = dg.define_asset_job(
+    "conds_inputs",
+    selection=dg.AssetSelection.assets(*conds.input_assets),
+    description="Read one ConDS dataset's attribute table per partition (CelebA, generated sprites, user tables).",
+)
+conds_cases_job = dg.define_asset_job(
+    "conds_cases",
+    selection=dg.AssetSelection.assets(*conds.case_assets),
+    description="Build, check and publish one ConDS case per partition.",
+)
+observe_conds_attribute_sources_job = dg.define_asset_job(
+    "observe_conds_attribute_sources",
+    selection=dg.AssetSelection.assets(conds.conds_attribute_sources.key),
+    description="Observe the ConDS attribute sources (one data version per dataset).",
+)
+observe_conds_case_specs_job = dg.define_asset_job(
+    "observe_conds_case_specs",
+    selection=dg.AssetSelection.assets(conds.conds_case_specs.key),
+    description="Observe the ConDS case specs (one data version per case).",
 )
 observe_sources_job = dg.define_asset_job(
     "observe_sources",
@@ -117,6 +139,9 @@ defs = dg.Definitions(
         *metashift.input_assets,
         *metashift.collection_assets,
         *metashift.task_assets,
+        *conds.raw_sources,
+        *conds.input_assets,
+        *conds.case_assets,
     ],
     jobs=[
         breeds_inputs_job,
@@ -128,12 +153,18 @@ defs = dg.Definitions(
         observe_specs_job,
         observe_metashift_collection_specs_job,
         observe_metashift_task_specs_job,
+        conds_inputs_job,
+        conds_cases_job,
+        observe_conds_attribute_sources_job,
+        observe_conds_case_specs_job,
     ],
     schedules=[
         observe_sources_schedule,
         observe_specs_schedule,
         _observe_partitioned(observe_metashift_collection_specs_job, metashift.COLLECTION_PARTITIONS),
         _observe_partitioned(observe_metashift_task_specs_job, metashift.TASK_PARTITIONS),
+        _observe_partitioned(observe_conds_attribute_sources_job, conds.DATASET_PARTITIONS),
+        _observe_partitioned(observe_conds_case_specs_job, conds.CASE_PARTITIONS),
     ],
     sensors=[automation_sensor],
     resources={"settings": ShiftbenchSettings()},

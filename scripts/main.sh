@@ -2,7 +2,8 @@
 # Set everything up and run the main jobs: build, check and publish all 16 BREEDS benchmarks on
 # the embedded sources (WordNet from Debian's packages, the packaged ImageNet validation labels,
 # the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR),
-# then the MetaShift collections and tasks (generated scene sample unless GQA files are set).
+# then the MetaShift collections and tasks (generated scene sample unless GQA files are set), then
+# the 34 ConDS cases on the generated sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +13,8 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 .venv/bin/shiftbench build breeds
 # MetaShift on SHIFTBENCH_GQA_SCENE_GRAPHS, or on the embedded generated scene sample when unset.
 .venv/bin/shiftbench build metashift
+# ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
+.venv/bin/shiftbench build conds
 
 query="SELECT family, benchmark, version, coalesce(params->>'hierarchy', sources->>'dataset') AS source, n_examples FROM benchmarks ORDER BY family, benchmark"
 echo
@@ -26,6 +29,7 @@ Outputs
 Try
   .venv/bin/shiftbench sql "SELECT superclass_name, domain, count(*) FROM breeds_subpopulations WHERE benchmark = 'entity13' GROUP BY ALL ORDER BY 1, 2"
   .venv/bin/shiftbench sql "SELECT benchmark, distance, paper_distance, n_train, n_test FROM metashift_tasks ORDER BY 1"
+  .venv/bin/shiftbench sql "SELECT benchmark, n_train, n_test, sc_observed_fraction, tv_distance FROM conds_cases ORDER BY tv_distance DESC"
   .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"
   DAGSTER_HOME=$DAGSTER_HOME SHIFTBENCH_HOME=$SHIFTBENCH_HOME .venv/bin/dagster dev    # the UI, with these runs
 MSG

@@ -28,7 +28,10 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "metashift_tasks",
         "metashift_task_communities",
     }
-    assert set(found) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", *metashift}
+    conds = {"conds_examples", "conds_cases", "conds_attributes", "conds_value_counts", "conds_cells"}
+    assert set(found) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", *metashift, *conds}
+    assert found["conds_examples"].additional_columns_type == "VARCHAR"
+    assert found["examples"].additional_columns_type is None
     for contract in found.values():
         assert contract.model.apiVersion == "v3.0.2"
         assert contract.primary_key[:2] == ["benchmark", "version"]

@@ -17,7 +17,8 @@ How a case is realised (ConDS Section 3 and Appendix A.1-A.2; Wiles et al. 2022)
     of a common value, label uniform within every value;
   - UDS (unseen data shift): ``uds_unseen_values`` get no training example at all.
 
-- Counts per cell are apportioned by largest remainders. Under SC the number of counterexamples
+- Counts per cell are apportioned by largest remainders (ties broken in a seeded random order,
+  so no value is favoured). Under SC the number of counterexamples
   is apportioned first (``round(N * f)``), so the drawn training set has exactly the asked
   fraction up to rounding; ``id_val`` is held out of every cell in proportion (same
   distribution as ``train``), again with counterexamples apportioned separately.
@@ -81,10 +82,11 @@ def cell_weights(case: CaseSpec) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema, orient="row")
 
 
-def apportion(total: int, weights: np.ndarray) -> np.ndarray:
+def apportion(total: int, weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Largest-remainder apportionment: every count is the floor or ceiling of its quota.
 
-    Ties go to the earlier cell, so the result is deterministic. (Hamilton's method; written
+    Equal remainders (every cell of a uniform case has one) are broken by a seeded random order,
+    not by cell order, which would always favour the first values. (Hamilton's method; written
     here because it is a few lines and no well-kept library exposes it for arrays.)
     """
     counts = np.zeros(len(weights), dtype=np.int64)
@@ -94,7 +96,8 @@ def apportion(total: int, weights: np.ndarray) -> np.ndarray:
     quotas = total * weights / mass
     counts = np.floor(quotas).astype(np.int64)
     left = total - int(counts.sum())
-    order = np.lexsort((np.arange(len(weights)), -(quotas - counts)))
+    remainders = np.round(quotas - counts, 9)  # float noise must not decide a tie
+    order = np.lexsort((rng.permutation(len(weights)), -remainders))
     counts[order[:left]] += 1
     return counts
 
@@ -103,21 +106,28 @@ def _round(x: float) -> int:
     return math.floor(x + 0.5)
 
 
-def _by_stratum(total: int, share_of_counterexamples: float, weights: np.ndarray, strata: np.ndarray) -> np.ndarray:
+def _by_stratum(
+    total: int, share_of_counterexamples: float, weights: np.ndarray, strata: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Apportion ``total`` over cells, counterexamples (if any stratum says so) first and exactly."""
     if not (strata == COUNTEREXAMPLE).any():
-        return apportion(total, weights)
+        return apportion(total, weights, rng)
     counter = _round(total * share_of_counterexamples)
     counts = np.zeros(len(weights), dtype=np.int64)
     for stratum, amount in ((ALIGNED, total - counter), (COUNTEREXAMPLE, counter)):
         mask = strata == stratum
-        counts[mask] = apportion(amount, weights[mask])
+        counts[mask] = apportion(amount, weights[mask], rng)
     return counts
+
+
+def _tie_breaker(case: CaseSpec, purpose: str) -> np.random.Generator:
+    return rng_for(case.seed, case.dataset, case.name, purpose)
 
 
 def train_counts(cells: pl.DataFrame, case: CaseSpec, size: int) -> np.ndarray:
     """Examples per cell in the drawn training distribution (``train`` + ``id_val``) of ``size``."""
-    return _by_stratum(size, case.sc_counterexample_fraction, cells["weight"].to_numpy(), cells["stratum"].to_numpy())
+    weights, strata = cells["weight"].to_numpy(), cells["stratum"].to_numpy()
+    return _by_stratum(size, case.sc_counterexample_fraction, weights, strata, _tie_breaker(case, "train"))
 
 
 def id_val_counts(cells: pl.DataFrame, drawn: np.ndarray, case: CaseSpec) -> np.ndarray:
@@ -125,7 +135,7 @@ def id_val_counts(cells: pl.DataFrame, drawn: np.ndarray, case: CaseSpec) -> np.
     total = _round(int(drawn.sum()) * case.id_val_fraction)
     strata = cells["stratum"].to_numpy()
     counter_share = float(drawn[strata == COUNTEREXAMPLE].sum()) / max(int(drawn.sum()), 1)
-    return _by_stratum(total, counter_share, drawn.astype(np.float64), strata)
+    return _by_stratum(total, counter_share, drawn.astype(np.float64), strata, _tie_breaker(case, "id_val"))
 
 
 def largest_train_size(cells: pl.DataFrame, case: CaseSpec, pools: np.ndarray) -> int:

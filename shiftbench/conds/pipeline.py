@@ -55,7 +55,11 @@ def _raw_table(
         n, seed = settings.sprites_per_combination, settings.sprites_seed
         key = sha256_text(f"{sprites.GENERATOR_VERSION}|{n}|{seed}")[:32]
         target = settings.cache_dir / "sprites" / key
-        publish_cache_dir(target, lambda tmp: sprites.write_sprites(tmp, n, seed) and None)
+
+        def generate(tmp: Path) -> None:
+            sprites.write_sprites(tmp, n, seed)
+
+        publish_cache_dir(target, generate)
         origin = {"generator": sprites.GENERATOR_VERSION, "n_per_combination": n, "seed": seed, "note": "generated"}
         return pl.read_parquet(target / "attributes.parquet"), origin, target, None
     assert dataset.path is not None

@@ -35,7 +35,7 @@ def cramers_v(table: np.ndarray) -> float | None:
     table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
     if min(table.shape) < 2:
         return None
-    return float(contingency.association(table, method="cramer"))
+    return round(float(contingency.association(table, method="cramer")), 12)
 
 
 def mutual_information_bits(table: np.ndarray) -> float:
@@ -45,7 +45,7 @@ def mutual_information_bits(table: np.ndarray) -> float:
         return 0.0
     p = table / total
     value = entropy(p.sum(axis=1), base=2) + entropy(p.sum(axis=0), base=2) - entropy(p.ravel(), base=2)
-    return max(0.0, float(value))  # rounding can give -1e-16
+    return round(max(0.0, float(value)), 12)  # rounding can give -1e-16
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,11 @@ def summarize(examples: pl.DataFrame, cells: pl.Series, case: CaseSpec) -> Shift
     with_cells = examples.with_columns(cells.alias("cell"))
     train_p = with_cells.filter(pl.col("split") == "train").group_by("cell").len("n_train")
     test_p = with_cells.filter(pl.col("split") == "test").group_by("cell").len("n_test")
-    joint = train_p.join(test_p, on="cell", how="full", coalesce=True).fill_null(0)
-    tv = 0.5 * float(
-        (joint["n_train"] / max(int(joint["n_train"].sum()), 1) - joint["n_test"] / max(int(joint["n_test"].sum()), 1))
-        .abs()
-        .sum()
-    )
+    # Sorted, summed in numpy, rounded: a group-by's row order must not reach the published bits.
+    joint = train_p.join(test_p, on="cell", how="full", coalesce=True).fill_null(0).sort("cell")
+    p_train = joint["n_train"].to_numpy() / max(int(joint["n_train"].sum()), 1)
+    p_test = joint["n_test"].to_numpy() / max(int(joint["n_test"].sum()), 1)
+    tv = round(0.5 * float(np.abs(p_train - p_test).sum()), 12)
     return ShiftSummary(value_counts, attributes, tv, _sc_fraction(examples, case), _ldd_ratio(value_counts, case))
 
 
@@ -128,7 +127,7 @@ def _sc_fraction(examples: pl.DataFrame, case: CaseSpec) -> float | None:
     aligned = pl.col(case.label.name).replace_strict(
         {y: case.aligned_value(attribute, y) for y in case.label.values}, return_dtype=pl.String
     )
-    return float(drawn.select((pl.col(attribute) != aligned).mean()).item())
+    return round(float(drawn.select((pl.col(attribute) != aligned).mean()).item()), 12)
 
 
 def _ldd_ratio(value_counts: pl.DataFrame, case: CaseSpec) -> float | None:
@@ -140,9 +139,10 @@ def _ldd_ratio(value_counts: pl.DataFrame, case: CaseSpec) -> float | None:
         value_counts.filter((pl.col("attribute") == attribute) & pl.col("split").is_in(TRAINING_SPLITS))
         .group_by("value")
         .agg(pl.col("n").sum())
+        .sort("value")
     )
     rare = counts.filter(pl.col("value").is_in(case.ldd_rare_values[attribute]))["n"].mean()
     common = counts.filter(~pl.col("value").is_in(case.ldd_rare_values[attribute]))["n"].mean()
     if not isinstance(rare, int | float) or not isinstance(common, int | float) or common == 0:
         return None
-    return float(rare) / float(common)
+    return round(float(rare) / float(common), 12)

@@ -69,8 +69,8 @@ def read_celeba_attributes(path: Path, *, allow_partial: bool = False) -> Celeba
     if wrong.height:
         first = wrong.row(0, named=True)
         raise InputError(
-            f"expected an image name and {N_ATTRIBUTES} values, found {len(first['tokens'])} fields "
-            f"({wrong.height} such lines)",
+            f"expected an image name and {N_ATTRIBUTES} values ({N_ATTRIBUTES + 1} fields), "
+            f"found {len(first['tokens'])} ({wrong.height} such lines)",
             path=path,
             line=int(first["line"]),
         )
