@@ -239,6 +239,14 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
             parameter="train_size",
         )
     drawn = train_counts(cells, case, size)
+    over = drawn > pools
+    if over.any():  # rounding is not monotone in the size: a smaller size can still miss by one
+        worst = int(np.argmax(drawn - pools))
+        raise InputError(
+            f"case {case.name}: train_size={size} needs {drawn[worst]} training examples in cell "
+            f"{_describe(cells['cell'][worst])}, whose train pool has {pools[worst]}; try train_size={largest}",
+            parameter="train_size",
+        )
     held = id_val_counts(cells, drawn, case)
     cells = cells.with_columns(
         pl.Series("train_pool", pools, dtype=pl.Int64),
