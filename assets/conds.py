@@ -12,10 +12,10 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
 from assets.automation import rebuild_condition
 from assets.metadata import (
+    OverridesConfig,
     artifact_output,
     contract_check_specs,
     metadata_table,
@@ -108,21 +108,6 @@ def attribute_tables(context: dg.AssetExecutionContext, settings: ShiftbenchSett
     return artifact_output(artifact, int(artifact.meta["n_examples"]))
 
 
-class CondsBuildConfig(dg.Config):
-    """Overrides of case parameters (recorded in benchmarks.params) and an optional new name."""
-
-    overrides: dict[str, str] = Field(
-        default_factory=dict,
-        description="KEY: VALUE overrides as YAML scalars (e.g. train_size: '2000', allow_scale_down: 'true').",
-    )
-    publish_as: str | None = Field(default=None, description="Publish as a new benchmark of this name.")
-
-    def parsed(self) -> dict[str, object]:
-        from shiftbench.breeds.specs import parse_override_value
-
-        return {key: parse_override_value(value) for key, value in self.overrides.items()}
-
-
 @dg.asset(
     key=["conds", "staged_case"],
     ins={
@@ -143,7 +128,7 @@ class CondsBuildConfig(dg.Config):
 )
 def staged_case(
     context: dg.AssetExecutionContext,
-    config: CondsBuildConfig,
+    config: OverridesConfig,
     settings: ShiftbenchSettings,
     source: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:

@@ -5,6 +5,7 @@ from typing import Any
 
 import dagster as dg
 import polars as pl
+from pydantic import Field
 
 from shiftbench.cache import CachedArtifact
 from shiftbench.contracts import RuleResult, failures
@@ -107,3 +108,21 @@ def publish_with_metadata(settings: Settings, staged: StagedVersion, query: str)
         "catalog": dg.MetadataValue.path(str(settings.catalog_path)),
         "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {settings.catalog_path}\n{query};\n```"),
     }
+
+
+class OverridesConfig(dg.Config):
+    """Overrides of spec parameters (recorded in benchmarks.params) and an optional new name.
+
+    Values are YAML scalars as text, so one config serves every parameter of a family's specs.
+    """
+
+    overrides: dict[str, str] = Field(
+        default_factory=dict,
+        description="KEY: VALUE overrides as YAML scalars (e.g. edge_threshold: '0.2', allow_scale_down: 'true').",
+    )
+    publish_as: str | None = Field(default=None, description="Publish as a new benchmark of this name.")
+
+    def parsed(self) -> dict[str, object]:
+        from shiftbench.breeds.specs import parse_override_value
+
+        return {key: parse_override_value(value) for key, value in self.overrides.items()}

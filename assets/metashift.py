@@ -16,10 +16,10 @@ from dataclasses import asdict
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
 from assets.automation import rebuild_condition
 from assets.metadata import (
+    OverridesConfig,
     artifact_output,
     contract_check_specs,
     metadata_table,
@@ -116,24 +116,9 @@ def scene_tables(context: dg.AssetExecutionContext, settings: ShiftbenchSettings
     return artifact_output(artifact, int(artifact.meta["n_objects"]))
 
 
-class MetashiftBuildConfig(dg.Config):
-    """Overrides of spec parameters (recorded in benchmarks.params) and an optional new name."""
-
-    overrides: dict[str, str] = Field(
-        default_factory=dict,
-        description="KEY: VALUE overrides as YAML scalars (e.g. edge_threshold: '0.2', allow_scale_down: 'true').",
-    )
-    publish_as: str | None = Field(default=None, description="Publish as a new benchmark of this name.")
-
-    def parsed(self) -> dict[str, object]:
-        from shiftbench.breeds.specs import parse_override_value
-
-        return {key: parse_override_value(value) for key, value in self.overrides.items()}
-
-
 def _stage(
     context: dg.AssetExecutionContext,
-    config: MetashiftBuildConfig,
+    config: OverridesConfig,
     settings: ShiftbenchSettings,
     scenes: CachedArtifact,
     *,
@@ -170,7 +155,7 @@ def _stage(
 )
 def staged_collection(
     context: dg.AssetExecutionContext,
-    config: MetashiftBuildConfig,
+    config: OverridesConfig,
     settings: ShiftbenchSettings,
     scenes: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
@@ -192,7 +177,7 @@ def staged_collection(
 )
 def staged_task(
     context: dg.AssetExecutionContext,
-    config: MetashiftBuildConfig,
+    config: OverridesConfig,
     settings: ShiftbenchSettings,
     scenes: CachedArtifact,
 ) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:

@@ -6,10 +6,8 @@ produce a new spec and are recorded in the published params.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import yaml
 
 from shiftbench.breeds.tasks import SPLITS, TaskParams
 from shiftbench.errors import InputError
+from shiftbench.spec_files import parse_yaml, spec_texts
 
 SPEC_FIELDS = ("level", "n_subclasses", "split", "seed", "ancestor")
 
@@ -64,11 +63,7 @@ def validate_spec(spec: BreedsSpec, source: str) -> BreedsSpec:
 
 
 def parse_specs(text: str, source: str) -> dict[str, BreedsSpec]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"invalid YAML: {exc}", path=source, line=mark.line + 1 if mark else None) from None
+    data = parse_yaml(text, source)
     if not isinstance(data, dict) or data.get("family") != "breeds" or not isinstance(data.get("benchmarks"), dict):
         raise InputError("expected a mapping with family: breeds and a benchmarks mapping", path=source)
     defaults = dict(data.get("defaults") or {})
@@ -92,18 +87,9 @@ def parse_specs(text: str, source: str) -> dict[str, BreedsSpec]:
 
 def load_specs(extra: Path | None = None) -> dict[str, BreedsSpec]:
     """Shipped specs, plus those of ``SHIFTBENCH_BREEDS_SPECS`` (same format) when set."""
-    text = resources.files("shiftbench").joinpath("specs/breeds.yaml").read_text("utf-8")
-    specs = parse_specs(text, "shiftbench/specs/breeds.yaml")
-    extra_value = extra or (
-        Path(os.environ["SHIFTBENCH_BREEDS_SPECS"]) if os.environ.get("SHIFTBENCH_BREEDS_SPECS") else None
-    )
-    if extra_value is not None:
-        try:
-            extra_text = extra_value.read_text("utf-8")
-        except FileNotFoundError:
-            raise InputError("spec file not found", path=extra_value, parameter="SHIFTBENCH_BREEDS_SPECS") from None
-        for name, spec in parse_specs(extra_text, str(extra_value)).items():
-            specs[name] = spec
+    specs: dict[str, BreedsSpec] = {}
+    for text, source in spec_texts("breeds", "SHIFTBENCH_BREEDS_SPECS", extra):
+        specs.update(parse_specs(text, source))
     return specs
 
 

@@ -15,13 +15,11 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shiftbench.errors import InputError
+from shiftbench.spec_files import check_fraction, check_int, parse_yaml, spec_texts
 
 SHIFTS = ("sc", "ldd", "uds")
 PAIRS = (("sc", "ldd"), ("sc", "uds"), ("ldd", "uds"))
@@ -125,30 +123,12 @@ class CaseSpec:
         return validate_case(replace(self, **values), "overrides")
 
 
-def _check_int(value: Any, parameter: str, minimum: int, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"{where}: must be an integer >= {minimum}, got {value!r}", parameter=parameter)
-    return value
-
-
-def _check_fraction(
-    value: Any, parameter: str, where: str, *, low_open: bool = False, high_open: bool = False
-) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    number = float(value) if ok else float("nan")
-    inside = ok and (number > 0.0 if low_open else number >= 0.0) and (number < 1.0 if high_open else number <= 1.0)
-    if not inside:
-        bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"{where}: must be a number in {bounds}, got {value!r}", parameter=parameter)
-    return number
-
-
 def _train_size(value: Any, where: str) -> int | None:
     if value is None or value == "max":
         return None
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
-    return _check_int(value, "train_size", 1, where)
+    return check_int(value, "train_size", 1, where)
 
 
 def validate_case(case: CaseSpec, source: str) -> CaseSpec:
@@ -174,12 +154,12 @@ def validate_case(case: CaseSpec, source: str) -> CaseSpec:
         if len(attribute.values) < 2 or len(set(attribute.values)) != len(attribute.values):
             raise InputError(f"{where}: {attribute.name} needs at least two distinct values", parameter=attribute.name)
     if case.train_size is not None:
-        _check_int(case.train_size, "train_size", 1, where)
-    _check_int(case.test_per_cell, "test_per_cell", 1, where)
-    _check_fraction(case.id_val_fraction, "id_val_fraction", where, high_open=True)
-    _check_int(case.seed, "seed", 0, where)
-    _check_fraction(case.sc_counterexample_fraction, "sc_counterexample_fraction", where, high_open=True)
-    _check_fraction(case.ldd_rare_frequency, "ldd_rare_frequency", where, low_open=True, high_open=True)
+        check_int(case.train_size, "train_size", 1, where)
+    check_int(case.test_per_cell, "test_per_cell", 1, where)
+    check_fraction(case.id_val_fraction, "id_val_fraction", where, high_open=True)
+    check_int(case.seed, "seed", 0, where)
+    check_fraction(case.sc_counterexample_fraction, "sc_counterexample_fraction", where, high_open=True)
+    check_fraction(case.ldd_rare_frequency, "ldd_rare_frequency", where, low_open=True, high_open=True)
     if not isinstance(case.allow_scale_down, bool):
         raise InputError(f"{where}: must be true or false", parameter="allow_scale_down")
     by_name = {a.name: a for a in case.attributes}
@@ -375,11 +355,7 @@ class CondsSpecs:
 
 
 def parse_specs(text: str, source: str) -> CondsSpecs:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"invalid YAML: {exc}", path=source, line=mark.line + 1 if mark else None) from None
+    data = parse_yaml(text, source)
     if not isinstance(data, dict) or data.get("family") != "conds":
         raise InputError("expected a mapping with family: conds", path=source)
     defaults = dict(data.get("case_defaults") or {})
@@ -393,18 +369,12 @@ def parse_specs(text: str, source: str) -> CondsSpecs:
 
 def load_specs(extra: Path | None = None) -> CondsSpecs:
     """Shipped specs, plus datasets of ``SHIFTBENCH_CONDS_SPECS`` (same format)."""
-    text = resources.files("shiftbench").joinpath("specs/conds.yaml").read_text("utf-8")
-    specs = parse_specs(text, "shiftbench/specs/conds.yaml")
-    env = os.environ.get("SHIFTBENCH_CONDS_SPECS")
-    extra_path = extra or (Path(env) if env else None)
-    if extra_path is None:
-        return specs
-    try:
-        extra_text = extra_path.read_text("utf-8")
-    except FileNotFoundError:
-        raise InputError("spec file not found", path=extra_path, parameter="SHIFTBENCH_CONDS_SPECS") from None
-    more = parse_specs(extra_text, str(extra_path))
-    clash = sorted(set(more.datasets) & set(specs.datasets))
-    if clash:
-        raise InputError(f"dataset {clash[0]!r} is already shipped: choose another name", path=extra_path)
-    return CondsSpecs({**specs.datasets, **more.datasets}, {**specs.cases, **more.cases})
+    (text, source), *more = spec_texts("conds", "SHIFTBENCH_CONDS_SPECS", extra)
+    specs = parse_specs(text, source)
+    for extra_text, extra_source in more:
+        added = parse_specs(extra_text, extra_source)
+        clash = sorted(set(added.datasets) & set(specs.datasets))
+        if clash:
+            raise InputError(f"dataset {clash[0]!r} is already shipped: choose another name", path=extra_source)
+        specs = CondsSpecs({**specs.datasets, **added.datasets}, {**specs.cases, **added.cases})
+    return specs

@@ -7,45 +7,22 @@ Overrides (CLI ``--set``, Dagster config) make a new validated spec and are reco
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from shiftbench.errors import InputError
 from shiftbench.metashift.embedding import check_embedding
 from shiftbench.metashift.metagraph import COMMUNITY_METHODS, check_edge_threshold
 from shiftbench.metashift.subsets import check_context_kinds, parse_subset_name
+from shiftbench.spec_files import check_bool, check_fraction, check_int, parse_yaml, spec_texts
 
 TASK_KINDS = ("domain_generalization", "subpopulation")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
 # Roles of a community in a task: train of this variant, train of another variant (only for
 # leakage rules and the distance graph), test, val (OOD validation), majority / minority groups.
 ROLES = ("train", "other_train", "test", "val", "majority", "minority")
-
-
-def _check_int(value: Any, parameter: str, minimum: int, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {source})", parameter=parameter)
-    return value
-
-
-def _check_fraction(value: Any, parameter: str, source: str, *, open_right: bool = False) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if not ok or not (0.0 <= float(value) < 1.0 if open_right else 0.0 <= float(value) <= 1.0):
-        bound = "[0, 1)" if open_right else "[0, 1]"
-        raise InputError(f"must be a number in {bound}, got {value!r} (in {source})", parameter=parameter)
-    return float(value)
-
-
-def _check_bool(value: Any, parameter: str, source: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {value!r} (in {source})", parameter=parameter)
-    return value
 
 
 @dataclass(frozen=True)
@@ -88,8 +65,8 @@ def _as_kinds(value: Any) -> tuple[str, ...]:
 
 def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
     check_context_kinds(list(spec.context_kinds))
-    _check_int(spec.min_subset_size, "min_subset_size", 1, source)
-    _check_int(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
+    check_int(spec.min_subset_size, "min_subset_size", 1, source)
+    check_int(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
     check_edge_threshold(spec.edge_threshold)
     check_embedding(spec.embedding, spec.embedding_dim)
     if spec.community_method not in COMMUNITY_METHODS:
@@ -97,8 +74,8 @@ def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
             f"must be one of {', '.join(COMMUNITY_METHODS)}, got {spec.community_method!r} (in {source})",
             parameter="community_method",
         )
-    _check_int(spec.seed, "seed", 0, source)
-    _check_bool(spec.group_classes, "group_classes", source)
+    check_int(spec.seed, "seed", 0, source)
+    check_bool(spec.group_classes, "group_classes", source)
     return spec
 
 
@@ -189,13 +166,13 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
         raise InputError(f"{where}: must be one of {', '.join(COMMUNITY_EMBEDDINGS)}", parameter="community_embedding")
     check_embedding(spec.embedding, spec.embedding_dim)
     check_edge_threshold(spec.edge_threshold)
-    _check_int(spec.min_subset_size, "min_subset_size", 1, where)
-    _check_int(spec.seed, "seed", 0, where)
-    _check_fraction(spec.id_val_fraction, "id_val_fraction", where, open_right=True)
-    _check_bool(spec.allow_scale_down, "allow_scale_down", where)
-    _check_int(spec.train_size, "train_size", len(spec.classes), where)
+    check_int(spec.min_subset_size, "min_subset_size", 1, where)
+    check_int(spec.seed, "seed", 0, where)
+    check_fraction(spec.id_val_fraction, "id_val_fraction", where, high_open=True)
+    check_bool(spec.allow_scale_down, "allow_scale_down", where)
+    check_int(spec.train_size, "train_size", len(spec.classes), where)
     if spec.test_size is not None:
-        _check_int(spec.test_size, "test_size", 1, where)
+        check_int(spec.test_size, "test_size", 1, where)
     names = [c.name for c in spec.communities]
     if len(set(names)) != len(names):
         raise InputError(f"{where}: a community name is used twice", parameter="communities")
@@ -232,7 +209,7 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     if spec.kind == "subpopulation":
         if spec.minority_fraction is None:
             raise InputError(f"{where}: needs minority_fraction", parameter="minority_fraction")
-        _check_fraction(spec.minority_fraction, "minority_fraction", where)
+        check_fraction(spec.minority_fraction, "minority_fraction", where)
         if spec.test_size is None or spec.test_size % (2 * len(spec.classes)):
             raise InputError(
                 f"{where}: test_size must be a multiple of the number of groups ({2 * len(spec.classes)})",
@@ -338,11 +315,7 @@ class MetashiftSpecs:
 
 
 def parse_specs(text: str, source: str) -> MetashiftSpecs:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"invalid YAML: {exc}", path=source, line=mark.line + 1 if mark else None) from None
+    data = parse_yaml(text, source)
     if not isinstance(data, dict) or data.get("family") != "metashift":
         raise InputError("expected a mapping with family: metashift", path=source)
     ontology = data.get("general_contexts") or {}
@@ -373,19 +346,14 @@ def parse_specs(text: str, source: str) -> MetashiftSpecs:
 
 def load_specs(extra: Path | None = None) -> MetashiftSpecs:
     """Shipped specs, plus collections and tasks of ``SHIFTBENCH_METASHIFT_SPECS`` (same format)."""
-    text = resources.files("shiftbench").joinpath("specs/metashift.yaml").read_text("utf-8")
-    specs = parse_specs(text, "shiftbench/specs/metashift.yaml")
-    env = os.environ.get("SHIFTBENCH_METASHIFT_SPECS")
-    extra_path = extra or (Path(env) if env else None)
-    if extra_path is None:
-        return specs
-    try:
-        extra_text = extra_path.read_text("utf-8")
-    except FileNotFoundError:
-        raise InputError("spec file not found", path=extra_path, parameter="SHIFTBENCH_METASHIFT_SPECS") from None
-    more = parse_specs(extra_text, str(extra_path))
-    return MetashiftSpecs(
-        {**specs.general_contexts, **more.general_contexts},
-        {**specs.collections, **more.collections},
-        {**specs.tasks, **more.tasks},
-    )
+    parsed = [
+        parse_specs(text, source) for text, source in spec_texts("metashift", "SHIFTBENCH_METASHIFT_SPECS", extra)
+    ]
+    specs = parsed[0]
+    for more in parsed[1:]:
+        specs = MetashiftSpecs(
+            {**specs.general_contexts, **more.general_contexts},
+            {**specs.collections, **more.collections},
+            {**specs.tasks, **more.tasks},
+        )
+    return specs
