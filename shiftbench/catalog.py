@@ -63,7 +63,11 @@ def render_catalog_sql(store: Path) -> list[str]:
     for name, contract in sorted(all_contracts.items()):
         if name == "benchmarks":
             continue
-        statements.append(template.replace("{{table}}", name).replace("{{source}}", _table_source(store, contract)))
+        statements.append(
+            template.replace("{{table}}", name)
+            .replace("{{key}}", contract.store_key)
+            .replace("{{source}}", _table_source(store, contract))
+        )
     return statements
 
 

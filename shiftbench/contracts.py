@@ -84,6 +84,18 @@ class Contract:
         return None
 
     @property
+    def store_key(self) -> str:
+        """The column naming the store entry a row's version belongs to (``customProperties: storeKey``).
+
+        ``benchmark`` for split tables; ``run`` for ERM results, whose ``benchmark`` column names the
+        split they were trained on while the version is the run's.
+        """
+        for custom in self.schema.customProperties or []:
+            if custom.property == "storeKey":
+                return str(custom.value)
+        return "benchmark"
+
+    @property
     def primary_key(self) -> list[str]:
         keyed = [p for p in self.properties if p.primaryKey]
         return [str(p.name) for p in sorted(keyed, key=lambda p: p.primaryKeyPosition or 0)]

@@ -186,3 +186,42 @@ def conds_value_shares(value_counts: pl.DataFrame, attributes: pl.DataFrame, tit
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return _png(fig)
+
+
+def erm_learning_curve(curve: pl.DataFrame, best_iteration: int, title: str) -> bytes:
+    """Training loss and the selection split's accuracy per evaluation, with the selected iterate."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
+    for (split, metric), part in sorted(curve.group_by("split", "metric"), key=lambda kv: str(kv[0])):
+        part = part.sort("iteration")
+        axis = left if metric == "loss_avg" else right
+        axis.plot(part["iteration"].to_list(), part["value"].to_list(), label=f"{split} {metric}", linewidth=1.2)
+    for axis, label in ((left, "cross-entropy"), (right, "accuracy")):
+        axis.axvline(best_iteration, color="grey", linestyle=":", linewidth=1)
+        axis.set_xlabel("iteration")
+        axis.set_ylabel(label)
+        axis.legend(fontsize=6)
+    right.set_ylim(0, 1.02)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def erm_id_vs_ood(results: pl.DataFrame, title: str) -> bytes:
+    """Average and worst-group accuracy on every evaluated split (ID splits first, OOD after)."""
+    order = ["train", "ood_train", "id_val", "id_test", "val", "test"]
+    accuracy = results.filter(pl.col("metric").is_in(["acc_avg", "acc_wg"]))
+    splits = [s for s in order if s in set(accuracy["eval_split"].to_list())]
+    fig, ax = plt.subplots(figsize=(1.3 * len(splits) + 2, 3))
+    for offset, metric, colour in ((-0.2, "acc_avg", "#4C72B0"), (0.2, "acc_wg", "#DD8452")):
+        values = []
+        for split in splits:
+            row = accuracy.filter((pl.col("eval_split") == split) & (pl.col("metric") == metric))
+            values.append(row["value"][0] if row.height and row["value"][0] is not None else 0.0)
+        ax.bar([k + offset for k in range(len(splits))], values, width=0.4, color=colour, label=metric)
+    ax.set_xticks(range(len(splits)), splits, fontsize=7)
+    ax.set_ylim(0, 1.02)
+    ax.set_ylabel("accuracy")
+    ax.legend(fontsize=7)
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)

@@ -63,9 +63,15 @@ def stage_check_publish(
 ) -> PublishOutcome:
     """Publish a version only if every contract holds; otherwise raise and publish nothing."""
     staged = Store(settings.store_dir).stage(family, benchmark, tables, manifest_extra=manifest_extra)
+    return check_and_publish(settings, staged)
+
+
+def check_and_publish(settings: Settings, staged: StagedVersion) -> PublishOutcome:
+    """Publish a staged version only if every contract holds; otherwise raise and publish nothing."""
     results = check_staged(staged)
     if failures(results):
         raise ContractViolation(
-            f"{benchmark} version {staged.version} breaks its contracts, not published: {describe_failures(results)}"
+            f"{staged.benchmark} version {staged.version} breaks its contracts, not published: "
+            f"{describe_failures(results)}"
         )
     return PublishOutcome(staged, publish_staged(settings, staged), results)

@@ -14,3 +14,9 @@ import numpy as np
 def rng_for(seed: int, *names: str) -> np.random.Generator:
     digest = hashlib.sha256("|".join([str(seed), *names]).encode()).digest()
     return np.random.default_rng(int.from_bytes(digest[:8], "little"))
+
+
+def seed_for(seed: int, *names: str) -> int:
+    """A 63-bit integer seed for libraries that take one (torch generators)."""
+    digest = hashlib.sha256("|".join([str(seed), *names]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1

@@ -52,6 +52,7 @@ class Settings:
     celeba_allow_partial: bool = False
     sprites_per_combination: int = 100
     sprites_seed: int = 0
+    gqa_images_dir: Path | None = None  # Visual Genome / GQA images, <image_id>.jpg (ERM on MetaShift)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -75,6 +76,7 @@ class Settings:
             celeba_allow_partial=_flag(env, "SHIFTBENCH_CELEBA_ALLOW_PARTIAL"),
             sprites_per_combination=_int(env, "SHIFTBENCH_SPRITES_PER_COMBINATION", 100, minimum=1),
             sprites_seed=_int(env, "SHIFTBENCH_SPRITES_SEED", 0, minimum=0),
+            gqa_images_dir=_path(env, "SHIFTBENCH_GQA_IMAGES_DIR"),
         )
 
     @property
@@ -84,6 +86,11 @@ class Settings:
     @property
     def cache_dir(self) -> Path:
         return self.home / "cache"
+
+    @property
+    def runs_dir(self) -> Path:
+        """Scratch space of training runs (outputs before they are published)."""
+        return self.home / "runs"
 
     @property
     def catalog_path(self) -> Path:

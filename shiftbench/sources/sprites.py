@@ -64,23 +64,43 @@ def _inside(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 def render(sprite: Sprite) -> np.ndarray:
     """One image as an (64, 64, 3) uint8 array (only the shape's bounding window is supersampled)."""
-    scale = SIZES[sprite.size]
+    return rasterize(
+        sprite.shape,
+        OBJECT_COLORS[sprite.object_color],
+        BACKGROUND_COLORS[sprite.background_color],
+        SIZES[sprite.size],
+        sprite.x,
+        sprite.y,
+        sprite.angle,
+    )
+
+
+def rasterize(
+    shape: str,
+    foreground: tuple[int, int, int],
+    background: tuple[int, int, int],
+    scale: float,
+    x: float,
+    y: float,
+    angle: float,
+) -> np.ndarray:
+    """A shape of half-extent ``scale`` centred at (x, y), rotated by ``angle``, on a plain background."""
     reach = _REACH * scale
-    top, left = (max(0, int(np.floor(c - reach))) for c in (sprite.y, sprite.x))
-    bottom, right = (min(IMAGE_SIZE, int(np.ceil(c + reach))) for c in (sprite.y, sprite.x))
+    top, left = (max(0, int(np.floor(c - reach))) for c in (y, x))
+    bottom, right = (min(IMAGE_SIZE, int(np.ceil(c + reach))) for c in (y, x))
     rows = top + (np.arange((bottom - top) * _SUPERSAMPLE) + 0.5) / _SUPERSAMPLE
     cols = left + (np.arange((right - left) * _SUPERSAMPLE) + 0.5) / _SUPERSAMPLE
     py, px = np.meshgrid(rows, cols, indexing="ij")
-    dx, dy = px - sprite.x, py - sprite.y
-    cos, sin = np.cos(sprite.angle), np.sin(sprite.angle)
+    dx, dy = px - x, py - y
+    cos, sin = np.cos(angle), np.sin(angle)
     u = (cos * dx + sin * dy) / scale
     v = (-sin * dx + cos * dy) / scale
-    hit = _inside(sprite.shape, u, v).astype(np.float64)
+    hit = _inside(shape, u, v).astype(np.float64)
     coverage = np.zeros((IMAGE_SIZE, IMAGE_SIZE, 1))
     window = hit.reshape(bottom - top, _SUPERSAMPLE, right - left, _SUPERSAMPLE).mean(axis=(1, 3))
     coverage[top:bottom, left:right, 0] = window
-    fg = np.array(OBJECT_COLORS[sprite.object_color], dtype=np.float64)
-    bg = np.array(BACKGROUND_COLORS[sprite.background_color], dtype=np.float64)
+    fg = np.array(foreground, dtype=np.float64)
+    bg = np.array(background, dtype=np.float64)
     return np.rint(coverage * fg + (1 - coverage) * bg).astype(np.uint8)
 
 

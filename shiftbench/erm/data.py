@@ -1,0 +1,208 @@
+"""A published split as torch data: WILDS-style ``(x, y, metadata)``, a uint8 image cache, loaders.
+
+The job reads the split version's Parquet files with pyarrow only (GPU images have torch and
+pyarrow, not polars or duckdb) and decodes images with Pillow (no torchvision, see models.py).
+
+Two input paths:
+
+- :class:`ImageCache` decodes every image once, resized to ``image_size``, into one uint8
+  tensor ``[N, 3, H, W]`` kept on the training device when it fits (64x64: 12 KiB an image,
+  a million images in 12 GiB). Batches are gathered by index on the device and normalised there,
+  so training is not input-bound. This is the default whenever the cache fits its budget.
+- :class:`SplitDataset` decodes per item (a ``torch.utils.data.Dataset`` for a DataLoader with
+  workers): the path for datasets too large to cache, and the naive baseline of the benchmark.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import torch
+from PIL import Image
+
+from shiftbench.errors import InputError
+
+# ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+_BASE_COLUMNS = {"benchmark", "version", "example_id", "split", "y"}
+
+
+@dataclass(frozen=True)
+class SplitTable:
+    """The examples of one benchmark version, in ``example_id`` order."""
+
+    benchmark: str
+    version: str
+    example_ids: list[str]
+    splits: np.ndarray  # str
+    y: np.ndarray  # int64
+    group_index: np.ndarray  # int64, indexes group_names
+    group_names: list[str]  # every group of the benchmark, sorted
+    class_names: list[str]  # class_names[y]
+    metadata: np.ndarray  # int64 [N, len(metadata_fields)]
+    metadata_fields: list[str]
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+    def indices(self, split: str) -> np.ndarray:
+        return np.flatnonzero(self.splits == split)
+
+    @property
+    def split_names(self) -> list[str]:
+        order = ["train", "ood_train", "id_val", "val", "id_test", "test"]
+        present = set(self.splits.tolist())
+        return [s for s in order if s in present] + sorted(present - set(order))
+
+
+def read_split(version_dir: Path) -> SplitTable:
+    """``examples.parquet`` (and the family's attribute table when there is one) of a version."""
+    path = version_dir / "examples.parquet"
+    if not path.is_file():
+        raise InputError("no examples table in this version", path=path)
+    table = pq.read_table(path).sort_by("example_id")
+    columns = {name: table.column(name).to_pylist() for name in ("example_id", "split", "y", "y_name", "group")}
+    y = np.asarray(columns["y"], dtype=np.int64)
+    if y.size == 0:
+        raise InputError("the benchmark has no examples", path=path)
+    names: dict[int, str] = {}
+    for label, name in zip(y.tolist(), columns["y_name"], strict=True):
+        if names.setdefault(label, name) != name:
+            raise InputError(f"label {label} has two names: {names[label]!r} and {name!r}", path=path)
+    if y.min() < 0 or sorted(names) != list(range(len(names))):
+        raise InputError(
+            f"labels must be 0..K-1 without gaps; found {sorted(names)[:10]}{' ...' if len(names) > 10 else ''}",
+            path=path,
+        )
+    group_names = sorted(set(columns["group"]))
+    position = {g: i for i, g in enumerate(group_names)}
+    group_index = np.asarray([position[g] for g in columns["group"]], dtype=np.int64)
+    fields, values = ["group", "y"], [group_index, y]
+    attributes = version_dir / "conds_examples.parquet"
+    if attributes.is_file():  # ConDS: the attributes are WILDS metadata fields
+        extra = pq.read_table(attributes).sort_by("example_id")
+        if extra.column("example_id").to_pylist() != columns["example_id"]:
+            raise InputError("conds_examples and examples list different examples", path=attributes)
+        for name in extra.column_names:
+            if name in _BASE_COLUMNS:
+                continue
+            raw = [str(v) for v in extra.column(name).to_pylist()]
+            levels = {v: i for i, v in enumerate(sorted(set(raw)))}
+            fields.append(name)
+            values.append(np.asarray([levels[v] for v in raw], dtype=np.int64))
+    versions = set(table.column("version").to_pylist())
+    benchmarks = set(table.column("benchmark").to_pylist())
+    return SplitTable(
+        benchmark=benchmarks.pop(),
+        version=versions.pop(),
+        example_ids=list(columns["example_id"]),
+        splits=np.asarray(columns["split"]),
+        y=y,
+        group_index=group_index,
+        group_names=group_names,
+        class_names=[names[k] for k in range(len(names))],
+        metadata=np.stack(values, axis=1),
+        metadata_fields=fields,
+    )
+
+
+def image_paths(example_ids: Sequence[str], image_root: Path, template: str) -> list[Path]:
+    """Where each example's image is; fails listing how many are missing and the first ones."""
+    if not image_root.is_dir():
+        raise InputError("image root is not a directory", path=image_root, parameter="image_root")
+    paths = [image_root / template.format(example_id) for example_id in example_ids]
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        first = ", ".join(str(p) for p in missing[:3])
+        raise InputError(
+            f"{len(missing):,} of {len(paths):,} images are missing (template {template!r}); first: {first}",
+            path=image_root,
+            parameter="image_root",
+        )
+    return paths
+
+
+def decode(path: Path, image_size: int) -> np.ndarray:
+    """One image as uint8 ``[3, S, S]``: RGB, resized (bilinear, with antialiasing) when needed."""
+    try:
+        with Image.open(path) as image:
+            rgb = image.convert("RGB")
+            if rgb.size != (image_size, image_size):
+                rgb = rgb.resize((image_size, image_size), Image.Resampling.BILINEAR)
+            return np.array(rgb, dtype=np.uint8).transpose(2, 0, 1)
+    except OSError as exc:
+        raise InputError(f"cannot decode image: {exc}", path=path) from None
+
+
+class ImageCache:
+    """All images of a run decoded once into one uint8 tensor (on the device when it fits)."""
+
+    def __init__(self, paths: Sequence[Path], image_size: int, device: torch.device, workers: int | None = None):
+        self.images = torch.empty((len(paths), 3, image_size, image_size), dtype=torch.uint8)
+        # Pillow releases the GIL while decoding and resizing: threads scale without pickling.
+        with ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
+            for index, array in enumerate(pool.map(lambda p: decode(p, image_size), paths, chunksize=64)):
+                self.images[index] = torch.from_numpy(array)
+        if device.type == "cuda":
+            self.images = self.images.to(device, non_blocking=False)
+
+    @staticmethod
+    def bytes_needed(n: int, image_size: int) -> int:
+        return n * 3 * image_size * image_size
+
+    def batch(self, index: torch.Tensor) -> torch.Tensor:
+        return self.images.index_select(0, index.to(self.images.device))
+
+
+class SplitDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int, torch.Tensor]]):
+    """WILDS-style items ``(x uint8 [3, S, S], y, metadata)`` decoded on access."""
+
+    def __init__(self, table: SplitTable, paths: Sequence[Path], indices: np.ndarray, image_size: int) -> None:
+        self.table, self.paths, self.indices, self.image_size = table, paths, indices, image_size
+
+    def __len__(self) -> int:
+        return int(self.indices.shape[0])
+
+    def __getitem__(self, item: int) -> tuple[torch.Tensor, int, torch.Tensor]:
+        row = int(self.indices[item])
+        x = torch.from_numpy(decode(self.paths[row], self.image_size))
+        return x, int(self.table.y[row]), torch.from_numpy(self.table.metadata[row])
+
+
+def normalize(batch: torch.Tensor, *, channels_last: bool) -> torch.Tensor:
+    """uint8 ``[B, 3, H, W]`` -> float, ImageNet-normalised, on the batch's device."""
+    x = batch.float().div_(255.0)
+    mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
+    x = x.sub_(mean).div_(std)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Shuffled epochs without replacement, forever (a short last batch is dropped unless it is all)."""
+    pool = torch.from_numpy(indices)
+    while True:
+        order = pool[torch.randperm(pool.numel(), generator=generator)]
+        full = max(1, order.numel() // batch_size)
+        for start in range(0, full * batch_size, batch_size):
+            yield order[start : start + batch_size]
+
+
+def group_balanced_batches(
+    indices: np.ndarray, group_index: np.ndarray, batch_size: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """Every group equally likely per draw, examples uniform within it (WILDS ``uniform_over_groups``)."""
+    groups = group_index[indices]
+    counts = np.bincount(groups)
+    weights = torch.from_numpy(1.0 / counts[groups]).double()
+    pool = torch.from_numpy(indices)
+    while True:
+        yield pool[torch.multinomial(weights, batch_size, replacement=True, generator=generator)]

@@ -1,0 +1,150 @@
+"""The training job's entry point: ``python -m shiftbench.erm.job`` (under Dagster Pipes or by hand).
+
+Lean on purpose (ARCHITECTURE "Scale plan"): it imports torch, numpy, pyarrow, Pillow and,
+when launched by Dagster, ``dagster-pipes`` (no dependencies of its own), so it runs in a plain
+GPU image. Everything dataset-specific (where images are, which preset) is resolved by the
+launcher and arrives as one JSON job description:
+
+    {"split_dir": ".../store/conds/<benchmark>/versions/<version>",
+     "image_root": "...", "path_template": "images/{}.png",
+     "config": {... TrainConfig ...}, "out_dir": "..."}
+
+Outputs in ``out_dir``: ``metrics.parquet`` (eval_split, metric, group, value), ``curve.parquet``
+(iteration, split, metric, value), ``model.pt`` and ``run.json``; or ``error.json`` with the
+message of a bad input (exit code 2). The launcher publishes the results; this job never writes
+to the store.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from shiftbench.erm.data import image_paths, read_split
+from shiftbench.erm.train import TrainConfig, TrainResult, train
+from shiftbench.errors import InputError
+
+JOB_FORMAT = 1
+
+
+def _stderr(message: str) -> None:
+    print(f"[train] {message}", file=sys.stderr, flush=True)
+
+
+def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[str, Any]:
+    """Train and write the outputs; returns the run summary (also ``run.json``)."""
+    for key in ("split_dir", "image_root", "path_template", "config", "out_dir"):
+        if key not in job:
+            raise InputError("missing from the job description", parameter=key)
+    out_dir = Path(job["out_dir"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = TrainConfig.from_mapping(job["config"])
+    table = read_split(Path(job["split_dir"]))
+    paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
+    log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
+    result = train(table, paths, config, out_dir, log)
+    _write_outputs(out_dir, result)
+    summary = {
+        "job_format": JOB_FORMAT,
+        "benchmark": table.benchmark,
+        "split_version": table.version,
+        "config": config.as_dict(),
+        "selection_split": result.selection_split,
+        "selection_metric": config.selection_metric,
+        "best_iteration": result.best_iteration,
+        "iterations": result.iterations,
+        "stopped_early": result.stopped_early,
+        "device": result.device,
+        "precision": result.precision,
+        "cached": result.cached,
+        "train_images_per_s": result.train_images_per_s,
+        "timings": result.timings,
+        "weights": {"file": result.weights_path.name, "sha256": result.weights_sha256},
+        "torch": torch.__version__,
+        "splits": {s: int(table.indices(s).size) for s in table.split_names},
+        "metadata_fields": table.metadata_fields,
+    }
+    (out_dir / "run.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
+    return summary
+
+
+def _write_outputs(out_dir: Path, result: TrainResult) -> None:
+    metrics = pa.table(
+        {
+            "eval_split": [m.eval_split for m in result.metrics],
+            "metric": [m.metric for m in result.metrics],
+            "group": pa.array([m.group for m in result.metrics], pa.string()),
+            "value": pa.array([m.value for m in result.metrics], pa.float64()),
+        }
+    )
+    pq.write_table(metrics, out_dir / "metrics.parquet")
+    curve = pa.table(
+        {
+            "iteration": pa.array([c[0] for c in result.curve], pa.int64()),
+            "split": [c[1] for c in result.curve],
+            "metric": [c[2] for c in result.curve],
+            "value": pa.array([c[3] for c in result.curve], pa.float64()),
+        }
+    )
+    pq.write_table(curve, out_dir / "curve.parquet")
+
+
+def _fail(out_dir: Path | None, exc: InputError) -> int:
+    _stderr(f"error: {exc}")
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / "error.json").write_text(json.dumps({"error": str(exc)}), encoding="utf-8")
+    return 2
+
+
+def _run_under_pipes() -> int:
+    from dagster_pipes import open_dagster_pipes
+
+    with open_dagster_pipes() as pipes:
+        job = pipes.get_extra("job")
+        out_dir = Path(job["out_dir"]) if "out_dir" in job else None
+        try:
+            started = time.perf_counter()
+
+            def log(message: str) -> None:
+                pipes.log.info(message)  # the Dagster run's event log
+                _stderr(message)  # the terminal, through the forwarded stdio
+
+            summary = run_job(job, log=log)
+        except InputError as exc:
+            return _fail(out_dir, exc)
+        pipes.report_custom_message({"run": summary, "wall_s": time.perf_counter() - started})
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        from dagster_pipes import PipesEnvVarParamsLoader
+
+        loader = PipesEnvVarParamsLoader()  # type: ignore[no-untyped-call]
+        if argv is None and loader.is_dagster_pipes_process():
+            return _run_under_pipes()
+    except ImportError:  # a GPU image without dagster-pipes: the job still runs by hand
+        pass
+    parser = argparse.ArgumentParser(prog="python -m shiftbench.erm.job", description=__doc__.splitlines()[0])
+    parser.add_argument("job", type=Path, help="a JSON job description (see the module docstring)")
+    args = parser.parse_args(argv)
+    job = json.loads(args.job.read_text(encoding="utf-8"))
+    try:
+        run_job(job)
+    except InputError as exc:
+        return _fail(Path(job["out_dir"]) if "out_dir" in job else None, exc)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

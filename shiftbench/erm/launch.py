@@ -1,0 +1,317 @@
+"""Launching ERM runs: from a benchmark name to a job description, and from job outputs to a version.
+
+The launcher knows the warehouse (which version, where each source's images are, which preset);
+the job (:mod:`shiftbench.erm.job`) knows only torch. Between them travels one JSON job
+description, so the same job runs in-process, as a local subprocess or in a GPU pod.
+
+Results are published like every table: staged as a content-addressed version of the *run*
+``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``), checked against the contracts of
+``erm_results``, ``erm_runs`` and ``erm_curves``, then made latest. The run's tables carry the
+split's ``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot
+are attached to the version (``files/``) and listed with checksums in its manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from shiftbench import plots
+from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
+from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
+from shiftbench.erm.standin import write_standins
+from shiftbench.erm.train import TrainConfig
+from shiftbench.errors import InputError
+from shiftbench.publishing import PublishOutcome, check_and_publish, environment
+from shiftbench.settings import Settings
+from shiftbench.spec_files import parse_yaml, spec_texts
+from shiftbench.store import Store
+
+FAMILY = "erm"
+CODE_VERSION = "erm-1"
+STANDIN = "standin"
+_EPOCH_KEYS = ("max_epochs", "lr_drop_epochs")
+
+
+@dataclass(frozen=True)
+class ImageSource:
+    root: Path
+    template: str
+    kind: str  # imagenet | gqa | celeba | sprites | user | standin
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    run: str
+    benchmark: str
+    family: str
+    dataset: str
+    split_version: str
+    split_dir: Path
+    preset: str
+    config: dict[str, Any]
+    images: ImageSource
+    n_train: int
+
+    def job(self, out_dir: Path) -> dict[str, Any]:
+        return {
+            "split_dir": str(self.split_dir),
+            "image_root": str(self.images.root),
+            "path_template": self.images.template,
+            "config": self.config,
+            "out_dir": str(out_dir),
+        }
+
+
+def load_presets() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The shipped presets, then those of ``$SHIFTBENCH_ERM_PRESETS`` (same layout; same names replace)."""
+    presets: dict[str, dict[str, Any]] = {}
+    defaults: dict[str, str] = {}
+    for text, source in spec_texts("erm", "SHIFTBENCH_ERM_PRESETS"):
+        data = parse_yaml(text, source) or {}
+        if not isinstance(data, dict) or not isinstance(data.get("presets", {}), dict):
+            raise InputError("expected a mapping with 'presets' (name -> parameters) and 'defaults'", path=source)
+        for name, values in data.get("presets", {}).items():
+            if not isinstance(values, dict):
+                raise InputError(f"preset {name!r} must be a mapping of parameters", path=source)
+            presets[str(name)] = dict(values)
+        defaults.update({str(k): str(v) for k, v in (data.get("defaults") or {}).items()})
+    return presets, defaults
+
+
+def _preset_for(family: str, dataset: str, preset: str | None) -> tuple[str, dict[str, Any]]:
+    presets, defaults = load_presets()
+    name = preset or defaults.get(f"{family}/{dataset}") or defaults[family]
+    if name not in presets:
+        raise InputError(f"unknown preset {name!r}; known: {', '.join(sorted(presets))}", parameter="preset")
+    return name, dict(presets[name])
+
+
+def resolve_config(values: Mapping[str, Any], n_train: int) -> dict[str, Any]:
+    """A full, validated TrainConfig dict; epoch counts become iterations for this training split."""
+    values = dict(values)
+    batch = int(values.get("batch_size", TrainConfig.batch_size))
+    per_epoch = max(1, math.ceil(n_train / batch))
+    if "max_epochs" in values:
+        values["max_iters"] = int(values.pop("max_epochs")) * per_epoch
+    if "lr_drop_epochs" in values:
+        drops = values.pop("lr_drop_epochs")
+        drops = drops.split(",") if isinstance(drops, str) else drops
+        values["lr_milestones"] = [int(e) * per_epoch for e in drops]
+    return TrainConfig.from_mapping(values).as_dict()
+
+
+def _images(settings: Settings, manifest: Mapping[str, Any], family: str, dataset: str) -> ImageSource:
+    """The default image root of the split's source (README "ERM baselines" lists them)."""
+    if family == "breeds":
+        if settings.imagenet_dir is None:
+            raise InputError(
+                "BREEDS images live in an ImageNet root: set SHIFTBENCH_IMAGENET_DIR (and rebuild the benchmark with "
+                "it, for the training split) or pass --image-root standin",
+                parameter="image_root",
+            )
+        return ImageSource(settings.imagenet_dir, "{}", "imagenet")
+    if family == "metashift":
+        if settings.gqa_images_dir is None:
+            raise InputError(
+                "MetaShift images are Visual Genome / GQA images: set SHIFTBENCH_GQA_IMAGES_DIR (<image_id>.jpg) "
+                "or pass --image-root (standin for generated stand-ins)",
+                parameter="image_root",
+            )
+        return ImageSource(settings.gqa_images_dir, "{}.jpg", "gqa")
+    if dataset == "celeba":
+        if settings.celeba_dir is None:
+            raise InputError("set SHIFTBENCH_CELEBA_DIR (with img_align_celeba/)", parameter="image_root")
+        return ImageSource(settings.celeba_dir, "img_align_celeba/{}", "celeba")
+    origin = manifest.get("origin", {})
+    template = manifest.get("example_path")
+    if dataset == "sprites" and origin.get("image_root") and template:
+        return ImageSource(Path(origin["image_root"]), str(template), "sprites")
+    raise InputError(
+        f"no known image root for dataset {dataset!r}: pass --image-root DIR and --path-template",
+        parameter="image_root",
+    )
+
+
+def plan_run(
+    settings: Settings,
+    benchmark: str,
+    *,
+    version: str | None = None,
+    seed: int = 0,
+    preset: str | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    image_root: str | None = None,
+    path_template: str | None = None,
+) -> RunPlan:
+    """Everything a run needs, checked before anything trains."""
+    store = Store(settings.store_dir)
+    family = store.family_of(benchmark)
+    if family is None or family == FAMILY:
+        known = sorted({v.benchmark for v in store.versions() if v.family != FAMILY})
+        hint = f"; published: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}" if known else ""
+        raise InputError(f"no published benchmark {benchmark!r}{hint}", parameter="benchmark")
+    if version is None:
+        latest = store.latest(benchmark, family=family)
+        if latest is None:
+            raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
+        version = latest.version
+    staged = store.staged(family, benchmark, version)
+    manifest = staged.manifest()
+    dataset = str(manifest.get("params", {}).get("dataset") or manifest.get("sources", {}).get("dataset") or family)
+    examples = pl.read_parquet(staged.table_path("examples"), columns=["example_id", "split", "y", "group"])
+    name, values = _preset_for(family, dataset, preset)
+    values.update(dict(overrides or {}))
+    values["seed"] = seed
+    train_split = str(values.get("train_split", "train"))
+    n_train = examples.filter(pl.col("split") == train_split).height
+    config = resolve_config(values, n_train)
+    if image_root == STANDIN:
+        root = settings.cache_dir / "standin" / f"{benchmark}-{version}"
+        write_standins(examples, root)
+        images = ImageSource(root, STANDIN_TEMPLATE, STANDIN)
+    elif image_root:
+        images = ImageSource(
+            Path(image_root), path_template or _images_template(settings, manifest, family, dataset), "user"
+        )
+    else:
+        images = _images(settings, manifest, family, dataset)
+        if path_template:
+            images = ImageSource(images.root, path_template, images.kind)
+    run = f"{benchmark}.{name}.{config['model']}.seed{seed}"
+    return RunPlan(run, benchmark, family, dataset, version, staged.path, name, config, images, n_train)
+
+
+def _images_template(settings: Settings, manifest: Mapping[str, Any], family: str, dataset: str) -> str:
+    try:
+        return _images(settings, manifest, family, dataset).template
+    except InputError:
+        return "{}"
+
+
+def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """The run's tables from the job's outputs, and its summary (``run.json``)."""
+    summary: dict[str, Any] = json.loads((out_dir / "run.json").read_text("utf-8"))
+    if summary["split_version"] != plan.split_version or summary["benchmark"] != plan.benchmark:
+        raise InputError(f"{out_dir}: outputs belong to another split", parameter="out_dir")
+    common = {
+        "run": plan.run,
+        "split_version": plan.split_version,
+        "family": plan.family,
+        "model": plan.config["model"],
+        "preset": plan.preset,
+        "seed": plan.config["seed"],
+    }
+    keyed = [pl.lit(v).alias(k) for k, v in common.items()]
+    results = (
+        pl.read_parquet(out_dir / "metrics.parquet").with_columns(keyed).with_columns(pl.col("seed").cast(pl.Int64))
+    )
+    curves = pl.read_parquet(out_dir / "curve.parquet").with_columns(
+        pl.lit(plan.run).alias("run"), pl.lit(plan.split_version).alias("split_version")
+    )
+    config = summary["config"]
+    runs = pl.DataFrame(
+        [
+            {
+                **common,
+                "benchmark": plan.benchmark,
+                "dataset": plan.dataset,
+                "selection_split": summary["selection_split"],
+                "selection_metric": summary["selection_metric"],
+                "best_iteration": summary["best_iteration"],
+                "iterations": summary["iterations"],
+                "stopped_early": summary["stopped_early"],
+                "n_train": plan.n_train,
+                "device": summary["device"],
+                "precision": summary["precision"],
+                "image_source": plan.images.kind,
+                "config": json.dumps(config, sort_keys=True),
+                "weights_sha256": summary["weights"]["sha256"],
+            }
+        ],
+        schema_overrides={"seed": pl.Int64, "best_iteration": pl.Int64, "iterations": pl.Int64, "n_train": pl.Int64},
+    )
+    tables = {
+        "erm_results": results.with_columns(pl.lit(plan.benchmark).alias("benchmark")),
+        "erm_curves": curves.with_columns(pl.lit(plan.benchmark).alias("benchmark")),
+        "erm_runs": runs,
+    }
+    return tables, summary
+
+
+def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[PublishOutcome, dict[str, Any]]:
+    """Check the job's outputs against the contracts and publish them as a version of the run."""
+    tables, summary = result_tables(plan, out_dir)
+    title = f"{plan.run} on {plan.benchmark} {plan.split_version}"
+    attachments = {
+        "model.pt": (out_dir / "model.pt").read_bytes(),
+        "learning_curve.png": plots.erm_learning_curve(tables["erm_curves"], summary["best_iteration"], title),
+        "id_vs_ood.png": plots.erm_id_vs_ood(tables["erm_results"], title),
+    }
+    manifest = {
+        "code_version": CODE_VERSION,
+        "environment": {**environment(), "torch": summary["torch"]},
+        "split": {"family": plan.family, "benchmark": plan.benchmark, "version": plan.split_version},
+        "images": {
+            "root": str(plan.images.root),
+            "template": plan.images.template,
+            "source": plan.images.kind,
+            **({"generator": STANDIN_VERSION} if plan.images.kind == STANDIN else {}),
+        },
+        "params": plan.config,
+        "preset": plan.preset,
+        "weights": {"file": "files/model.pt", "sha256": summary["weights"]["sha256"]},
+        "training": {
+            k: summary[k]
+            for k in ("device", "precision", "cached", "train_images_per_s", "timings", "selection_split", "splits")
+        },
+    }
+    store = Store(settings.store_dir)
+    staged = store.stage(FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments)
+    outcome = check_and_publish(settings, staged)
+    return outcome, summary
+
+
+def job_error(out_dir: Path) -> str | None:
+    """The message a failed job left in ``error.json`` (bad input), if any."""
+    path = out_dir / "error.json"
+    if not path.is_file():
+        return None
+    return str(json.loads(path.read_text("utf-8"))["error"])
+
+
+def scratch_dir(settings: Settings, plan: RunPlan, token: str) -> Path:
+    path = settings.runs_dir / plan.run / token
+    if path.exists():
+        shutil.rmtree(path)
+    return path
+
+
+def headline(results: pl.DataFrame) -> dict[str, float | None]:
+    """The few numbers a reader looks at first: average and worst-group accuracy per split, and gaps."""
+    keep = results.filter(
+        pl.col("metric").is_in(["acc_avg", "acc_wg"])
+        | pl.col("metric").str.starts_with("acc_gap:")
+        | pl.col("metric").str.starts_with("acc_relative:")
+    )
+    return {
+        f"{row['eval_split']}/{row['metric']}": row["value"]
+        for row in keep.sort("eval_split", "metric").iter_rows(named=True)
+    }
+
+
+def train_in_process(
+    settings: Settings, plan: RunPlan, out_dir: Path, log: Callable[[str], None] = print
+) -> tuple[PublishOutcome, dict[str, Any]]:
+    """Train in this process and publish: for library users and notebooks (Dagster uses a subprocess)."""
+    from shiftbench.erm.job import run_job
+
+    run_job(plan.job(out_dir), log=log)
+    return publish_run(settings, plan, out_dir)

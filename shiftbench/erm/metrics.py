@@ -1,0 +1,87 @@
+"""WILDS-style evaluation metrics, named in one vocabulary.
+
+Per evaluated split: ``count``, ``acc_avg`` (accuracy over examples), ``loss_avg`` (mean
+cross-entropy), ``acc_wg`` (accuracy of the worst non-empty group; its ``group`` is that group),
+and for every group of the benchmark ``acc_group:<group>`` and ``count_group:<group>``. A group
+with no example in the split has count 0 and accuracy NULL and never counts as the worst group
+(WILDS reports groups the same way). Across splits: ``acc_gap:<id split>`` (ID accuracy minus this
+split's, positive when OOD is worse) and ``acc_relative:<id split>`` (this split's accuracy over
+the ID one: BREEDS's relative accuracy, target over source). ``test`` is compared with ``id_test``,
+or with ``id_val`` when the benchmark has no ``id_test`` (ConDS); ``val`` with ``id_val``.
+
+The grouping is the benchmark's own ``group`` column, written by the split builders (BREEDS
+subclass, MetaShift community, ConDS cell), so training and the split definition share it.
+Plain numpy: the training job imports this module, and it must run without polars.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# OOD split -> its ID reference, first evaluated one wins (ConDS has no id_test: test vs id_val).
+ID_REFERENCE = {"test": ("id_test", "id_val"), "val": ("id_val",)}
+
+
+@dataclass(frozen=True)
+class Metric:
+    eval_split: str
+    metric: str
+    group: str | None
+    value: float | None
+
+
+def split_metrics(
+    eval_split: str,
+    y_true: np.ndarray,
+    y_pred: np.ndarray,
+    losses: np.ndarray,
+    group_index: np.ndarray,
+    group_names: Sequence[str],
+) -> list[Metric]:
+    """The metrics of one split; ``group_index[i]`` indexes ``group_names`` (all groups of the benchmark)."""
+    n = int(y_true.shape[0])
+    if not (y_pred.shape[0] == losses.shape[0] == group_index.shape[0] == n):
+        raise ValueError("y_true, y_pred, losses and group_index must have the same length")
+    correct = (y_true == y_pred).astype(np.float64)
+    out = [Metric(eval_split, "count", None, float(n))]
+    out.append(Metric(eval_split, "acc_avg", None, float(correct.mean()) if n else None))
+    out.append(Metric(eval_split, "loss_avg", None, float(losses.astype(np.float64).mean()) if n else None))
+    counts = np.bincount(group_index, minlength=len(group_names)) if n else np.zeros(len(group_names), np.int64)
+    hits = np.bincount(group_index, weights=correct, minlength=len(group_names)) if n else np.zeros(len(group_names))
+    worst: tuple[float, str] | None = None
+    per_group = []
+    for index, name in enumerate(group_names):
+        count = int(counts[index])
+        accuracy = float(hits[index] / count) if count else None
+        per_group.append(Metric(eval_split, f"acc_group:{name}", name, accuracy))
+        per_group.append(Metric(eval_split, f"count_group:{name}", name, float(count)))
+        if accuracy is not None and (worst is None or accuracy < worst[0]):
+            worst = (accuracy, name)  # ties keep the first group in the benchmark's order
+    out.append(Metric(eval_split, "acc_wg", worst[1] if worst else None, worst[0] if worst else None))
+    return out + per_group
+
+
+def gap_metrics(metrics: Sequence[Metric]) -> list[Metric]:
+    """ID-vs-OOD comparisons for every OOD split whose ID reference was evaluated too."""
+    accuracy = {m.eval_split: m.value for m in metrics if m.metric == "acc_avg"}
+    out = []
+    for ood, references in ID_REFERENCE.items():
+        reference = next((r for r in references if accuracy.get(r) is not None), None)
+        ood_acc = accuracy.get(ood)
+        if ood_acc is None or reference is None:
+            continue
+        id_acc = accuracy[reference]
+        assert id_acc is not None
+        out.append(Metric(ood, f"acc_gap:{reference}", None, id_acc - ood_acc))
+        out.append(Metric(ood, f"acc_relative:{reference}", None, ood_acc / id_acc if id_acc > 0 else None))
+    return out
+
+
+def value_of(metrics: Sequence[Metric], eval_split: str, metric: str) -> float | None:
+    for m in metrics:
+        if m.eval_split == eval_split and m.metric == metric:
+            return m.value
+    return None

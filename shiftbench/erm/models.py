@@ -1,0 +1,198 @@
+"""Models in plain torch: ResNet-18/50, a small CNN and an MLP for tiny images.
+
+Written here rather than imported from torchvision because torchvision does not load against the
+CPU torch wheel of these machines (SOURCES.md). The ResNets follow torchvision's architecture and
+parameter names (``conv1``, ``bn1``, ``layer1.0.conv1`` ..., ``fc``), so a torchvision or
+``robustness`` checkpoint loads into them unchanged. Every model names its last layer
+``fc``: the linear-probe mode retrains only that layer.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from shiftbench.errors import InputError
+
+
+class BasicBlock(nn.Module):
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        result: torch.Tensor = self.relu(out + identity)
+        return result
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)  # stride on the 3x3 (torchvision v1.5)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, planes * 4, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * 4)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        identity = x if self.downsample is None else self.downsample(x)
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        result: torch.Tensor = self.relu(out + identity)
+        return result
+
+
+class ResNet(nn.Module):
+    def __init__(self, block: type[BasicBlock] | type[Bottleneck], layers: list[int], num_classes: int) -> None:
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        self.layer1 = self._layer(block, 64, layers[0], 1)
+        self.layer2 = self._layer(block, 128, layers[1], 2)
+        self.layer3 = self._layer(block, 256, layers[2], 2)
+        self.layer4 = self._layer(block, 512, layers[3], 2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512 * block.expansion, num_classes)
+        for module in self.modules():
+            if isinstance(module, nn.Conv2d):
+                nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(module, nn.BatchNorm2d):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+        for module in self.modules():  # zero-init the last BN of each residual branch (Goyal et al.)
+            if isinstance(module, Bottleneck):
+                nn.init.zeros_(module.bn3.weight)
+            elif isinstance(module, BasicBlock):
+                nn.init.zeros_(module.bn2.weight)
+
+    def _layer(
+        self, block: type[BasicBlock] | type[Bottleneck], planes: int, blocks: int, stride: int
+    ) -> nn.Sequential:
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * block.expansion, 1, stride, bias=False),
+                nn.BatchNorm2d(planes * block.expansion),
+            )
+        layers: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        logits: torch.Tensor = self.fc(torch.flatten(self.avgpool(x), 1))
+        return logits
+
+
+class SmallCNN(nn.Module):
+    """Four conv-BN-ReLU-pool blocks and a linear head: enough for 64x64 generated images."""
+
+    def __init__(self, num_classes: int, width: int = 32) -> None:
+        super().__init__()
+        channels = [3, width, width * 2, width * 4, width * 8]
+        blocks: list[nn.Module] = []
+        for cin, cout in itertools.pairwise(channels):
+            blocks += [nn.Conv2d(cin, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+            blocks.append(nn.MaxPool2d(2))
+        self.features = nn.Sequential(*blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc = nn.Linear(channels[-1], num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.fc(self.features(x))
+        return logits
+
+
+class MLP(nn.Module):
+    """Two hidden layers on the flattened pixels (ConDS's simplest baseline for tiny images)."""
+
+    def __init__(self, num_classes: int, image_size: int, hidden: int = 512) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(3 * image_size * image_size, hidden),
+            nn.ReLU(inplace=True),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(inplace=True),
+        )
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits: torch.Tensor = self.fc(self.features(x))
+        return logits
+
+
+_BUILDERS: dict[str, Callable[[int, int], nn.Module]] = {
+    "resnet18": lambda k, _: ResNet(BasicBlock, [2, 2, 2, 2], k),
+    "resnet50": lambda k, _: ResNet(Bottleneck, [3, 4, 6, 3], k),
+    "small_cnn": lambda k, _: SmallCNN(k),
+    "mlp": lambda k, size: MLP(k, size),
+}
+MODELS = tuple(_BUILDERS)
+
+
+def build_model(name: str, num_classes: int, image_size: int) -> nn.Module:
+    if name not in _BUILDERS:
+        raise InputError(f"unknown model {name!r}; known: {', '.join(MODELS)}", parameter="model")
+    return _BUILDERS[name](num_classes, image_size)
+
+
+def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool) -> list[str]:
+    """Load a user's weights (a state dict, or a dict with ``state_dict``/``model``; ``module.`` prefixes
+    stripped). With ``keep_head=False`` the ``fc`` layer is skipped, for a checkpoint trained on other
+    classes. Returns the names of the parameters left at their initial values."""
+    if not path.is_file():
+        raise InputError("checkpoint not found", path=path, parameter="init_checkpoint")
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise InputError(f"not a torch checkpoint: {exc}", path=path, parameter="init_checkpoint") from None
+    for key in ("state_dict", "model"):
+        if isinstance(payload, dict) and isinstance(payload.get(key), dict):
+            payload = payload[key]
+    if not isinstance(payload, dict):
+        raise InputError("expected a state dict", path=path, parameter="init_checkpoint")
+    state = {str(k).removeprefix("module."): v for k, v in payload.items()}
+    if not keep_head:
+        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    own = model.state_dict()
+    wrong = [k for k, v in state.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
+    if wrong:
+        raise InputError(
+            f"shape mismatch for {wrong[0]}: checkpoint {tuple(state[wrong[0]].shape)}, "
+            f"model {tuple(own[wrong[0]].shape)}",
+            path=path,
+            parameter="init_checkpoint",
+        )
+    result = model.load_state_dict(state, strict=False)
+    if result.unexpected_keys:
+        raise InputError(
+            f"{len(result.unexpected_keys)} parameters do not belong to this model, e.g. {result.unexpected_keys[0]}",
+            path=path,
+            parameter="init_checkpoint",
+        )
+    return list(result.missing_keys)

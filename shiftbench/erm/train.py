@@ -1,0 +1,396 @@
+"""ERM training with early stopping and model selection, then WILDS-style evaluation of every split.
+
+Protocol (the papers' presets live in ``specs/erm.yaml``): iterations, not epochs; evaluate the
+selection split every ``eval_every`` iterations; keep the best weights; stop after ``patience``
+evaluations without improvement (ConDS Appendix A.4) or at ``max_iters``. Model selection uses
+OOD validation (``val``) when the split has one, else ID validation (``id_val``) (WILDS Section
+5.3); the results say which. On a GPU: bf16 autocast, channels_last, optional torch.compile. On
+CPU: deterministic algorithms, so a seed gives the same weights and metrics every run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from shiftbench.erm.data import (
+    ImageCache,
+    SplitTable,
+    decode,
+    group_balanced_batches,
+    normalize,
+    standard_batches,
+)
+from shiftbench.erm.metrics import Metric, gap_metrics, split_metrics, value_of
+from shiftbench.erm.models import MODELS, build_model, load_checkpoint
+from shiftbench.errors import InputError
+from shiftbench.seeding import seed_for
+
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""
+
+    model: str = "small_cnn"
+    optimizer: str = "adam"  # adam | sgd
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9  # sgd only
+    batch_size: int = 128
+    max_iters: int = 10_000
+    eval_every: int = 100
+    patience: int = 20  # evaluations without improvement before stopping; 0 = never stop early
+    lr_milestones: tuple[int, ...] = ()  # iterations where the learning rate is multiplied by lr_gamma
+    lr_gamma: float = 0.1
+    loader: str = "standard"  # standard | group_balanced
+    image_size: int = 64
+    train_split: str = "train"
+    selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
+    selection_metric: str = "acc_avg"  # or acc_wg
+    init_checkpoint: str | None = None
+    linear_probe: bool = False  # retrain only the last layer (BREEDS Section 5.1)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32
+    channels_last: bool | None = None  # None: on for cuda
+    compile: bool = False
+    cache: str = "auto"  # auto (when it fits cache_budget_gib) | on | off
+    cache_budget_gib: float = 16.0
+    eval_batch_size: int = 512
+    decode_workers: int = 0  # 0: one per core, at most 16
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise InputError(f"unknown training parameter; known: {', '.join(sorted(known))}", parameter=unknown[0])
+        cleaned = {name: _coerce(value, str(known[name].type), name) for name, value in values.items()}
+        config = cls(**cleaned)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        def need(ok: bool, parameter: str, message: str) -> None:
+            if not ok:
+                raise InputError(message, parameter=parameter)
+
+        need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        for name in ("batch_size", "max_iters", "eval_every", "image_size", "eval_batch_size"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(isinstance(self.patience, int) and self.patience >= 0, "patience", "must be an integer >= 0")
+        need(self.loader in {"standard", "group_balanced"}, "loader", "must be standard or group_balanced")
+        need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
+        need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
+        need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
+        need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")
+        need(0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]")
+        need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["lr_milestones"] = list(self.lr_milestones)
+        return values
+
+
+def _coerce(value: Any, kind: str, name: str) -> Any:
+    """Values from YAML, ``--set`` or JSON to the field's type (``5e-5`` is a string to YAML 1.1)."""
+    if value is None and "None" in kind:
+        return None
+    try:
+        if kind.startswith("tuple"):
+            items = value.split(",") if isinstance(value, str) else ([] if value is None else list(value))
+            return tuple(int(v) for v in items if str(v).strip())
+        if kind.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind.startswith("bool"):
+            if isinstance(value, str) and value.lower() in {"true", "false"}:
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        return str(value)
+    except (TypeError, ValueError):
+        raise InputError(f"expected {kind}, got {value!r}", parameter=name) from None
+
+
+@dataclass
+class TrainResult:
+    metrics: list[Metric]
+    curve: list[tuple[int, str, str, float]]  # (iteration, split, metric, value)
+    selection_split: str | None
+    best_iteration: int
+    iterations: int
+    stopped_early: bool
+    weights_path: Path
+    weights_sha256: str
+    device: str
+    precision: str
+    cached: bool
+    timings: dict[str, float] = field(default_factory=dict)
+    train_images_per_s: float | None = None
+
+
+def resolve_device(requested: str) -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(requested)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(
+            f"a GPU was requested but torch {torch.__version__} sees none (torch.cuda.is_available() is False); "
+            "use device=cpu or auto",
+            parameter="device",
+        )
+    return device
+
+
+def choose_selection(config: TrainConfig, splits: Sequence[str]) -> str | None:
+    if config.selection == "last":
+        return None
+    if config.selection != "auto":
+        if config.selection not in splits:
+            raise InputError(f"the benchmark has no {config.selection!r} split", parameter="selection")
+        return config.selection
+    return next((s for s in ("val", "id_val") if s in splits), None)
+
+
+class _Batches:
+    """uint8 batches by example index: from the cache, or decoded per batch by a thread pool."""
+
+    def __init__(self, paths: Sequence[Path], config: TrainConfig, device: torch.device, rows: np.ndarray) -> None:
+        budget = config.cache_budget_gib * 2**30
+        needed = ImageCache.bytes_needed(len(rows), config.image_size)
+        self.cached = config.cache == "on" or (config.cache == "auto" and needed <= budget)
+        self.device, self.size = device, config.image_size
+        self.paths = paths
+        workers = config.decode_workers or None
+        # Only the rows a run touches are decoded; position maps an example row to its cache slot.
+        self.position = np.full(len(paths), -1, dtype=np.int64)
+        self.position[rows] = np.arange(len(rows))
+        self.cache = ImageCache([paths[r] for r in rows], config.image_size, device, workers) if self.cached else None
+        self.pool = None if self.cached else ThreadPoolExecutor(max_workers=workers)
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache.batch(torch.from_numpy(self.position[index.numpy()]))
+        assert self.pool is not None
+        arrays = list(self.pool.map(lambda r: decode(self.paths[r], self.size), index.tolist()))
+        return torch.from_numpy(np.stack(arrays)).to(self.device, non_blocking=True)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _autocast(device: torch.device, precision: str) -> Any:
+    if precision == "bf16":
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+    return torch.autocast(device_type=device.type, enabled=False)
+
+
+def evaluate(
+    model: nn.Module,
+    batches: _Batches,
+    table: SplitTable,
+    split: str,
+    *,
+    config: TrainConfig,
+    device: torch.device,
+    precision: str,
+    channels_last: bool,
+) -> list[Metric]:
+    rows = table.indices(split)
+    predictions, losses = [], []
+    model.eval()
+    with torch.inference_mode(), _autocast(device, precision):
+        for start in range(0, len(rows), config.eval_batch_size):
+            index = torch.from_numpy(rows[start : start + config.eval_batch_size])
+            x = normalize(batches(index), channels_last=channels_last)
+            y = torch.from_numpy(table.y[index.numpy()]).to(device)
+            logits = model(x).float()
+            losses.append(nn.functional.cross_entropy(logits, y, reduction="none").cpu())
+            predictions.append(logits.argmax(1).cpu())
+    y_pred = torch.cat(predictions).numpy() if predictions else np.zeros(0, np.int64)
+    loss = torch.cat(losses).numpy() if losses else np.zeros(0)
+    return split_metrics(split, table.y[rows], y_pred, loss, table.group_index[rows], table.group_names)
+
+
+def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def train(
+    table: SplitTable, paths: Sequence[Path], config: TrainConfig, out_dir: Path, log: Log = print
+) -> TrainResult:
+    """Train on ``config.train_split``, select on the selection split, evaluate every split."""
+    started = time.perf_counter()
+    device = resolve_device(config.device)
+    precision = ("bf16" if device.type == "cuda" else "fp32") if config.precision == "auto" else config.precision
+    channels_last = device.type == "cuda" if config.channels_last is None else config.channels_last
+    train_rows = table.indices(config.train_split)
+    if train_rows.size == 0:
+        raise InputError(
+            f"the benchmark has no {config.train_split!r} examples (splits: {', '.join(table.split_names)})",
+            parameter="train_split",
+        )
+    selection = choose_selection(config, table.split_names)
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True)
+    torch.manual_seed(seed_for(config.seed, table.benchmark, "init"))
+    model = build_model(config.model, table.num_classes, config.image_size)
+    if config.init_checkpoint:
+        missing = load_checkpoint(model, Path(config.init_checkpoint), keep_head=not config.linear_probe)
+        log(f"loaded {config.init_checkpoint} ({len(missing)} parameters left at init)")
+    if config.linear_probe:
+        for name, parameter in model.named_parameters():
+            parameter.requires_grad_(name.startswith("fc."))
+    model = model.to(device)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+    step_model: nn.Module = torch.compile(model) if config.compile else model  # type: ignore[assignment]
+
+    rows = np.arange(len(paths))
+    t0 = time.perf_counter()
+    batches = _Batches(paths, config, device, rows)
+    timings = {"load_images_s": time.perf_counter() - t0}
+    log(
+        f"{len(rows):,} images {'cached on ' + device.type if batches.cached else 'decoded per batch'} "
+        f"in {timings['load_images_s']:.1f}s; training {config.model} on {len(train_rows):,} {config.train_split} "
+        f"examples, selection on {selection or 'the last iterate'}, {precision}"
+    )
+
+    generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "batches"))
+    stream: Iterator[torch.Tensor] = (
+        group_balanced_batches(train_rows, table.group_index, config.batch_size, generator)
+        if config.loader == "group_balanced"
+        else standard_batches(train_rows, min(config.batch_size, train_rows.size), generator)
+    )
+    optimizer = _optimizer(model, config)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.lr_milestones), config.lr_gamma)
+    labels = torch.from_numpy(table.y)
+
+    best_score, best_iteration, best_state = -math.inf, 0, copy.deepcopy(model.state_dict())
+    patience_left, curve = config.patience, []
+    # Running sums stay on the device: no host sync per step, so a GPU is never starved by logging.
+    running_loss = torch.zeros((), device=device)
+    running_correct = torch.zeros((), device=device, dtype=torch.long)
+    running_seen, steady_images, eval_time, stopped_early, iteration = 0, 0, 0.0, False, 0
+    t_train = t_steady = time.perf_counter()
+    for iteration in range(1, config.max_iters + 1):
+        model.train()
+        if config.linear_probe:  # frozen features: keep batch-norm statistics too
+            model.eval()
+        index = next(stream)
+        x = normalize(batches(index), channels_last=channels_last)
+        y = labels[index].to(device, non_blocking=True)
+        with _autocast(device, precision):
+            logits = step_model(x)
+            loss = nn.functional.cross_entropy(logits.float(), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        scheduler.step()
+        running_loss += loss.detach() * len(index)
+        running_correct += (logits.detach().argmax(1) == y).sum()
+        running_seen += len(index)
+        if iteration == 5:  # throughput excludes warm-up (allocator, cudnn autotune, compile)
+            _synchronize(device)
+            t_steady, steady_images, eval_time = time.perf_counter(), 0, 0.0
+        elif iteration > 5:
+            steady_images += len(index)
+        if iteration % config.eval_every and iteration != config.max_iters:
+            continue
+        _synchronize(device)
+        t_eval_start = time.perf_counter()
+        train_loss = float(running_loss) / running_seen
+        curve.append((iteration, config.train_split, "loss_avg", train_loss))
+        curve.append((iteration, config.train_split, "acc_avg", int(running_correct) / running_seen))
+        running_loss.zero_(), running_correct.zero_()
+        running_seen = 0
+        if selection is None:
+            best_iteration, best_state = iteration, copy.deepcopy(model.state_dict())
+            eval_time += time.perf_counter() - t_eval_start
+            continue
+        measured = evaluate(
+            step_model, batches, table, selection, config=config, device=device, precision=precision,
+            channels_last=channels_last,
+        )  # fmt: skip
+        score = value_of(measured, selection, config.selection_metric)
+        for name in ("acc_avg", "acc_wg", "loss_avg"):
+            value = value_of(measured, selection, name)
+            if value is not None:
+                curve.append((iteration, selection, name, value))
+        log(
+            f"iteration {iteration}/{config.max_iters}: train loss {train_loss:.4f}, "
+            f"{selection} {config.selection_metric} {score if score is not None else math.nan:.4f}"
+        )
+        eval_time += time.perf_counter() - t_eval_start
+        if score is not None and score > best_score:
+            best_score, best_iteration, patience_left = score, iteration, config.patience
+            best_state = copy.deepcopy(model.state_dict())
+        elif config.patience:
+            patience_left -= 1
+            if patience_left <= 0:
+                stopped_early = True
+                log(f"early stop at iteration {iteration}: no better {selection} score in {config.patience} checks")
+                break
+    _synchronize(device)
+    timings["train_s"] = time.perf_counter() - t_train
+    train_time = time.perf_counter() - t_steady - eval_time
+
+    model.load_state_dict(best_state)
+    t_eval = time.perf_counter()
+    metrics: list[Metric] = []
+    for split in table.split_names:
+        metrics += evaluate(
+            step_model, batches, table, split, config=config, device=device, precision=precision,
+            channels_last=channels_last,
+        )  # fmt: skip
+    metrics += gap_metrics(metrics)
+    timings["evaluate_s"] = time.perf_counter() - t_eval
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = out_dir / "model.pt"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights)
+    timings["total_s"] = time.perf_counter() - started
+    return TrainResult(
+        metrics=metrics,
+        curve=curve,
+        selection_split=selection,
+        best_iteration=best_iteration,
+        iterations=iteration,
+        stopped_early=stopped_early,
+        weights_path=weights,
+        weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
+        device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        precision=precision,
+        cached=batches.cached,
+        timings=timings,
+        train_images_per_s=steady_images / train_time if steady_images and train_time > 0 else None,
+    )
