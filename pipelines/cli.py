@@ -6,6 +6,8 @@
     shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
     shiftbench catalog                    recreate the DuckDB views
     shiftbench gc [--keep N] [--dry-run]  delete all but the N most recent versions
+    shiftbench train BENCHMARK [--model M] [--seed N] [--device D] [--preset P] [--set KEY=VALUE ...]
+    shiftbench export BENCHMARK --layout imagefolder DIR
 
 Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME/dagster_home``),
 so they show in ``dagster dev`` started with the same DAGSTER_HOME.
@@ -49,11 +51,8 @@ def _run_error(result: Any) -> str:
         while error is not None and error.cause is not None:
             error = error.cause
         if error is not None:
-            return (
-                f"{error.cls_name}: {error.message.strip()}"
-                if not error.cls_name.endswith("InputError")
-                else error.message.strip()
-            )
+            message = error.message.strip().removeprefix(f"shiftbench.errors.{error.cls_name}: ")
+            return message if error.cls_name.endswith("InputError") else f"{error.cls_name}: {message}"
     return "run failed"
 
 
@@ -283,6 +282,93 @@ def cmd_build(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    """One ERM run through the ``erm_baselines`` job: the partition (benchmark, seed) the UI would run."""
+    from shiftbench.errors import InputError
+
+    settings = Settings.from_env()
+    ensure_dagster_home(settings)
+    overrides = _parse_sets(args.set or [])
+    for key in ("model", "device"):
+        if getattr(args, key):
+            overrides[key] = getattr(args, key)
+    import dagster as dg
+
+    from assets.erm import BENCHMARKS, SEEDS
+    from pipelines.definitions import defs
+
+    if args.benchmark not in BENCHMARKS:
+        raise InputError(
+            f"{args.benchmark!r} is not a benchmark of the shipped or configured specs "
+            "(the erm_baselines partitions); `shiftbench build --list` shows them",
+            parameter="BENCHMARK",
+        )
+    if str(args.seed) not in SEEDS:
+        raise InputError(f"seeds are partitions {SEEDS[0]}..{SEEDS[-1]}", parameter="--seed")
+    from shiftbench.erm.launch import plan_run
+
+    # Plan first: a missing split, image root or a bad parameter fails here, before a run starts.
+    plan = plan_run(
+        settings,
+        args.benchmark,
+        version=args.version,
+        seed=args.seed,
+        preset=args.preset,
+        overrides=overrides,
+        image_root=args.image_root,
+        path_template=args.path_template,
+    )
+    print(
+        f"[train] {plan.run}: {plan.benchmark} version {plan.split_version}, {plan.n_train:,} training examples, "
+        f"images {plan.images.kind} ({plan.images.root})",
+        flush=True,
+    )
+    config: dict[str, Any] = {
+        "overrides": {key: str(value) for key, value in overrides.items()},
+        "in_process": args.in_process,
+    }
+    for key in ("preset", "version", "image_root", "path_template"):
+        if getattr(args, key):
+            config[key] = getattr(args, key)
+    started = time.monotonic()
+    result = defs.resolve_job_def("erm_baselines").execute_in_process(
+        instance=dg.DagsterInstance.get(),
+        partition_key=dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)}),
+        run_config={**_QUIET, "ops": {"erm__baseline": {"config": config}}},
+        raise_on_error=False,
+    )
+    if not result.success:
+        print(f"error: {_run_error(result)}", file=sys.stderr)
+        print("nothing was published; previous versions are unchanged", file=sys.stderr)
+        return 1
+    meta = result.asset_materializations_for_node("erm__baseline")[0].metadata
+    became = "now latest" if meta["became_latest"].value else "already latest"
+    print(f"[train] {meta['run'].value} version {meta['version'].value} ({became}, {time.monotonic() - started:.1f}s)")
+    print(
+        f"  selection on {meta['selection_split'].value}, best iteration {meta['best_iteration'].value}, "
+        f"{meta['device'].value}, {meta['train_images_per_s'].value:,.0f} training images/s"
+    )
+    for key, value in meta.items():
+        if "/acc_" in key:
+            print(f"  {key:<28} {value.value:.4f}")
+    print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run'].value}'\"")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from shiftbench.erm.export import export_imagefolder
+    from shiftbench.erm.launch import published_split, resolve_images
+
+    settings = Settings.from_env()
+    split = published_split(settings, args.benchmark, args.version)
+    images = resolve_images(settings, split, args.image_root, args.path_template)
+    counts = export_imagefolder(split, images, args.dir)
+    total = sum(counts.values())
+    detail = ", ".join(f"{name} {n:,}" for name, n in sorted(counts.items()))
+    print(f"{args.dir}: {total:,} links to {images.kind} images of {split.benchmark} {split.version} ({detail})")
+    return 0
+
+
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -392,11 +478,31 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--keep", type=int, default=1)
     gc.add_argument("--dry-run", action="store_true")
     gc.set_defaults(func=cmd_gc)
+    train = sub.add_parser("train", help="train an ERM baseline on a published split and publish its results")
+    train.add_argument("benchmark")
+    train.add_argument("--model", help="resnet18, resnet50, small_cnn or mlp (default: the preset's)")
+    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    train.add_argument("--preset", help="a preset of shiftbench/specs/erm.yaml (default: the family's)")
+    train.add_argument("--version", help="split version (default: latest)")
+    train.add_argument("--image-root", help="image root (default: the source's); 'standin' renders stand-ins")
+    train.add_argument("--path-template", help="image path under the root; {} is the example id")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
+    train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
+    train.set_defaults(func=cmd_train)
+    export = sub.add_parser("export", help="export a split as folders of symlinks for other trainers")
+    export.add_argument("benchmark")
+    export.add_argument("dir", type=Path)
+    export.add_argument("--layout", choices=("imagefolder",), default="imagefolder")
+    export.add_argument("--version", help="split version (default: latest)")
+    export.add_argument("--image-root", help="image root (default: the source's); 'standin' renders stand-ins")
+    export.add_argument("--path-template", help="image path under the root; {} is the example id")
+    export.set_defaults(func=cmd_export)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    warnings.filterwarnings("ignore", message=r".*is currently in beta.*")
+    warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
     args = build_parser().parse_args(argv)
     try:
         code: int = args.func(args)

@@ -6,6 +6,8 @@
   (parsed annotations; one run per collection or task partition).
 - ``conds_inputs``, ``conds_cases``: ConDS attribute tables (one run per dataset partition) and
   cases (one run per case partition: stage -> checks of the case's definition -> publish).
+- ``erm_baselines``: one ERM training per (benchmark, seed) partition, the job launched through
+  Dagster Pipes (a local subprocess here; a GPU pod with PipesK8sClient).
 - ``observe_sources``: observes the raw files and specs (schedule at 02:50); the automation
   sensor (running by default) then rebuilds at 03:00 only what a changed data version or code
   version reaches, and never publishes past a failed blocking check.
@@ -20,7 +22,7 @@ import dagster as dg
 # way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in beta.*")
 
-from assets import breeds, conds, metashift  # noqa: E402
+from assets import breeds, conds, erm, metashift  # noqa: E402
 from pipelines.resources import ShiftbenchSettings  # noqa: E402
 
 breeds_inputs_job = dg.define_asset_job(
@@ -57,6 +59,11 @@ conds_cases_job = dg.define_asset_job(
     "conds_cases",
     selection=dg.AssetSelection.assets(*conds.case_assets),
     description="Build, check and publish one ConDS case per partition.",
+)
+erm_baselines_job = dg.define_asset_job(
+    "erm_baselines",
+    selection=dg.AssetSelection.assets(*erm.erm_assets),
+    description="Train, evaluate and publish one ERM baseline per (benchmark, seed) partition; backfill to sweep.",
 )
 observe_conds_attribute_sources_job = dg.define_asset_job(
     "observe_conds_attribute_sources",
@@ -142,6 +149,7 @@ defs = dg.Definitions(
         *conds.raw_sources,
         *conds.input_assets,
         *conds.case_assets,
+        *erm.erm_assets,
     ],
     jobs=[
         breeds_inputs_job,
@@ -157,6 +165,7 @@ defs = dg.Definitions(
         conds_cases_job,
         observe_conds_attribute_sources_job,
         observe_conds_case_specs_job,
+        erm_baselines_job,
     ],
     schedules=[
         observe_sources_schedule,
@@ -167,7 +176,11 @@ defs = dg.Definitions(
         _observe_partitioned(observe_conds_case_specs_job, conds.CASE_PARTITIONS),
     ],
     sensors=[automation_sensor],
-    resources={"settings": ShiftbenchSettings()},
+    resources={
+        "settings": ShiftbenchSettings(),
+        # The training job as a local subprocess; bind dagster_k8s.PipesK8sClient here for GPU pods.
+        "erm_pipes_client": dg.PipesSubprocessClient(forward_termination=True),
+    },
     # One process per run: steps are short and a subprocess per step costs seconds each.
     executor=dg.in_process_executor,
 )

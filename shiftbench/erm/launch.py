@@ -152,6 +152,33 @@ def plan_run(
     path_template: str | None = None,
 ) -> RunPlan:
     """Everything a run needs, checked before anything trains."""
+    split = published_split(settings, benchmark, version)
+    name, values = _preset_for(split.family, split.dataset, preset)
+    values.update(dict(overrides or {}))
+    values["seed"] = seed
+    train_split = str(values.get("train_split", "train"))
+    n_train = split.examples.filter(pl.col("split") == train_split).height
+    config = resolve_config(values, n_train)
+    images = resolve_images(settings, split, image_root, path_template)
+    run = f"{benchmark}.{name}.{config['model']}.seed{seed}"
+    return RunPlan(
+        run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train
+    )
+
+
+@dataclass(frozen=True)
+class PublishedSplit:
+    family: str
+    benchmark: str
+    version: str
+    path: Path
+    dataset: str
+    manifest: dict[str, Any]
+    examples: pl.DataFrame  # example_id, split, y, y_name, group
+
+
+def published_split(settings: Settings, benchmark: str, version: str | None = None) -> PublishedSplit:
+    """A published benchmark version (default: the latest) with its examples."""
     store = Store(settings.store_dir)
     family = store.family_of(benchmark)
     if family is None or family == FAMILY:
@@ -164,29 +191,27 @@ def plan_run(
             raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
         version = latest.version
     staged = store.staged(family, benchmark, version)
+    if not staged.table_path("examples").is_file():
+        raise InputError(f"{benchmark} version {version} has no examples to train on", parameter="benchmark")
     manifest = staged.manifest()
     dataset = str(manifest.get("params", {}).get("dataset") or manifest.get("sources", {}).get("dataset") or family)
-    examples = pl.read_parquet(staged.table_path("examples"), columns=["example_id", "split", "y", "group"])
-    name, values = _preset_for(family, dataset, preset)
-    values.update(dict(overrides or {}))
-    values["seed"] = seed
-    train_split = str(values.get("train_split", "train"))
-    n_train = examples.filter(pl.col("split") == train_split).height
-    config = resolve_config(values, n_train)
+    examples = pl.read_parquet(staged.table_path("examples"), columns=["example_id", "split", "y", "y_name", "group"])
+    return PublishedSplit(family, benchmark, version, staged.path, dataset, manifest, examples)
+
+
+def resolve_images(
+    settings: Settings, split: PublishedSplit, image_root: str | None, path_template: str | None
+) -> ImageSource:
+    """The source's image root, a user's root, or stand-ins rendered into the cache (``standin``)."""
     if image_root == STANDIN:
-        root = settings.cache_dir / "standin" / f"{benchmark}-{version}"
-        write_standins(examples, root)
-        images = ImageSource(root, STANDIN_TEMPLATE, STANDIN)
-    elif image_root:
-        images = ImageSource(
-            Path(image_root), path_template or _images_template(settings, manifest, family, dataset), "user"
-        )
-    else:
-        images = _images(settings, manifest, family, dataset)
-        if path_template:
-            images = ImageSource(images.root, path_template, images.kind)
-    run = f"{benchmark}.{name}.{config['model']}.seed{seed}"
-    return RunPlan(run, benchmark, family, dataset, version, staged.path, name, config, images, n_train)
+        root = settings.cache_dir / "standin" / f"{split.benchmark}-{split.version}"
+        write_standins(split.examples, root)
+        return ImageSource(root, STANDIN_TEMPLATE, STANDIN)
+    if image_root:
+        template = path_template or _images_template(settings, split.manifest, split.family, split.dataset)
+        return ImageSource(Path(image_root), template, "user")
+    images = _images(settings, split.manifest, split.family, split.dataset)
+    return ImageSource(images.root, path_template, images.kind) if path_template else images
 
 
 def _images_template(settings: Settings, manifest: Mapping[str, Any], family: str, dataset: str) -> str:

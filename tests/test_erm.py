@@ -1,0 +1,250 @@
+"""ERM baselines: metrics against hand-computed values, models, the spurious-correlation phenomenon on
+the generated sprites (and its absence under the uniform case), determinism, the Dagster Pipes path,
+the CLI, the ImageFolder export, stand-in images, and clear errors that publish nothing."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from shiftbench.conds import pipeline as cp
+from shiftbench.conds.specs import load_specs
+from shiftbench.contracts import failures
+from shiftbench.erm import launch
+from shiftbench.erm.data import read_split
+from shiftbench.erm.metrics import gap_metrics, split_metrics
+from shiftbench.erm.models import build_model, load_checkpoint
+from shiftbench.erm.train import TrainConfig, resolve_device
+from shiftbench.errors import InputError
+from shiftbench.publishing import check_staged, publish_staged
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+
+SPECS = load_specs()
+CASES = ("sprites-uniform", "sprites-sc-object_color")
+FAST = {"max_iters": 60, "eval_every": 30}
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """Two published sprites cases (40 images per combination, 432 train + id_val examples)."""
+    home = tmp_path_factory.mktemp("erm_home")
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    source = cp.attribute_source(settings, SPECS.datasets["sprites"])
+    for name in CASES:
+        case = SPECS.cases[name].with_overrides({"train_size": 432})
+        staged = cp.stage_case(settings, case, source)
+        assert not failures(check_staged(staged))
+        publish_staged(settings, staged)
+    return settings
+
+
+def _metrics(outcome: launch.PublishOutcome) -> dict[tuple[str, str], float | None]:
+    frame = pl.read_parquet(outcome.staged.table_path("erm_results"))
+    return {(r["eval_split"], r["metric"]): r["value"] for r in frame.iter_rows(named=True)}
+
+
+def test_metrics_match_hand_computed_values_with_an_empty_group() -> None:
+    groups = ["a", "b", "c"]  # c has no example in this split
+    y_true = np.array([0, 0, 1, 1, 1])
+    y_pred = np.array([0, 1, 1, 1, 0])
+    losses = np.array([0.1, 2.0, 0.2, 0.3, 1.5])
+    group = np.array([0, 0, 1, 1, 1])
+    got = {(m.metric, m.group): m.value for m in split_metrics("test", y_true, y_pred, losses, group, groups)}
+    assert got[("count", None)] == 5
+    assert got[("acc_avg", None)] == pytest.approx(3 / 5)
+    assert got[("loss_avg", None)] == pytest.approx(4.1 / 5)
+    assert got[("acc_group:a", "a")] == pytest.approx(1 / 2) and got[("count_group:a", "a")] == 2
+    assert got[("acc_group:b", "b")] == pytest.approx(2 / 3) and got[("count_group:b", "b")] == 3
+    assert got[("acc_group:c", "c")] is None and got[("count_group:c", "c")] == 0
+    assert got[("acc_wg", "a")] == pytest.approx(1 / 2)  # the empty group is never the worst
+    empty = {m.metric: m.value for m in split_metrics("val", *(np.zeros(0, int),) * 4, groups)}
+    assert empty["count"] == 0 and empty["acc_avg"] is None and empty["acc_wg"] is None
+    with_id = split_metrics("id_test", y_true, y_true, losses, group, groups)  # ID accuracy 1.0
+    ood = split_metrics("test", y_true, y_pred, losses, group, groups)
+    gaps = {(m.eval_split, m.metric): m.value for m in gap_metrics([*with_id, *ood])}
+    assert gaps[("test", "acc_gap:id_test")] == pytest.approx(1 - 3 / 5)
+    assert gaps[("test", "acc_relative:id_test")] == pytest.approx(3 / 5)
+    id_val = split_metrics("id_val", y_true, y_true, losses, group, groups)
+    assert ("test", "acc_gap:id_val") in {(m.eval_split, m.metric) for m in gap_metrics([*id_val, *ood])}
+
+
+def test_models_have_torchvision_names_and_load_user_checkpoints(tmp_path: Path) -> None:
+    x = torch.zeros(2, 3, 64, 64)
+    for name, size in (("resnet18", 64), ("resnet50", 64), ("small_cnn", 64), ("mlp", 64)):
+        model = build_model(name, 5, size).eval()
+        assert model(x).shape == (2, 5), name
+    resnet = build_model("resnet18", 5, 64)
+    names = set(resnet.state_dict())
+    assert {"conv1.weight", "layer1.0.conv1.weight", "layer4.1.bn2.running_var", "fc.weight"} <= names
+    assert sum(p.numel() for p in resnet.parameters()) == 11_179_077  # torchvision resnet18 at 5 classes
+    other = build_model("resnet18", 1000, 64)
+    checkpoint = tmp_path / "pretrained.pt"
+    torch.save({"state_dict": {f"module.{k}": v for k, v in other.state_dict().items()}}, checkpoint)
+    missing = load_checkpoint(resnet, checkpoint, keep_head=False)
+    assert missing == ["fc.weight", "fc.bias"]
+    assert torch.equal(resnet.state_dict()["layer1.0.conv1.weight"], other.state_dict()["layer1.0.conv1.weight"])
+    with pytest.raises(InputError, match=r"shape mismatch for fc\.weight"):
+        load_checkpoint(resnet, checkpoint, keep_head=True)
+    with pytest.raises(InputError, match="unknown model 'vit'"):
+        build_model("vit", 5, 64)
+
+
+def test_training_parameters_are_checked_by_name() -> None:
+    with pytest.raises(InputError, match="parameter 'learning_rate'"):
+        TrainConfig.from_mapping({"learning_rate": 0.1})
+    with pytest.raises(InputError, match="parameter 'lr'"):
+        TrainConfig.from_mapping({"lr": "fast"})
+    with pytest.raises(InputError, match="parameter 'loader'"):
+        TrainConfig.from_mapping({"loader": "weighted"})
+    assert TrainConfig.from_mapping({"lr": "5e-5", "lr_milestones": "10,20"}).lr_milestones == (10, 20)
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="a GPU was requested"):
+            resolve_device("cuda")
+
+
+def test_spurious_correlation_breaks_ood_accuracy_and_uniform_training_does_not(warehouse: Settings) -> None:
+    """The papers' phenomenon on a CPU: with colour aligned to shape in 99% of training images, the model
+    is right in distribution and at chance on the uniform test set; trained uniformly, it is not."""
+    result = {}
+    for name in CASES:
+        plan = launch.plan_run(warehouse, name, preset="smoke", seed=0)
+        outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "t"), log=print)
+        result[name] = _metrics(outcome)
+        assert summary["selection_split"] == "id_val"
+    sc, uniform = result["sprites-sc-object_color"], result["sprites-uniform"]
+    assert sc[("id_val", "acc_avg")] >= 0.9
+    assert sc[("test", "acc_avg")] <= sc[("id_val", "acc_avg")] - 0.4
+    assert sc[("test", "acc_wg")] <= 0.1  # a cell whose colour points to another shape
+    assert sc[("test", "acc_gap:id_val")] >= 0.4
+    assert abs(uniform[("test", "acc_gap:id_val")]) <= 0.15  # same distribution: no gap beyond noise
+    assert uniform[("test", "acc_avg")] >= sc[("test", "acc_avg")] - 0.05
+
+
+def test_a_seed_gives_the_same_results_version_on_cpu(warehouse: Settings) -> None:
+    plan = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=3, overrides=FAST)
+    first, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "a"), log=print)
+    again, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "b"), log=print)
+    assert first.staged.version == again.staged.version and not again.staged.created
+    other = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=4, overrides=FAST)
+    third, _ = launch.train_in_process(warehouse, other, launch.scratch_dir(warehouse, other, "c"), log=print)
+    assert third.staged.benchmark != first.staged.benchmark  # another run key, another version
+    manifest = first.staged.manifest()
+    weights = first.staged.path / manifest["weights"]["file"]
+    assert weights.is_file() and manifest["attachments"]["model.pt"]["sha256"] == manifest["weights"]["sha256"]
+    assert manifest["split"]["version"] == plan.split_version and manifest["images"]["source"] == "sprites"
+
+
+def test_the_split_is_read_as_wilds_metadata(warehouse: Settings) -> None:
+    split = launch.published_split(warehouse, "sprites-sc-object_color")
+    table = read_split(split.path)
+    assert table.metadata_fields[:2] == ["group", "y"]
+    assert set(table.metadata_fields[2:]) == {"shape", "object_color", "background_color", "size"}
+    assert table.metadata.shape == (len(table.example_ids), 6) and table.metadata.dtype == np.int64
+    assert table.num_classes == 3 and table.class_names == ["square", "ellipse", "heart"]
+    assert len(table.group_names) == 81 and set(table.split_names) == {"train", "id_val", "test"}
+
+
+def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
+    warehouse: Settings, tmp_path: Path
+) -> None:
+    from assets import erm
+    from pipelines.resources import ShiftbenchSettings
+
+    resources = {
+        "settings": ShiftbenchSettings(home=str(warehouse.home)),
+        "erm_pipes_client": dg.PipesSubprocessClient(),
+    }
+    key = dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "1"})
+    config = {"preset": "smoke", "overrides": {"max_iters": "60", "eval_every": "30"}}
+    run_config = {"ops": {"erm__baseline": {"config": config}}}
+    with dg.instance_for_test() as instance:
+        result = dg.materialize(
+            [erm.baseline], resources=resources, partition_key=key, run_config=run_config, instance=instance
+        )
+        assert result.success
+        meta = result.asset_materializations_for_node("erm__baseline")[0].metadata
+        assert meta["run"].value == "sprites-sc-object_color.smoke.mlp.seed1"
+        assert 0 <= meta["test/acc_avg"].value <= 1 and "test/acc_wg" in meta
+        assert meta["learning_curve"].value.startswith("![learning curve](data:image/png;base64,")
+        assert all(check.passed for check in result.get_asset_check_evaluations())
+        logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
+        assert any("iteration 60/60" in str(m) for m in logs), "the job's log lines reach the run's event log"
+
+        before = Store(warehouse.store_dir).versions()
+        image = next((warehouse.cache_dir / "sprites").glob("*/images/sprite_000000.png"))
+        image.rename(image.with_suffix(".moved"))
+        try:
+            failed = dg.materialize(
+                [erm.baseline],
+                resources=resources,
+                partition_key=dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "2"}),
+                run_config=run_config,
+                instance=instance,
+                raise_on_error=False,
+            )
+        finally:
+            image.with_suffix(".moved").rename(image)
+        assert not failed.success
+        error = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error  # type: ignore[union-attr]
+        while error.cause is not None:
+            error = error.cause
+        n = launch.published_split(warehouse, "sprites-sc-object_color").examples.height
+        assert f"1 of {n:,} images are missing" in error.message and "sprite_000000.png" in error.message
+        assert error.cls_name == "InputError"
+        assert Store(warehouse.store_dir).versions() == before
+
+
+def test_cli_trains_with_progress_and_exports_an_imagefolder(
+    warehouse: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import main
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    args = ["train", "sprites-uniform", "--preset", "smoke", "--seed", "5", "--set", "max_iters=40"]
+    assert main([*args, "--set", "eval_every=20", "--in-process"]) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "sprites-uniform.smoke.mlp.seed5 version" in out and "test/acc_avg" in out
+    assert main(["sql", "SELECT count(DISTINCT run) FROM erm_runs WHERE seed = 5", "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1"
+
+    if not torch.cuda.is_available():  # checked by the job, where the GPU would be: nothing published
+        assert main(["train", "sprites-uniform", "--preset", "smoke", "--device", "cuda", "--in-process"]) == 1
+        err = capsys.readouterr().err
+        assert "error: parameter 'device': a GPU was requested" in err and "nothing was published" in err
+    assert main(["train", "no-such-benchmark"]) == 2
+    assert "is not a benchmark" in capsys.readouterr().err
+
+    target = tmp_path / "export"
+    assert main(["export", "sprites-sc-object_color", str(target), "--layout", "imagefolder"]) == 0
+    assert "1,242 links" in capsys.readouterr().out  # 432 train + id_val, 81 cells x 10 test
+    counts = {p.name: len(list(p.rglob("*.png"))) for p in target.iterdir()}
+    split = launch.published_split(warehouse, "sprites-sc-object_color")
+    expected = dict(split.examples.group_by("split").len().iter_rows())
+    assert counts == expected
+    link = next((target / "test" / "000_square").iterdir())
+    assert link.is_symlink() and link.resolve().is_file()
+    assert main(["export", "sprites-sc-object_color", str(target)]) == 2  # never mixes two exports
+
+
+def test_standin_images_train_any_split_and_are_labelled_as_such(warehouse: Settings) -> None:
+    plan = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=6, overrides=FAST, image_root="standin")
+    assert plan.images.kind == "standin" and plan.images.template == "{}.png"
+    assert len(list(plan.images.root.glob("*.png"))) == len(launch.published_split(warehouse, "sprites-uniform").examples)
+    outcome, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "s"), log=print)
+    runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))
+    assert runs["image_source"].to_list() == ["standin"]
+    assert outcome.staged.manifest()["images"]["generator"] == "standin-1"
+    config = json.loads(runs["config"][0])
+    assert config["model"] == "mlp" and config["seed"] == 6 and not math.isnan(config["lr"])
+    assert os.path.basename(str(plan.images.root)).startswith("sprites-uniform-")
