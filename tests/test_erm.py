@@ -248,3 +248,73 @@ def test_standin_images_train_any_split_and_are_labelled_as_such(warehouse: Sett
     config = json.loads(runs["config"][0])
     assert config["model"] == "mlp" and config["seed"] == 6 and not math.isnan(config["lr"])
     assert os.path.basename(str(plan.images.root)).startswith("sprites-uniform-")
+
+
+@pytest.mark.slow
+def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retrains_only_the_head(
+    tmp_path: Path,
+) -> None:
+    """BREEDS with an ImageNet-style root (train/<wnid>/ listed, never opened; here empty files), and a
+    MetaShift task on the generated scene sample: both train on stand-in images end to end."""
+    from shiftbench.breeds import pipeline as bp
+    from shiftbench.breeds.specs import load_specs as breeds_specs
+    from shiftbench.metashift import pipeline as mp
+    from shiftbench.metashift.specs import load_specs as metashift_specs
+    from shiftbench.sources.imagenet import imagenet_classes
+
+    from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE
+
+    root = tmp_path / "imagenet"
+    for wnid in imagenet_classes()["wnid"].to_list():
+        (root / "train" / wnid).mkdir(parents=True)
+        for k in range(3):
+            (root / "train" / wnid / f"{wnid}_{k}.JPEG").touch()
+    settings = Settings.from_env(
+        {
+            "SHIFTBENCH_HOME": str(tmp_path / "home"),
+            "SHIFTBENCH_OFFLINE": "1",
+            "SHIFTBENCH_IMAGENET_DIR": str(root),
+            "SHIFTBENCH_BREEDS_HIERARCHY_DIR": str(BREEDS_FIXTURE),
+            "SHIFTBENCH_IMAGENET_HIERARCHY_DIR": str(IMAGENET_WORDNET_FIXTURE),
+        }
+    )
+    hierarchy = bp.imagenet_hierarchy(settings)
+    images = bp.imagenet_images(settings)
+    calibrated = bp.calibrated_hierarchy(settings, hierarchy, images)
+    staged = bp.stage_benchmark(settings, breeds_specs()["living17"], calibrated, images)
+    assert not failures(check_staged(staged))
+    publish_staged(settings, staged)
+    with pytest.raises(InputError, match="pass --image-root standin"):
+        launch.plan_run(settings.__class__(**{**settings.__dict__, "imagenet_dir": None}), "living17")
+    with pytest.raises(InputError, match="images are missing"):  # the real root's files are empty
+        plan = launch.plan_run(settings, "living17", preset="smoke", overrides=FAST)
+        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "x"), log=print)
+
+    plan = launch.plan_run(settings, "living17", preset="smoke", overrides=FAST, image_root="standin")
+    assert plan.n_train == 34 * 3 and plan.images.kind == "standin"
+    source, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "s"), log=print)
+    got = _metrics(source)
+    assert summary["selection_split"] is None  # BREEDS has no validation split: the last iterate
+    assert {"train", "ood_train", "id_test", "test"} <= {split for split, _ in got}
+    assert ("test", "acc_relative:id_test") in got and ("test", "acc_gap:id_test") in got
+
+    weights = source.staged.path / "files" / "model.pt"
+    probe_overrides = {**FAST, "model": "mlp", "image_size": 32, "init_checkpoint": str(weights)}
+    probe = launch.plan_run(
+        settings, "living17", preset="breeds_linear_probe", overrides=probe_overrides, image_root="standin"
+    )
+    assert probe.config["train_split"] == "ood_train" and probe.n_train == 34 * 3
+    outcome, _ = launch.train_in_process(settings, probe, launch.scratch_dir(settings, probe, "p"), log=print)
+    before = torch.load(weights, weights_only=True)
+    after = torch.load(outcome.staged.path / "files" / "model.pt", weights_only=True)
+    changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
+    assert changed == ["fc.bias", "fc.weight"]
+
+    scenes = mp.scene_tables(settings)
+    specs = metashift_specs()
+    task = mp.stage_task(settings, specs, specs.tasks["cat-dog-dg-cabinet-bed"], scenes)
+    publish_staged(settings, task)
+    shift = launch.plan_run(settings, "cat-dog-dg-cabinet-bed", preset="smoke", overrides=FAST, image_root="standin")
+    result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift, "m"), log=print)
+    runs = pl.read_parquet(result.staged.table_path("erm_runs"))
+    assert runs.select("family", "image_source", "selection_split").row(0) == ("metashift", "standin", "val")

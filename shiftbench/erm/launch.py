@@ -261,7 +261,13 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
                 "weights_sha256": summary["weights"]["sha256"],
             }
         ],
-        schema_overrides={"seed": pl.Int64, "best_iteration": pl.Int64, "iterations": pl.Int64, "n_train": pl.Int64},
+        schema_overrides={
+            "seed": pl.Int64,
+            "best_iteration": pl.Int64,
+            "iterations": pl.Int64,
+            "n_train": pl.Int64,
+            "selection_split": pl.String,
+        },
     )
     tables = {
         "erm_results": results.with_columns(pl.lit(plan.benchmark).alias("benchmark")),
