@@ -82,6 +82,7 @@ def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any],
     group_name="erm",
     kinds={"pytorch", "parquet"},
     pool="gpu",
+    code_version=launch.CODE_VERSION,
     check_specs=contract_check_specs(["erm", "baseline"], TABLES),
     description="Train an ERM baseline on the latest published split of a benchmark (one partition per "
     "benchmark and seed), evaluate it the WILDS way and publish erm_results, erm_runs and erm_curves.",

@@ -3,7 +3,8 @@
 # the embedded sources (WordNet from Debian's packages, the packaged ImageNet validation labels,
 # the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR),
 # then the MetaShift collections and tasks (generated scene sample unless GQA files are set), then
-# the 34 ConDS cases on the generated sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set).
+# the 34 ConDS cases on the generated sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set),
+# then three quick ERM baselines (results in erm_results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -15,6 +16,11 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 .venv/bin/shiftbench build metashift
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
+# Quick ERM baselines on CPU (preset smoke: an MLP, 300 iterations): the spurious correlation of colour
+# and shape vs uniform training, and a MetaShift task on stand-in images (no GQA images here).
+.venv/bin/shiftbench train sprites-sc-object_color --preset smoke
+.venv/bin/shiftbench train sprites-uniform --preset smoke
+.venv/bin/shiftbench train cat-dog-dg-cabinet-bed --preset smoke --image-root standin
 
 query="SELECT family, benchmark, version, coalesce(params->>'hierarchy', sources->>'dataset') AS source, n_examples FROM benchmarks ORDER BY family, benchmark"
 echo
@@ -30,6 +36,7 @@ Try
   .venv/bin/shiftbench sql "SELECT superclass_name, domain, count(*) FROM breeds_subpopulations WHERE benchmark = 'entity13' GROUP BY ALL ORDER BY 1, 2"
   .venv/bin/shiftbench sql "SELECT benchmark, distance, paper_distance, n_train, n_test FROM metashift_tasks ORDER BY 1"
   .venv/bin/shiftbench sql "SELECT benchmark, n_train, n_test, sc_observed_fraction, tv_distance FROM conds_cases ORDER BY tv_distance DESC"
+  .venv/bin/shiftbench sql "SELECT benchmark, model, eval_split, metric, round(value, 3) AS value FROM erm_results WHERE metric IN ('acc_avg', 'acc_wg') ORDER BY ALL"
   .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"
   DAGSTER_HOME=$DAGSTER_HOME SHIFTBENCH_HOME=$SHIFTBENCH_HOME .venv/bin/dagster dev    # the UI, with these runs
 MSG

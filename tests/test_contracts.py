@@ -29,12 +29,22 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "metashift_task_communities",
     }
     conds = {"conds_examples", "conds_cases", "conds_attributes", "conds_value_counts", "conds_cells"}
-    assert set(found) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", *metashift, *conds}
+    erm = {"erm_results", "erm_runs", "erm_curves"}
+    assert set(found) == {
+        "benchmarks",
+        "examples",
+        "breeds_subpopulations",
+        "breeds_hierarchy",
+        *metashift,
+        *conds,
+        *erm,
+    }
+    assert {found[t].store_key for t in erm} == {"run"} and found["examples"].store_key == "benchmark"
     assert found["conds_examples"].additional_columns_type == "VARCHAR"
     assert found["examples"].additional_columns_type is None
     for contract in found.values():
         assert contract.model.apiVersion == "v3.0.2"
-        assert contract.primary_key[:2] == ["benchmark", "version"]
+        assert contract.primary_key[:2] == [contract.store_key, "version"]  # a version's rows, keyed
 
 
 def _write(tmp_path: Path, tables: dict[str, pl.DataFrame]) -> dict[str, Path]:

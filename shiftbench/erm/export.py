@@ -8,7 +8,6 @@ non-empty DIR is refused, so an export never mixes two splits.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -40,6 +39,6 @@ def export_imagefolder(split: PublishedSplit, images: ImageSource, target: Path)
         name = _UNSAFE.sub("_", example_id.replace("/", "__"))
         if not Path(name).suffix:
             name += source.suffix
-        os.symlink(source.resolve(), folder / name)
+        (folder / name).symlink_to(source.resolve())
         counts[split_name] = counts.get(split_name, 0) + 1
     return counts
