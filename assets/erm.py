@@ -35,7 +35,7 @@ PARTITIONS = dg.MultiPartitionsDefinition(
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
 
 
-class TrainConfig(dg.Config):
+class BaselineConfig(dg.Config):
     """What to train; every field is optional (the family's preset and the latest split version)."""
 
     preset: str | None = Field(default=None, description="A preset of shiftbench/specs/erm.yaml (default: family's).")
@@ -57,7 +57,7 @@ class TrainConfig(dg.Config):
         return {key: parse_override_value(value) for key, value in self.overrides.items()}
 
 
-def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any], config: TrainConfig) -> None:
+def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any], config: BaselineConfig) -> None:
     """Run the job through whichever Pipes client the deployment bound (subprocess or Kubernetes)."""
     if type(client).__name__ == "PipesK8sClient":  # dagster-k8s is optional: no import here
         if not config.k8s_image:
@@ -89,7 +89,7 @@ def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any],
 )
 def baseline(
     context: dg.AssetExecutionContext,
-    config: TrainConfig,
+    config: BaselineConfig,
     settings: ShiftbenchSettings,
     erm_pipes_client: dg.ResourceParam[dg.PipesClient],
 ) -> dg.MaterializeResult:
