@@ -1,23 +1,50 @@
-"""Automation shared by every family: the nightly rebuild condition."""
+"""Automation conditions shared by every family (declarative automation, ``since_last_handled``).
+
+- Raw file sources are observed at the nightly tick (their data version is a content fingerprint,
+  so unchanged files change nothing downstream). Spec sources are observed by the partition sensor
+  (``pipelines/sensors.py``), which reads the spec files anyway, whenever a spec changes.
+- Inputs and staged benchmarks rebuild when a dependency's *data version* changed since they
+  were last handled (requested or built), at once after a ``code_version`` bump, and, at the
+  nightly tick, when they were never built. A rebuild with identical content changes no data
+  version, so it requests nothing further.
+- Publishing follows a rebuild in the same run, or later once the blocking checks passed; the
+  store refuses anything else anyway.
+- ERM baselines are never started by automation; a baseline that was trained is retrained when
+  its split publishes a new version, so results never silently describe an old split.
+"""
 
 import dagster as dg
 
-REBUILD_CRON = "0 3 * * *"
+NIGHTLY_CRON = "0 3 * * *"
+C = dg.AutomationCondition
 
 
-def rebuild_condition() -> dg.AutomationCondition:
-    """At the nightly tick, rebuild only what a changed input reaches; at once after a code bump.
+def observe_nightly() -> dg.AutomationCondition:
+    return (C.cron_tick_passed(NIGHTLY_CRON) & ~C.in_progress()).with_label("observe at the nightly tick")
 
-    ``on_cron`` waits for *all* deps to update after the tick, which never happens for a
-    benchmark whose spec changed but whose hierarchy did not. This condition asks instead:
-    has *any* dep's data version changed since this asset was last requested or built (or is
-    a dep being rebuilt in this same tick, or was this asset never built)? Observable sources
-    only count as updated when their data version changes, so unchanged raw files request
-    nothing.
-    """
-    cond = dg.AutomationCondition
-    tick = cond.cron_tick_passed(REBUILD_CRON)
-    changed_since_built = cond.any_deps_updated().since(cond.newly_requested() | cond.newly_updated())
-    dep_rebuilding = cond.any_deps_match(cond.will_be_requested())
-    nightly = tick & (cond.missing() | changed_since_built | dep_rebuilding) & ~cond.in_progress()
-    return (nightly | cond.code_version_changed()).with_label("nightly rebuild if inputs, spec or code changed")
+
+def _settled() -> dg.AutomationCondition:
+    return ~C.any_deps_missing() & ~C.any_deps_in_progress() & ~C.in_progress()
+
+
+def rebuild() -> dg.AutomationCondition:
+    """Build what a changed input, spec or code reaches; build what was never built at the nightly tick."""
+    changed = C.any_deps_match(C.data_version_changed()).with_label("a dependency's data version changed")
+    never_built = (C.missing() & C.cron_tick_passed(NIGHTLY_CRON)).with_label("never built, at the nightly tick")
+    wanted = (changed | never_built).since_last_handled() | C.code_version_changed()
+    return (wanted & _settled()).with_label("rebuild when inputs, spec or code changed")
+
+
+def publish() -> dg.AutomationCondition:
+    """Publish with the staging in the same run, or once the staged version's blocking checks passed."""
+    with_staging = C.any_deps_match(C.will_be_requested()).with_label("staged in the same run")
+    checked = C.any_deps_updated().since_last_handled() & C.all_deps_blocking_checks_passed()
+    return ((with_staging | checked) & ~C.in_progress()).with_label("publish what passed its checks")
+
+
+def retrain() -> dg.AutomationCondition:
+    """Retrain a baseline that exists when its split published a new version (never start new ones)."""
+    new_split = C.any_deps_match(C.data_version_changed()).with_label("the split has a new version")
+    return (~C.missing() & new_split.since_last_handled() & _settled()).with_label(
+        "retrain trained baselines on a new split version"
+    )

@@ -1,63 +1,90 @@
-"""ERM baselines: one asset partitioned by (benchmark, seed), so a sweep is a backfill.
+"""ERM baselines in the lineage: one multi-asset per trainable kind of benchmark, under its split.
 
-The asset plans the run (:mod:`shiftbench.erm.launch`: split version, preset, image root), then
-launches the lean training job ``python -m shiftbench.erm.job`` through Dagster Pipes: locally
-with ``PipesSubprocessClient``; on a cluster the same job runs in a GPU pod through
-``PipesK8sClient`` (dagster-k8s) bound to the same resource key (README "ERM on GPU nodes").
-The job's log lines stream into the run's event log; its outputs are checked against the
-``erm_*`` contracts and published as a version of the run, with the plots as metadata.
-Runs share the ``gpu`` concurrency pool, so a backfill never puts two trainings on one device.
+``erm/staged_<family>_<kind>_baseline`` trains (the lean job ``python -m shiftbench.erm.job``
+launched through Dagster Pipes: a local subprocess here, a GPU pod with ``PipesK8sClient``), stages
+the results as a version of the run and runs the blocking ``erm_*`` contract checks;
+``erm/<family>_<kind>_baseline`` publishes it (the store refuses a version whose checks failed).
+Partitions are (benchmark, seed), the benchmark dimension being the split asset's own partitions,
+so the UI shows each result under the split it was trained on, a republished split marks its
+results stale, and the automation retrains the baselines that were trained on it.
+
+A family whose images are not configured (BREEDS without ``SHIFTBENCH_IMAGENET_DIR``) gets no ERM
+asset: partitions that can never run are not offered. Runs share the ``gpu`` pool, so a backfill
+never puts two trainings on one device. This module imports no torch (only the job does).
 """
 
 import shutil
 import sys
+from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 import dagster as dg
-import polars as pl
-from pydantic import Field
+from pydantic import Field, create_model
 
-from assets.metadata import contract_check_result, contract_check_specs
+from assets.automation import publish, retrain
+from assets.factory import partitions_of
+from assets.metadata import contract_evaluations, published_metadata, render
 from pipelines.resources import ShiftbenchSettings
-from shiftbench.breeds.specs import load_specs as breeds_specs
-from shiftbench.conds.specs import load_specs as conds_specs
+from shiftbench.catalog import refresh_catalog
 from shiftbench.erm import launch
-from shiftbench.errors import InputError
-from shiftbench.metashift.specs import load_specs as metashift_specs
-from shiftbench.plots import png_markdown
+from shiftbench.erm.config import TrainConfig
+from shiftbench.errors import ContractViolation, InputError
+from shiftbench.family import Family, Figure, FilePath, Kind
+from shiftbench.publishing import describe_failures
+from shiftbench.settings import Settings
+from shiftbench.spec_files import parse_value
+from shiftbench.store import Store
 
 TABLES = ("erm_results", "erm_runs", "erm_curves")
-BENCHMARKS = sorted(breeds_specs()) + sorted(metashift_specs().tasks) + list(conds_specs().cases)
 SEEDS = [str(seed) for seed in range(10)]
-PARTITIONS = dg.MultiPartitionsDefinition(
-    {"benchmark": dg.StaticPartitionsDefinition(BENCHMARKS), "seed": dg.StaticPartitionsDefinition(SEEDS)}
-)
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
+# Training parameters that may be null: launchpad text, as on the command line ("null" clears).
+NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
 
 
-class BaselineConfig(dg.Config):
-    """What to train; every field is optional (the family's preset and the latest split version)."""
-
-    preset: str | None = Field(default=None, description="A preset of shiftbench/specs/erm.yaml (default: family's).")
-    version: str | None = Field(default=None, description="Split version to train on (default: latest).")
-    image_root: str | None = Field(
-        default=None, description="Image root (default: the source's, e.g. SHIFTBENCH_IMAGENET_DIR); 'standin' renders"
-    )
-    path_template: str | None = Field(default=None, description="Image path under the root, '{}' = example_id.")
-    overrides: dict[str, str] = Field(
-        default_factory=dict, description="Training parameters as YAML scalars (model: resnet50, device: cuda, ...)."
-    )
-    in_process: bool = Field(default=False, description="Train in the Dagster process instead of a Pipes subprocess.")
-    k8s_image: str | None = Field(default=None, description="With PipesK8sClient: the GPU image to run the job in.")
-    k8s_namespace: str | None = Field(default=None, description="With PipesK8sClient: the namespace.")
-
-    def parsed_overrides(self) -> dict[str, Any]:
-        from shiftbench.breeds.specs import parse_override_value
-
-        return {key: parse_override_value(value) for key, value in self.overrides.items()}
+def _config_field(kind: str) -> Any:
+    if kind.startswith("tuple"):
+        return list[int] | None
+    return {"int": int, "float": float, "bool": bool}.get(kind, str) | None
 
 
-def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any], config: BaselineConfig) -> None:
+def _baseline_config() -> type[dg.Config]:
+    values: dict[str, Any] = {
+        "preset": (str | None, Field(None, description="A preset of shiftbench/specs/erm.yaml (default: family's).")),
+        "version": (str | None, Field(None, description="Split version to train on (default: latest).")),
+        "image_root": (
+            str | None,
+            Field(None, description="Image root (default: the split's, as its manifest records); 'standin' renders"),
+        ),
+        "path_template": (str | None, Field(None, description="Image path under the root, '{}' = example_id.")),
+        "in_process": (bool, Field(False, description="Train in the Dagster process instead of a Pipes subprocess.")),
+        "k8s_image": (str | None, Field(None, description="With PipesK8sClient: the GPU image to run the job in.")),
+        "k8s_namespace": (str | None, Field(None, description="With PipesK8sClient: the namespace.")),
+    }
+    for item in fields(TrainConfig):
+        if item.name == "seed":  # the partition's
+            continue
+        kind = "str" if item.name in NULLABLE else str(item.type)
+        values[item.name] = (_config_field(kind), Field(None, description=f"training parameter {item.name}"))
+    return create_model("BaselineConfig", __base__=dg.Config, **values)  # type: ignore[no-any-return, call-overload]
+
+
+BaselineConfig: Any = _baseline_config()
+RUN_FIELDS = ("preset", "version", "image_root", "path_template", "in_process", "k8s_image", "k8s_namespace")
+
+
+def training_overrides(config: Any) -> dict[str, Any]:
+    """The training parameters a run's config sets (nullable ones parsed from YAML text)."""
+    overrides = {}
+    for item in fields(TrainConfig):
+        value = getattr(config, item.name, None)
+        if value is not None:
+            overrides[item.name] = parse_value(value) if item.name in NULLABLE else value
+    return overrides
+
+
+def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any], config: Any) -> None:
     """Run the job through whichever Pipes client the deployment bound (subprocess or Kubernetes)."""
     if type(client).__name__ == "PipesK8sClient":  # dagster-k8s is optional: no import here
         if not config.k8s_image:
@@ -76,79 +103,177 @@ def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any],
     client.run(command=JOB_COMMAND, context=context, extras={"job": job})
 
 
-@dg.asset(
-    key=["erm", "baseline"],
-    partitions_def=PARTITIONS,
-    group_name="erm",
-    kinds={"pytorch", "parquet"},
-    pool="gpu",
-    code_version=launch.CODE_VERSION,
-    check_specs=contract_check_specs(["erm", "baseline"], TABLES),
-    description="Train an ERM baseline on the latest published split of a benchmark (one partition per "
-    "benchmark and seed), evaluate it the WILDS way and publish erm_results, erm_runs and erm_curves.",
-)
-def baseline(
-    context: dg.AssetExecutionContext,
-    config: BaselineConfig,
-    settings: ShiftbenchSettings,
-    erm_pipes_client: dg.ResourceParam[dg.PipesClient],
-) -> dg.MaterializeResult:
-    keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
-    resolved = settings.get()
-    plan = launch.plan_run(
-        resolved,
-        keys["benchmark"],
-        version=config.version,
-        seed=int(keys["seed"]),
-        preset=config.preset,
-        overrides=config.parsed_overrides(),
-        image_root=config.image_root,
-        path_template=config.path_template,
+def baseline_keys(kind: Kind) -> tuple[dg.AssetKey, dg.AssetKey]:
+    name = f"{kind.family}_{kind.name}_baseline"
+    return dg.AssetKey(["erm", f"staged_{name}"]), dg.AssetKey(["erm", name])
+
+
+def baseline_job_name(kind: Kind) -> str:
+    return f"erm_{kind.qualified}"
+
+
+def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, Any]:
+    staged_key, publish_key = baseline_keys(kind)
+    partitions = dg.MultiPartitionsDefinition(
+        {"benchmark": partitions_of(kind), "seed": dg.StaticPartitionsDefinition(SEEDS)}
     )
-    out_dir = launch.scratch_dir(resolved, plan, context.run.run_id)
+    split = dg.AssetDep(
+        dg.AssetKey(list(kind.publish_key)),
+        partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="benchmark"),
+    )
+
+    @dg.multi_asset(
+        name=f"erm__{kind.family}_{kind.name}_baseline",
+        specs=[
+            dg.AssetSpec(
+                staged_key,
+                deps=[split],
+                group_name="erm",
+                code_version=launch.CODE_VERSION,
+                kinds={"pytorch", "parquet"},
+                automation_condition=retrain(),
+                skippable=True,
+                description=f"Train an ERM baseline on the latest published {family.title} {kind.name} (one "
+                "partition per benchmark and seed), evaluate it the WILDS way and stage erm_results, erm_runs "
+                "and erm_curves; blocking contract checks.",
+            ),
+            dg.AssetSpec(
+                publish_key,
+                deps=[staged_key],
+                group_name="erm",
+                kinds={"duckdb", "parquet"},
+                automation_condition=publish(),
+                skippable=True,
+                description="Publishes the staged results once their contracts passed (the store refuses others).",
+            ),
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                f"contract_{table}",
+                asset=staged_key,
+                blocking=True,
+                partitions_def=partitions,
+                description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
+            )
+            for table in TABLES
+        ],
+        partitions_def=partitions,
+        can_subset=True,
+        pool="gpu",
+    )
+    def _train(
+        context: dg.AssetExecutionContext,
+        config: BaselineConfig,  # type: ignore[valid-type]
+        settings: ShiftbenchSettings,
+        erm_pipes_client: dg.ResourceParam[dg.PipesClient],
+    ) -> Iterator[Any]:
+        keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
+        resolved = settings.get()
+        plan = launch.plan_run(
+            resolved,
+            keys["benchmark"],
+            version=config.version,
+            seed=int(keys["seed"]),
+            preset=config.preset,
+            overrides=training_overrides(config),
+            image_root=config.image_root,
+            path_template=config.path_template,
+        )
+        store = Store(resolved.store_dir)
+        # Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a
+        # run of one partition needs nothing else.
+        if staged_key in context.selected_asset_keys:
+            staged, results = _train_and_stage(context, resolved, plan, config, erm_pipes_client)
+            yield dg.MaterializeResult(
+                asset_key=staged_key,
+                metadata={"run": plan.run, "version": staged.version, "split_version": plan.split_version},
+                data_version=dg.DataVersion(staged.version),
+                check_results=[
+                    dg.AssetCheckResult(
+                        asset_key=staged_key,
+                        check_name=e.check_name,
+                        passed=e.passed,
+                        severity=e.severity,
+                        metadata=e.metadata,
+                        description=e.description,
+                    )
+                    for e in contract_evaluations(staged_key, None, TABLES, results)
+                ],
+            )
+            if any(not r.passed for rules in results.values() for r in rules):
+                raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
+        else:
+            latest = store.latest_staged(launch.FAMILY, plan.run)
+            if latest is None:
+                raise InputError(f"{plan.run} has no staged results: train it first", parameter="benchmark")
+            staged = latest
+        if publish_key in context.selected_asset_keys:
+            publication = store.publish(staged)
+            refresh_catalog(resolved.catalog_path, resolved.store_dir)
+            yield dg.MaterializeResult(
+                asset_key=publish_key,
+                metadata={**published_metadata(resolved, staged, publication), **_describe(resolved, plan, staged)},
+                data_version=dg.DataVersion(staged.version),
+            )
+
+    job = dg.define_asset_job(
+        baseline_job_name(kind),
+        selection=dg.AssetSelection.assets(staged_key, publish_key),
+        description=f"Train, check and publish one ERM baseline on a {family.title} {kind.name} per "
+        "(benchmark, seed) partition; backfill to sweep.",
+    )
+    return _train, job
+
+
+def _train_and_stage(
+    context: dg.AssetExecutionContext, settings: Settings, plan: launch.RunPlan, config: Any, client: Any
+) -> tuple[Any, Any]:
+    out_dir = launch.scratch_dir(settings, plan, context.run.run_id)
     job = plan.job(out_dir)
     context.log.info(f"{plan.run}: {plan.benchmark} version {plan.split_version}, images {plan.images.kind}")
     if config.in_process:
-        from shiftbench.erm.job import run_job
+        from shiftbench.erm.job import run_job  # torch, in this process: only when asked for
 
         run_job(job, log=context.log.info)
     else:
         try:
-            _launch(context, erm_pipes_client, job, config)
+            _launch(context, client, job, config)
         except Exception:  # DagsterPipesExecutionError is not exported by dagster 1.13
             message = launch.job_error(out_dir)
             if message:  # a bad input the job named: show it, not Dagster's wrapper
                 raise InputError(message) from None
             raise
-    outcome, summary = launch.publish_run(resolved, plan, out_dir)
+    staged, results, _summary = launch.stage_run(settings, plan, out_dir)
     shutil.rmtree(out_dir, ignore_errors=True)
-    staged = outcome.staged
+    return staged, results
+
+
+def _describe(settings: Settings, plan: launch.RunPlan, staged: Any) -> dict[str, Any]:
+    import polars as pl
+
     results = pl.read_parquet(staged.table_path("erm_results"))
+    runs = pl.read_parquet(staged.table_path("erm_runs")).row(0, named=True)
     files = staged.path / "files"
-    return dg.MaterializeResult(
-        data_version=dg.DataVersion(staged.version),
-        metadata={
-            "run": plan.run,
-            "version": staged.version,
-            "became_latest": outcome.publication.changed_latest,
-            "benchmark": plan.benchmark,
-            "split_version": plan.split_version,
-            "selection_split": str(summary["selection_split"]),
-            "best_iteration": summary["best_iteration"],
-            "device": summary["device"],
-            "image_source": plan.images.kind,
-            "train_images_per_s": float(summary["train_images_per_s"] or 0.0),
-            **{key: float(value) for key, value in launch.headline(results).items() if value is not None},
-            "dagster/row_count": results.height,
-            "learning_curve": dg.MetadataValue.md(
-                png_markdown((files / "learning_curve.png").read_bytes(), "learning curve")
-            ),
-            "id_vs_ood": dg.MetadataValue.md(png_markdown((files / "id_vs_ood.png").read_bytes(), "ID vs OOD")),
-            "weights": dg.MetadataValue.path(str(files / "model.pt")),
-            "path": dg.MetadataValue.path(str(staged.path)),
-        },
-        check_results=[contract_check_result(table, outcome.results[table]) for table in TABLES],
-    )
+    manifest = staged.manifest()
+    metadata: dict[str, Any] = {
+        "run": plan.run,
+        "split": plan.benchmark,
+        "split_version": runs["split_version"],
+        "selection_split": str(runs["selection_split"]),
+        "best_iteration": runs["best_iteration"],
+        "device": runs["device"],
+        "image_source": runs["image_source"],
+        "train_images_per_s": float(manifest.get("training", {}).get("train_images_per_s") or 0.0),
+        **{key: float(value) for key, value in launch.headline(results).items() if value is not None},
+        "learning_curve": Figure((files / "learning_curve.png").read_bytes(), "learning curve"),
+        "id_vs_ood": Figure((files / "id_vs_ood.png").read_bytes(), "ID vs OOD"),
+        "weights": FilePath(files / "model.pt"),
+    }
+    return render(metadata, settings)
 
 
-erm_assets = [baseline]
+def trainable_kinds(family: Family, settings: Settings) -> list[Kind]:
+    """The kinds of ``family`` an ERM baseline can train on with these settings (none if no images)."""
+    if family.training_unavailable(settings) is not None:
+        return []
+    return [kind for kind in family.kinds if kind.trainable]

@@ -1,128 +1,123 @@
-"""Materialization metadata and contract check results, in the same shape for every family."""
+"""Dagster metadata from the library's neutral descriptions, contract results and artifacts."""
 
-from collections.abc import Iterator
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 import polars as pl
-from pydantic import Field
 
 from shiftbench.cache import CachedArtifact
-from shiftbench.contracts import RuleResult, failures
-from shiftbench.publishing import check_staged, publish_staged
+from shiftbench.contracts import RuleResult
+from shiftbench.family import Figure, FilePath, Json, Markdown, Metadata, Table
+from shiftbench.plots import png_markdown
 from shiftbench.settings import Settings
-from shiftbench.store import StagedVersion
+from shiftbench.store import Publication, StagedVersion
+
+DATA_VERSION_TAG = "dagster/data_version"
+USER_DATA_VERSION_TAG = "dagster/data_version_is_user_provided"
 
 
-def artifact_output(artifact: CachedArtifact, rows: int) -> dg.Output[CachedArtifact]:
-    return dg.Output(
-        artifact,
-        data_version=dg.DataVersion(artifact.fingerprint),
-        metadata={
-            "path": dg.MetadataValue.path(str(artifact.path)),
-            "fingerprint": artifact.fingerprint,
-            "dagster/row_count": rows,
-            **{k: dg.MetadataValue.text(str(v)) for k, v in artifact.meta.items() if k != "fingerprint"},
-        },
-    )
-
-
-def contract_check_result(table: str, results: list[RuleResult]) -> dg.AssetCheckResult:
-    """One blocking check per contract: a failure stops the run before the publishing asset."""
-    failed = failures({table: results})
-    lines = ["| rule | passed | observed | expected |", "| --- | --- | --- | --- |"]
-    lines += [f"| {r.rule} | {'yes' if r.passed else '**NO**'} | {r.observed} | {r.expected} |" for r in results]
-    return dg.AssetCheckResult(
-        check_name=f"contract_{table}",
-        passed=not failed,
-        severity=dg.AssetCheckSeverity.ERROR,
-        metadata={
-            "rules": len(results),
-            "failed": len(failed),
-            "results": dg.MetadataValue.md("\n".join(lines)),
-        },
-        description=f"{len(results) - len(failed)}/{len(results)} rules of data_contracts/{table}.yaml hold",
-    )
+def data_version_tags(version: str) -> dict[str, str]:
+    """Tags that give a runtime materialization its data version (the content id)."""
+    return {DATA_VERSION_TAG: version, USER_DATA_VERSION_TAG: "true"}
 
 
 def metadata_table(frame: pl.DataFrame) -> dg.TableMetadataValue:
     """A metadata table: the UI renders it inline (markdown over 1,000 characters is folded)."""
     schema = dg.TableSchema(
         columns=[
-            dg.TableColumn(name, "int" if dtype.is_integer() else "string") for name, dtype in frame.schema.items()
+            dg.TableColumn(name, "int" if dtype.is_integer() else "float" if dtype.is_float() else "string")
+            for name, dtype in frame.schema.items()
         ]
     )
     return dg.MetadataValue.table(records=[dg.TableRecord(row) for row in frame.to_dicts()], schema=schema)
 
 
-def contract_check_specs(asset_key: list[str], tables: tuple[str, ...]) -> list[dg.AssetCheckSpec]:
-    """Blocking checks yielded by a staging asset itself (one per contract it must satisfy)."""
-    return [
-        dg.AssetCheckSpec(
-            f"contract_{table}",
-            asset=dg.AssetKey(asset_key),
-            blocking=True,
-            description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
-        )
-        for table in tables
-    ]
+def render(metadata: Metadata, settings: Settings) -> dict[str, Any]:
+    """The library's neutral metadata as Dagster metadata values."""
+    rendered: dict[str, Any] = {}
+    for key, value in metadata.items():
+        if isinstance(value, Table):
+            rendered[key] = metadata_table(value.frame)
+        elif isinstance(value, Figure):
+            rendered[key] = dg.MetadataValue.md(png_markdown(value.png, value.alt))
+        elif isinstance(value, Markdown) and key == "duckdb_query":
+            rendered[key] = dg.MetadataValue.md(f"```sql\n-- duckdb {settings.catalog_path}\n{value.text};\n```")
+        elif isinstance(value, Markdown):
+            rendered[key] = dg.MetadataValue.md(value.text)
+        elif isinstance(value, Json):
+            rendered[key] = dg.MetadataValue.json(value.value)
+        elif isinstance(value, FilePath):
+            rendered[key] = dg.MetadataValue.path(str(value.path))
+        elif isinstance(value, float):
+            rendered[key] = dg.MetadataValue.float(round(value, 6))
+        else:
+            rendered[key] = value
+    return rendered
 
 
-def staged_with_checks(
-    context: dg.AssetExecutionContext, staged: StagedVersion, tables: tuple[str, ...]
-) -> Iterator[dg.Output[StagedVersion] | dg.AssetCheckResult]:
-    """The staged version as the asset's output, then one blocking check result per contract."""
-    rows = {name: entry["rows"] for name, entry in staged.manifest()["tables"].items()}
-    context.log.info(
-        "staged %s version %s (%s)", staged.benchmark, staged.version, "new" if staged.created else "unchanged"
-    )
-    yield dg.Output(
-        staged,
-        data_version=dg.DataVersion(staged.version),
-        metadata={
-            "benchmark": staged.benchmark,
-            "version": staged.version,
-            "new_version": staged.created,
-            "path": dg.MetadataValue.path(str(staged.path)),
-            **{f"rows/{name}": n for name, n in rows.items()},
-        },
-    )
-    results = check_staged(staged, only=list(tables))
-    for table in tables:
-        yield contract_check_result(table, results[table])
+def artifact_metadata(artifact: CachedArtifact, rows: int, summary: str) -> dict[str, Any]:
+    return {
+        **{f"meta/{k}": dg.MetadataValue.text(str(v)) for k, v in artifact.meta.items() if k != "fingerprint"},
+        "path": dg.MetadataValue.path(str(artifact.path)),
+        "fingerprint": artifact.fingerprint,
+        "dagster/row_count": rows,
+        "summary": summary,
+    }
 
 
-def publish_with_metadata(settings: Settings, staged: StagedVersion, query: str) -> dict[str, Any]:
-    """Publish the staged version and describe it: ids, row counts, params, paths and a catalog query."""
-    publication = publish_staged(settings, staged)
+def staged_metadata(staged: StagedVersion, rules: int, failed: int) -> dict[str, Any]:
+    manifest = staged.manifest()
+    return {
+        "benchmark": staged.benchmark,
+        "version": staged.version,
+        "new_version": staged.created,
+        "path": dg.MetadataValue.path(str(staged.path)),
+        "rules": rules,
+        "failed_rules": failed,
+        **{f"rows/{name}": int(entry["rows"]) for name, entry in manifest["tables"].items()},
+    }
+
+
+def published_metadata(settings: Settings, staged: StagedVersion, publication: Publication) -> dict[str, Any]:
     manifest = staged.manifest()
     return {
         "benchmark": staged.benchmark,
         "version": staged.version,
         "became_latest": publication.changed_latest,
         "published_at": publication.published_at,
-        "dagster/row_count": int(manifest["n_examples"]),
+        "dagster/row_count": int(manifest.get("n_examples") or 0),
         **{f"rows/{name}": int(entry["rows"]) for name, entry in manifest["tables"].items()},
-        "params": dg.MetadataValue.json(manifest["params"]),
+        "params": dg.MetadataValue.json(manifest.get("params") or {}),
         "path": dg.MetadataValue.path(str(staged.path)),
         "catalog": dg.MetadataValue.path(str(settings.catalog_path)),
-        "duckdb_query": dg.MetadataValue.md(f"```sql\n-- duckdb {settings.catalog_path}\n{query};\n```"),
     }
 
 
-class OverridesConfig(dg.Config):
-    """Overrides of spec parameters (recorded in benchmarks.params) and an optional new name.
-
-    Values are YAML scalars as text, so one config serves every parameter of a family's specs.
-    """
-
-    overrides: dict[str, str] = Field(
-        default_factory=dict,
-        description="KEY: VALUE overrides as YAML scalars (e.g. edge_threshold: '0.2', allow_scale_down: 'true').",
-    )
-    publish_as: str | None = Field(default=None, description="Publish as a new benchmark of this name.")
-
-    def parsed(self) -> dict[str, object]:
-        from shiftbench.breeds.specs import parse_override_value
-
-        return {key: parse_override_value(value) for key, value in self.overrides.items()}
+def contract_evaluations(
+    asset_key: dg.AssetKey, partition: str | None, tables: tuple[str, ...], results: Mapping[str, list[RuleResult]]
+) -> list[dg.AssetCheckEvaluation]:
+    """One blocking check per contract table, evaluated on one partition's staged version."""
+    evaluations = []
+    for table in tables:
+        rules = results.get(table, [])
+        failed = [r for r in rules if not r.passed]
+        lines = ["| rule | passed | observed | expected |", "| --- | --- | --- | --- |"]
+        lines += [f"| {r.rule} | {'yes' if r.passed else '**NO**'} | {r.observed} | {r.expected} |" for r in rules]
+        evaluations.append(
+            dg.AssetCheckEvaluation(
+                asset_key=asset_key,
+                check_name=f"contract_{table}",
+                passed=not failed,
+                partition=partition,
+                blocking=True,
+                severity=dg.AssetCheckSeverity.ERROR,
+                metadata={
+                    "rules": len(rules),
+                    "failed": len(failed),
+                    "results": dg.MetadataValue.md("\n".join(lines)),
+                },
+                description=f"{len(rules) - len(failed)}/{len(rules)} rules of data_contracts/{table}.yaml hold",
+            )
+        )
+    return evaluations

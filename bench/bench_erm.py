@@ -38,9 +38,11 @@ from torch import nn  # noqa: E402
 from shiftbench.conds import pipeline as cp  # noqa: E402
 from shiftbench.conds.specs import load_specs  # noqa: E402
 from shiftbench.erm import launch  # noqa: E402
-from shiftbench.erm.data import SplitDataset, image_paths, normalize, read_split  # noqa: E402
+from shiftbench.erm.data import SplitDataset, normalize, read_split  # noqa: E402
+from shiftbench.images import image_paths  # noqa: E402
 from shiftbench.erm.models import build_model  # noqa: E402
-from shiftbench.erm.train import TrainConfig, resolve_device, train  # noqa: E402
+from shiftbench.erm.config import TrainConfig  # noqa: E402
+from shiftbench.erm.train import resolve_device, train  # noqa: E402
 from shiftbench.publishing import publish_staged  # noqa: E402
 from shiftbench.settings import Settings  # noqa: E402
 

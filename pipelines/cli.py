@@ -1,16 +1,19 @@
 """The ``shiftbench`` command: the same Dagster jobs the UI runs, from a terminal.
 
-    shiftbench build [breeds|metashift|conds] [--benchmark NAME ...] [--set KEY=VALUE ...] [--name NEW]
+    shiftbench build [FAMILY] [--benchmark NAME ...] [--set KEY=VALUE ... --name NEW] [--list]
     shiftbench sql "SELECT ..." [--csv]
     shiftbench versions [BENCHMARK]
     shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
     shiftbench catalog                    recreate the DuckDB views
     shiftbench gc [--keep N] [--dry-run]  delete all but the N most recent versions
     shiftbench train BENCHMARK [--model M] [--seed N] [--device D] [--preset P] [--set KEY=VALUE ...]
-    shiftbench export BENCHMARK --layout imagefolder DIR
+    shiftbench export BENCHMARK DIR --layout imagefolder
 
-Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME/dagster_home``),
-so they show in ``dagster dev`` started with the same DAGSTER_HOME.
+Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME/dagster_home``)
+with the code location's origin, so ``dagster dev`` on the same DAGSTER_HOME lists them under their
+jobs. Building any number of benchmarks of a kind is one run. Every user error, before or inside a
+run, is one line naming the file, line or parameter, with exit code 2 (1 when a benchmark failed
+its contract checks); nothing is published then and previous versions stay latest.
 """
 
 import argparse
@@ -22,12 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shiftbench.errors import ShiftbenchError
+from shiftbench.errors import InputError, ShiftbenchError
 from shiftbench.settings import Settings
 
-FAMILIES = ("breeds", "metashift", "conds")
-# Warnings and errors only on the terminal; the full event log is in the instance (UI).
-_QUIET: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
 
 
@@ -42,271 +42,169 @@ def ensure_dagster_home(settings: Settings) -> Path:
     return home
 
 
-def _run_error(result: Any) -> str:
-    """The innermost error of a failed run: the user's message, not Dagster's wrapper."""
-    for event in result.all_events:
-        if not event.is_step_failure or event.event_specific_data is None:
-            continue
-        error = event.event_specific_data.error
-        while error is not None and error.cause is not None:
-            error = error.cause
-        if error is not None:
-            message = error.message.strip().removeprefix(f"shiftbench.errors.{error.cls_name}: ")
-            return message if error.cls_name.endswith("InputError") else f"{error.cls_name}: {message}"
-    return "run failed"
+def _instance(settings: Settings) -> Any:
+    import dagster as dg
+
+    ensure_dagster_home(settings)
+    return dg.DagsterInstance.get()
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    from shiftbench.breeds.specs import parse_override_value
-    from shiftbench.errors import InputError
+    from shiftbench.spec_files import parse_value
 
     overrides: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"expected KEY=VALUE, got {item!r}", parameter="--set")
-        overrides[key.strip()] = parse_override_value(value.strip())
+        overrides[key.strip()] = parse_value(value.strip())
     return overrides
 
 
-def _failed_checks(result: Any) -> list[str]:
-    lines = []
-    for evaluation in result.get_asset_check_evaluations():
-        if not evaluation.passed:
-            detail = evaluation.metadata.get("results")
-            lines.append(f"  check {evaluation.check_name} failed")
-            if detail is not None:
-                for row in str(detail.value).splitlines():
-                    if "**NO**" in row:
-                        lines.append(f"    {row.strip('| ').replace(' | ', ': ', 1)}")
-    return lines
+# -- build ------------------------------------------------------------------------------------------
+def _plan(settings: Settings, args: argparse.Namespace) -> tuple[Any, dict[Any, list[str]], list[str], str | None]:
+    """(family, names per kind, skipped lines, a variant this call registered): checked before any run."""
+    from shiftbench import registry, variants
 
-
-def _breeds_plan(
-    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
-) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """(benchmark, job, staging op, op config) for each BREEDS benchmark to build."""
-    from shiftbench.breeds.specs import load_specs
-    from shiftbench.errors import InputError
-
-    specs = load_specs()
-    unknown = [n for n in names or [] if n not in specs]
-    if unknown:
+    overrides = _parse_sets(args.set or [])
+    names = list(dict.fromkeys(args.benchmark or []))
+    kinds = [registry.kind_of(settings, name) for name in names]
+    family_name = args.family or (kinds[0].family if kinds else "breeds")
+    family = registry.family(family_name)
+    for name, kind in zip(names, kinds, strict=True):
+        if kind.family != family.name:
+            raise InputError(f"{name} is a {kind.family} {kind.name}, not {family.name}", parameter="--benchmark")
+    plan: dict[Any, list[str]] = {}
+    skipped: list[str] = []
+    registered = None
+    if args.name:
+        if len(names) != 1:
+            raise InputError("--name needs exactly one --benchmark (the spec it varies)", parameter="--name")
+        base, merged = names[0], overrides
+        existing = variants.load_variants(settings).get(base)
+        if existing is not None:  # a variant of a variant: the same base with both sets of overrides
+            base, merged = existing.base, {**existing.overrides, **overrides}
+        known = args.name in variants.load_variants(settings)
+        variant = variants.register(settings, kinds[0], args.name, base, merged, registry.spec_owners(settings))
+        plan[kinds[0]] = [variant.name]
+        registered = None if known else variant.name
+    elif overrides:
+        shown = ", ".join(names) or f"the {family.name} benchmarks"
         raise InputError(
-            f"unknown benchmark {unknown[0]!r}; known: {', '.join(sorted(specs))}", parameter="--benchmark"
+            f"overriding parameters of {shown} needs --name NEW: a benchmark's name always means the same content",
+            parameter="--set",
         )
-    selected = names or sorted(specs)
-    for name in selected:  # validate every override before anything runs
-        specs[name].with_overrides(overrides)
-    config: dict[str, Any] = {k: ("none" if k == "ancestor" and v is None else v) for k, v in overrides.items()}
-    if publish_as:
-        config["publish_as"] = publish_as
-    return [(name, "breeds_benchmarks", "breeds__staged_benchmark", config) for name in selected]
-
-
-def _metashift_plan(
-    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
-) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """Collections first, then tasks; each gets the overrides it knows (a key no one knows is an error)."""
-    from dataclasses import fields
-
-    from shiftbench.errors import InputError
-    from shiftbench.metashift.specs import TASK_PARAMS, CollectionSpec, load_specs
-
-    specs = load_specs()
-    known = specs.names()
-    unknown = [n for n in names or [] if n not in known]
-    if unknown:
-        raise InputError(f"unknown benchmark {unknown[0]!r}; known: {', '.join(known)}", parameter="--benchmark")
-    selected = names or [*sorted(specs.collections), *sorted(specs.tasks)]
-    collection_keys = {f.name for f in fields(CollectionSpec)} - {"name"}
-    plan = []
-    used: set[str] = set()
-    for name in sorted(selected, key=lambda n: (n in specs.tasks, n)):
-        is_task = name in specs.tasks
-        accepted = set(TASK_PARAMS) if is_task else collection_keys
-        mine = {k: v for k, v in overrides.items() if k in accepted}
-        used |= set(mine)
-        spec = specs.tasks[name] if is_task else specs.collections[name]
-        spec.with_overrides(mine)
-        config: dict[str, Any] = {"overrides": {k: yaml_text(v) for k, v in mine.items()}}
-        if publish_as:
-            config["publish_as"] = publish_as
-        job, op = (
-            ("metashift_tasks", "metashift__staged_task")
-            if is_task
-            else ("metashift_collections", "metashift__staged_collection")
-        )
-        plan.append((name, job, op, config))
-    stray = sorted(set(overrides) - used)
-    if stray:
-        raise InputError("not a parameter of any selected benchmark", parameter=stray[0])
-    return plan
-
-
-def _conds_plan(
-    names: list[str] | None, overrides: dict[str, Any], publish_as: str | None
-) -> list[tuple[str, str, str, dict[str, Any]]]:
-    """ConDS cases; by default every case of every dataset whose source is configured."""
-    from shiftbench.conds.specs import load_specs
-    from shiftbench.errors import InputError
-
-    specs = load_specs()
-    unknown = [n for n in names or [] if n not in specs.cases]
-    if unknown:
-        shown = ", ".join(list(specs.cases)[:6])
-        raise InputError(
-            f"unknown benchmark {unknown[0]!r}; known: {shown}, ... ({len(specs.cases)} cases: see "
-            "'shiftbench build conds --list')",
-            parameter="--benchmark",
-        )
-    settings = Settings.from_env()
-    available = [d for d, spec in specs.datasets.items() if spec.source != "celeba" or settings.celeba_dir]
-    selected = names or [c for c, case in specs.cases.items() if case.dataset in available]
-    config: dict[str, Any] = {"overrides": {k: yaml_text(v) for k, v in overrides.items()}}
-    if publish_as:
-        config["publish_as"] = publish_as
-    for name in selected:  # validate every override before anything runs
-        specs.cases[name].with_overrides(overrides)
-    return [(name, "conds_cases", "conds__staged_case", config) for name in selected]
-
-
-def yaml_text(value: Any) -> str:
-    """An override value back as the YAML scalar text the Dagster config carries."""
-    import yaml
-
-    return str(yaml.safe_dump(value, default_flow_style=True)).strip().removesuffix("...").strip()
-
-
-_INPUTS = {
-    "breeds": ("breeds_inputs", "hierarchy, image list and calibrated hierarchy"),
-    "metashift": ("metashift_inputs", "scene tables"),
-    "conds": ("conds_inputs", "attribute tables"),
-}
-
-
-def _inputs_summary(family: str, result: Any) -> str:
-    if family == "breeds":
-        return f"hierarchy: {result.output_for_node('breeds__calibrated_hierarchy').meta['kind']}"
-    if family == "conds":
-        meta = result.output_for_node("conds__attribute_tables").meta
-        return f"{meta['dataset']}: {meta['n_examples']} examples ({meta['source']})"
-    meta = result.output_for_node("metashift__scene_tables").meta
-    return f"annotations: {meta['dataset']}, {meta['n_images']} images, {meta['n_objects']} objects"
-
-
-def _benchmark_names(family: str) -> list[str]:
-    if family == "breeds":
-        from shiftbench.breeds.specs import load_specs as breeds_specs
-
-        return sorted(breeds_specs())
-    if family == "metashift":
-        from shiftbench.metashift.specs import load_specs as metashift_specs
-
-        return metashift_specs().names()
-    from shiftbench.conds.specs import load_specs as conds_specs
-
-    return conds_specs().names()
+    elif names:
+        for name, kind in zip(names, kinds, strict=True):
+            variants.resolve(settings, kind, name)  # unavailable here: says why
+            plan.setdefault(kind, []).append(name)
+    else:
+        for kind in family.kinds:
+            plan[kind] = list(variants.targets(settings, kind))
+            missing = variants.unavailable(settings, kind)
+            reasons = sorted(set(missing.values()))
+            for reason in reasons:
+                count = sum(1 for r in missing.values() if r == reason)
+                skipped.append(f"skipped {count} {kind.plural if count > 1 else kind.name}: {reason}")
+    return family, {kind: batch for kind, batch in plan.items() if batch}, skipped, registered
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from shiftbench.errors import InputError
-
     if args.list:
-        print("\n".join(_benchmark_names(args.family)))
-        return 0
+        return _list(args)
     settings = Settings.from_env()
-    ensure_dagster_home(settings)
-    overrides = _parse_sets(args.set or [])
-    if args.name and (not args.benchmark or len(args.benchmark) != 1):
-        raise InputError("--name needs exactly one --benchmark", parameter="--name")
-    planner = {"breeds": _breeds_plan, "metashift": _metashift_plan, "conds": _conds_plan}[args.family]
-    plan = planner(args.benchmark, overrides, args.name)
+    family, plan, skipped, registered = _plan(settings, args)
+    from assets.factory import inputs_read
+    from pipelines import runs
+    from pipelines.terminal import Reporter
 
+    instance = _instance(settings)
+    reporter = Reporter()
+    for line in skipped:
+        reporter.line(line)
+    first = True
+    code = 0
+    with reporter.listening():
+        for kind, names in plan.items():
+            known = set(instance.get_dynamic_partitions(kind.qualified))
+            instance.add_dynamic_partitions(kind.qualified, [n for n in names if n not in known])
+            order = instance.get_dynamic_partitions(kind.qualified)
+            keys = [_key(kind.staged_key), _key(kind.publish_key)]
+            for block in runs.contiguous_blocks(names, order):
+                selection = [*(inputs_read(family, kind) if first else []), *keys]
+                first = False
+                before = len(reporter.outcomes)
+                run = runs.run_job(instance, kind.qualified, assets=selection, partitions=block)
+                if not run.is_success and len(reporter.outcomes) == before:  # failed before any benchmark
+                    message, is_input = runs.run_error(instance, run)
+                    reporter.line(f"error: {message}; nothing published, previous versions are unchanged", error=True)
+                    if registered is not None:
+                        from shiftbench import variants
+
+                        variants.unregister(settings, registered)
+                    return 2 if is_input else 1
+    for outcome in reporter.outcomes:
+        if outcome.description is not None and outcome.publication is not None:
+            for warning in outcome.description.warnings:
+                reporter.warn(f"{outcome.benchmark}: {warning}")
+    failed = reporter.failed_checks + reporter.errors
+    total = len(reporter.outcomes)
+    if registered is not None and failed:  # a new name whose build failed stays free
+        from shiftbench import variants
+
+        variants.unregister(settings, registered)
+        for kind in plan:
+            if registered in instance.get_dynamic_partitions(kind.qualified):
+                instance.delete_dynamic_partition(kind.qualified, registered)
+    summary = f"{total - failed} of {total} published" if failed else f"{total} published"
+    print(f"\n{summary} in {time.monotonic() - reporter.started:.1f}s")
+    print(f"Store:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
+    if reporter.errors:
+        code = 2
+    elif reporter.failed_checks:
+        code = 1
+    return code
+
+
+def _key(path: tuple[str, ...]) -> Any:
     import dagster as dg
 
-    from pipelines.definitions import defs
-
-    instance = dg.DagsterInstance.get()
-    started = time.monotonic()
-    inputs_job, what = _INPUTS[args.family]
-    # Partitioned inputs (ConDS: one attribute table per dataset) run once per partition needed.
-    partitions: list[str | None] = [None]
-    if args.family == "conds":
-        from shiftbench.conds.specs import load_specs as load_conds_specs
-
-        cases = load_conds_specs().cases
-        partitions = list(dict.fromkeys(cases[name].dataset for name, *_ in plan))
-    for partition in partitions:
-        label = f" ({partition})" if partition else ""
-        print(f"[inputs] building {what}{label} ...", flush=True)
-        inputs = defs.resolve_job_def(inputs_job).execute_in_process(
-            instance=instance, run_config=_QUIET, raise_on_error=False, partition_key=partition
-        )
-        if not inputs.success:
-            print(f"error: {_run_error(inputs)}", file=sys.stderr)
-            print("nothing was published; previous versions are unchanged", file=sys.stderr)
-            return 2
-        summary = _inputs_summary(args.family, inputs)
-        print(f"[inputs] done in {time.monotonic() - started:.1f}s ({summary})", flush=True)
-
-    failed = 0
-    for index, (name, job_name, op, config) in enumerate(plan, start=1):
-        t0 = time.monotonic()
-        run_config = {**_QUIET, "ops": {op: {"config": config}}}
-        result = defs.resolve_job_def(job_name).execute_in_process(
-            instance=instance, partition_key=name, run_config=run_config, raise_on_error=False
-        )
-        prefix = f"[{index}/{len(plan)}] {name}"
-        if result.success:
-            publish_node = op.replace("staged_", "")
-            meta = result.asset_materializations_for_node(publish_node)[0].metadata
-            became = "now latest" if meta["became_latest"].value else "already latest"
-            extra = (
-                f", d={meta['distance'].value:.3f}" if "distance" in meta and meta["distance"].value != "NULL" else ""
-            )
-            print(
-                f"{prefix}: {meta['benchmark'].value} version {meta['version'].value} ({became}, "
-                f"{meta['dagster/row_count'].value} examples{extra}, {time.monotonic() - t0:.1f}s)",
-                flush=True,
-            )
-            warnings = str(meta["warnings"].value) if "warnings" in meta else "none"
-            for line in warnings.splitlines() if warnings != "none" else []:
-                print(f"  warning: {line.removeprefix('- ').replace('**', '')}", flush=True)
-            continue
-        failed += 1
-        lines = _failed_checks(result) or [f"  error: {_run_error(result)}"]
-        print(f"{prefix}: FAILED, nothing published (run {result.run_id})", file=sys.stderr)
-        print("\n".join(lines), file=sys.stderr)
-    print(f"\nStore:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
-    return 1 if failed else 0
+    return dg.AssetKey(list(path))
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    """One ERM run through the ``erm_baselines`` job: the partition (benchmark, seed) the UI would run."""
-    from shiftbench.errors import InputError
+def _list(args: argparse.Namespace) -> int:
+    from shiftbench import registry, variants
 
     settings = Settings.from_env()
-    ensure_dagster_home(settings)
+    family = registry.family(args.family or "breeds")
+    for kind in family.kinds:
+        missing = variants.unavailable(settings, kind)
+        for name in kind.specs(settings):
+            print(f"{name}" + (f"  (not here: {missing[name]})" if name in missing else ""))
+        for variant in variants.load_variants(settings).values():
+            if variant.family == family.name and variant.kind == kind.name:
+                print(f"{variant.name}  (variant of {variant.base}: {variant.overrides})")
+    return 0
+
+
+# -- train ------------------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    from pipelines import runs
+    from pipelines.terminal import Reporter
+    from shiftbench import registry
+    from shiftbench.erm.launch import plan_run
+
+    settings = Settings.from_env()
     overrides = _parse_sets(args.set or [])
     for key in ("model", "device"):
         if getattr(args, key):
             overrides[key] = getattr(args, key)
-    import dagster as dg
-
-    from assets.erm import BENCHMARKS, SEEDS
-    from pipelines.definitions import defs
-
-    if args.benchmark not in BENCHMARKS:
-        raise InputError(
-            f"{args.benchmark!r} is not a benchmark of the shipped or configured specs "
-            "(the erm_baselines partitions); `shiftbench build --list` shows them",
-            parameter="BENCHMARK",
-        )
-    if str(args.seed) not in SEEDS:
-        raise InputError(f"seeds are partitions {SEEDS[0]}..{SEEDS[-1]}", parameter="--seed")
-    from shiftbench.erm.launch import plan_run
-
+    kind = registry.kind_of(settings, args.benchmark)
+    if not kind.trainable:
+        raise InputError(f"{args.benchmark} is a {kind.family} {kind.name}: it has no examples to train on")
+    if not 0 <= args.seed <= 9:
+        raise InputError("seeds are partitions 0..9", parameter="--seed")
     # Plan first: a missing split, image root or a bad parameter fails here, before a run starts.
     plan = plan_run(
         settings,
@@ -323,36 +221,100 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"images {plan.images.kind} ({plan.images.root})",
         flush=True,
     )
-    config: dict[str, Any] = {
-        "overrides": {key: str(value) for key, value in overrides.items()},
-        "in_process": args.in_process,
-    }
-    for key in ("preset", "version", "image_root", "path_template"):
-        if getattr(args, key):
-            config[key] = getattr(args, key)
+    unavailable = registry.family(kind.family).training_unavailable(settings)
     started = time.monotonic()
-    result = defs.resolve_job_def("erm_baselines").execute_in_process(
-        instance=dg.DagsterInstance.get(),
-        partition_key=dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)}),
-        run_config={**_QUIET, "ops": {"erm__baseline": {"config": config}}},
-        raise_on_error=False,
-    )
-    if not result.success:
-        print(f"error: {_run_error(result)}", file=sys.stderr)
+    if unavailable is not None:  # no ERM asset for this family here: the library path, said so
+        return _train_outside_dagster(settings, plan, unavailable, started)
+    import dagster as dg
+
+    from assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
+
+    config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
+    config.update(_typed_training(overrides))
+    instance = _instance(settings)
+    known = set(instance.get_dynamic_partitions(kind.qualified))
+    if args.benchmark not in known:
+        instance.add_dynamic_partitions(kind.qualified, [args.benchmark])
+    key = dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)})
+    _, publish_key = baseline_keys(kind)
+    with Reporter().listening():
+        run = runs.run_job(
+            instance,
+            baseline_job_name(kind),
+            partition_key=key,
+            config={"ops": {f"erm__{kind.family}_{kind.name}_baseline": {"config": config}}},
+        )
+    if not run.is_success:
+        message, is_input = runs.run_error(instance, run)
+        print(f"error: {message}", file=sys.stderr)
         print("nothing was published; previous versions are unchanged", file=sys.stderr)
-        return 1
-    meta = result.asset_materializations_for_node("erm__baseline")[0].metadata
-    became = "now latest" if meta["became_latest"].value else "already latest"
-    print(f"[train] {meta['run'].value} version {meta['version'].value} ({became}, {time.monotonic() - started:.1f}s)")
+        return 2 if is_input else 1
+    event = instance.get_latest_materialization_event(publish_key)
+    assert event is not None and event.asset_materialization is not None
+    meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    _print_training(meta, time.monotonic() - started)
+    return 0
+
+
+def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` values as the typed launchpad config of the ERM asset (nullable ones as YAML text)."""
+    from dataclasses import fields
+
+    from assets.erm import NULLABLE
+    from shiftbench.erm.config import TrainConfig, _coerce
+    from shiftbench.spec_files import format_value
+
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    typed: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in types or key == "seed":
+            TrainConfig.from_mapping({key: value})  # names the unknown parameter
+            raise InputError("set the seed with --seed (seeds are partitions)", parameter="seed")
+        if key in NULLABLE:
+            typed[key] = format_value(value)
+            continue
+        coerced = _coerce(value, types[key], key)
+        typed[key] = list(coerced) if isinstance(coerced, tuple) else coerced
+    TrainConfig.from_mapping(overrides)  # validates every value now
+    return typed
+
+
+def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float) -> int:
+    from shiftbench.erm.launch import scratch_dir, train_in_process
+
+    print(f"[train] not a Dagster run ({reason}); training in this process", flush=True)
+    out_dir = scratch_dir(settings, plan, f"cli-{os.getpid()}")
+    outcome, summary = train_in_process(settings, plan, out_dir)
+    import polars as pl
+
+    from shiftbench.erm.launch import headline
+
+    results = pl.read_parquet(outcome.staged.table_path("erm_results"))
+    meta = {
+        "run": plan.run,
+        "version": outcome.staged.version,
+        "became_latest": outcome.publication.changed_latest,
+        "selection_split": summary["selection_split"],
+        "best_iteration": summary["best_iteration"],
+        "device": summary["device"],
+        "train_images_per_s": summary["train_images_per_s"] or 0.0,
+        **headline(results),
+    }
+    _print_training(meta, time.monotonic() - started)
+    return 0
+
+
+def _print_training(meta: dict[str, Any], seconds: float) -> None:
+    became = "now latest" if meta["became_latest"] else "already latest"
+    print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")
     print(
-        f"  selection on {meta['selection_split'].value}, best iteration {meta['best_iteration'].value}, "
-        f"{meta['device'].value}, {meta['train_images_per_s'].value:,.0f} training images/s"
+        f"  selection on {meta['selection_split']}, best iteration {meta['best_iteration']}, "
+        f"{meta['device']}, {float(meta['train_images_per_s']):,.0f} training images/s"
     )
     for key, value in meta.items():
-        if "/acc_" in key:
-            print(f"  {key:<28} {value.value:.4f}")
-    print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run'].value}'\"")
-    return 0
+        if "/acc_" in key and value is not None:
+            print(f"  {key:<28} {float(value):.4f}")
+    print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -369,6 +331,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- the warehouse ----------------------------------------------------------------------------------
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
@@ -381,7 +344,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
         try:
             relation = con.sql(args.query)
         except duckdb.Error as exc:
-            print(f"error: {exc}", file=sys.stderr)
+            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
             return 2
         if relation is None:
             return 0
@@ -393,6 +356,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
+    from pipelines.terminal import table
     from shiftbench.store import Store
 
     settings = Settings.from_env()
@@ -400,18 +364,24 @@ def cmd_versions(args: argparse.Namespace) -> int:
     if not versions:
         print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
         return 1 if args.benchmark else 0
-    print(f"{'benchmark':<24} {'version':<17} {'first published':<33} {'latest':<6} examples  hierarchy")
-    for info in versions:
-        print(
-            f"{info.benchmark:<24} {info.version:<17} {info.published_at:<33} "
-            f"{'*' if info.is_latest else '':<6} {info.n_examples!s:>8}  {info.params.get('hierarchy', '')}"
+    rows = [
+        (
+            info.family,
+            info.benchmark,
+            info.version,
+            info.published_at[:19].replace("T", " "),
+            "*" if info.is_latest else "",
+            info.n_examples,
+            info.params.get("hierarchy") or info.params.get("dataset") or "",
         )
+        for info in versions
+    ]
+    print(table(rows, ("family", "benchmark", "version", "first published (UTC)", "latest", "examples", "source")))
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from shiftbench.contracts import failures
-    from shiftbench.publishing import check_staged
+    from shiftbench.publishing import check_version
     from shiftbench.store import Store
 
     settings = Settings.from_env()
@@ -419,8 +389,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     latest = [v for v in store.versions() if v.is_latest and (not args.benchmark or v.benchmark in args.benchmark)]
     bad = 0
     for info in latest:
-        results = check_staged(store.staged(info.family, info.benchmark, info.version))
-        failed = failures(results)
+        staged = store.staged(info.family, info.benchmark, info.version)
+        results = check_version(store, staged, reuse=False)
+        failed = [r for rules in results.values() for r in rules if not r.passed]
         total = sum(len(r) for r in results.values())
         print(f"{info.benchmark} {info.version}: {total - len(failed)}/{total} rules hold")
         for rule in failed:
@@ -446,19 +417,23 @@ def cmd_gc(args: argparse.Namespace) -> int:
     removed = Store(settings.store_dir).garbage_collect(keep=args.keep, dry_run=args.dry_run)
     for path in removed:
         print(("would remove " if args.dry_run else "removed ") + str(path))
-    if not args.dry_run:
+    if not removed:
+        print(f"nothing to delete: every benchmark has at most {args.keep} published version(s) and nothing stale")
+    if not args.dry_run and removed:
         refresh_catalog(settings.catalog_path, settings.store_dir)
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from shiftbench.registry import FAMILIES
+
     parser = argparse.ArgumentParser(prog="shiftbench", description="Distribution-shift benchmark splits.")
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build", help="build, check and publish benchmarks (same jobs as the UI)")
-    build.add_argument("family", nargs="?", choices=FAMILIES, default="breeds")
+    build.add_argument("family", nargs="?", choices=tuple(FAMILIES), help="default: the benchmarks' family, or breeds")
     build.add_argument("--benchmark", action="append", metavar="NAME", help="repeatable; default: all")
-    build.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec parameter")
-    build.add_argument("--name", metavar="NEW", help="publish as a new benchmark NEW")
+    build.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec parameter (needs --name)")
+    build.add_argument("--name", metavar="NEW", help="build the overridden spec as a new benchmark NEW")
     build.add_argument("--list", action="store_true", help="list the family's benchmark names and exit")
     build.set_defaults(func=cmd_build)
     sql = sub.add_parser("sql", help="run SQL against the catalog")
@@ -485,7 +460,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
     train.add_argument("--preset", help="a preset of shiftbench/specs/erm.yaml (default: the family's)")
     train.add_argument("--version", help="split version (default: latest)")
-    train.add_argument("--image-root", help="image root (default: the source's); 'standin' renders stand-ins")
+    train.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     train.add_argument("--path-template", help="image path under the root; {} is the example id")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
     train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
@@ -495,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("dir", type=Path)
     export.add_argument("--layout", choices=("imagefolder",), default="imagefolder")
     export.add_argument("--version", help="split version (default: latest)")
-    export.add_argument("--image-root", help="image root (default: the source's); 'standin' renders stand-ins")
+    export.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     export.add_argument("--path-template", help="image path under the root; {} is the example id")
     export.set_defaults(func=cmd_export)
     return parser
@@ -503,8 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.func(args)
     except ShiftbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

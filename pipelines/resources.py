@@ -1,34 +1,44 @@
-"""Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource."""
+"""Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource.
+
+Its fields are generated from :class:`shiftbench.settings.Settings` (one definition of the
+settings, never two): every setting is a field, bound at load time to ``EnvVar("SHIFTBENCH_X")``
+when that variable is set, so the UI's resource page shows where each value comes from. A field
+left unset falls back to the process environment, then to the default.
+"""
 
 import os
+from typing import Any
 
 import dagster as dg
+from pydantic import Field, create_model
 
-from shiftbench.settings import Settings
+from shiftbench.settings import Settings, variable
 
 
-class ShiftbenchSettings(dg.ConfigurableResource):
-    """Settings for a run; a field left unset falls back to its SHIFTBENCH_* environment variable.
+def _get(self: Any) -> Settings:
+    """The settings of this run: the resource's fields over the process environment."""
+    values: dict[str, Any] = {
+        name: os.environ[variable(name)] for name in Settings.model_fields if os.environ.get(variable(name), "").strip()
+    }
+    values.update({name: getattr(self, name) for name in Settings.model_fields if getattr(self, name) is not None})
+    return Settings.parse(values)
 
-    Tests and the CLI pass explicit values; ``dagster dev`` reads the environment.
-    """
 
-    home: str | None = None
-    imagenet_hierarchy_dir: str | None = None
-    breeds_hierarchy_dir: str | None = None
-    imagenet_dir: str | None = None
-    breeds_calibration: str | None = None
-    offline: bool | None = None
+ShiftbenchSettings: Any = create_model(  # type: ignore[call-overload]
+    "ShiftbenchSettings",
+    __base__=dg.ConfigurableResource,
+    __doc__="Every SHIFTBENCH_* setting (see the README); unset fields fall back to the environment.",
+    **{
+        name: (str | None, Field(None, description=f"{variable(name)}: {field.description}"))
+        for name, field in Settings.model_fields.items()
+    },
+)
+ShiftbenchSettings.get = _get
 
-    def get(self) -> Settings:
-        env = dict(os.environ)
-        overrides = {
-            "SHIFTBENCH_HOME": self.home,
-            "SHIFTBENCH_IMAGENET_HIERARCHY_DIR": self.imagenet_hierarchy_dir,
-            "SHIFTBENCH_BREEDS_HIERARCHY_DIR": self.breeds_hierarchy_dir,
-            "SHIFTBENCH_IMAGENET_DIR": self.imagenet_dir,
-            "SHIFTBENCH_BREEDS_CALIBRATION": self.breeds_calibration,
-            "SHIFTBENCH_OFFLINE": None if self.offline is None else ("1" if self.offline else "0"),
-        }
-        env.update({key: value for key, value in overrides.items() if value is not None})
-        return Settings.from_env(env)
+
+def settings_from_environment() -> Any:
+    """The resource with an ``EnvVar`` for every ``SHIFTBENCH_*`` variable set now."""
+    bound = {
+        name: dg.EnvVar(variable(name)) for name in Settings.model_fields if os.environ.get(variable(name), "").strip()
+    }
+    return ShiftbenchSettings(**bound)

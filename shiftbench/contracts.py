@@ -20,6 +20,7 @@ The same rules back the blocking Dagster asset checks and the tests.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -319,3 +320,13 @@ def check_tables(tables: Mapping[str, Path], only: Sequence[str] | None = None) 
 
 def failures(results: Mapping[str, list[RuleResult]]) -> list[RuleResult]:
     return [r for rules in results.values() for r in rules if not r.passed]
+
+
+def contracts_fingerprint(tables: Sequence[str], directory: Path = CONTRACTS_DIR) -> str:
+    """Hash of the contract files of ``tables``: a check is valid only under the contracts it ran."""
+    digest = hashlib.sha256()
+    for table in sorted(tables):
+        contract = contracts(directory).get(table)
+        text = contract.path.read_bytes() if contract is not None else b"(no contract)"
+        digest.update(f"{table}\0".encode() + hashlib.sha256(text).digest())
+    return digest.hexdigest()

@@ -1,14 +1,16 @@
-"""Stage -> check contracts -> publish -> refresh catalog: the one path every family takes.
+"""Check contracts -> publish -> refresh the catalog: the path every version takes to become latest.
 
-Dagster runs the three steps as separate nodes (staged asset, blocking contract checks,
-publish asset); :func:`stage_check_publish` runs them in one call for library users and tests.
+:func:`check_version` runs a version's contracts and records the outcome in the store, tied to the
+checksums of the files it read; :meth:`Store.publish` refuses any version without such a passing
+record. :func:`stage_check_publish` does all three steps in one call for library users and tests;
+the Dagster shell and :mod:`shiftbench.building` run them as separate steps.
 """
 
 from __future__ import annotations
 
 import platform
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from typing import Any
 
@@ -41,7 +43,35 @@ def environment() -> dict[str, str]:
 
 
 def check_staged(staged: StagedVersion, only: list[str] | None = None) -> dict[str, list[RuleResult]]:
+    """Run the contracts of a version's tables (nothing recorded; see :func:`check_version`)."""
     return check_tables({t: staged.table_path(t) for t in staged.tables}, only)
+
+
+def check_version(store: Store, staged: StagedVersion, *, reuse: bool = True) -> dict[str, list[RuleResult]]:
+    """Run every contract of the version and record the outcome: what publishing requires.
+
+    With ``reuse``, a recorded check of exactly these files (checksums verified now) under today's
+    contracts is returned instead of running the rules again: an unchanged rebuild costs a hash.
+    """
+    store.verify(staged)
+    record = store.valid_check(staged) if reuse else None
+    if record is not None:
+        return {table: [RuleResult(**rule) for rule in rules] for table, rules in record.results.items()}
+    results = check_staged(staged)
+    failed = failures(results)
+    store.record_check(
+        staged,
+        passed=not failed,
+        rules=sum(len(r) for r in results.values()),
+        failed=[f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}" for r in failed],
+        results={table: [_rule_record(r) for r in rules] for table, rules in results.items()},
+    )
+    return results
+
+
+def _rule_record(rule: RuleResult) -> dict[str, Any]:
+    plain = rule.observed is None or isinstance(rule.observed, int | float | str | bool)
+    return {**asdict(rule), "observed": rule.observed if plain else str(rule.observed)}
 
 
 def describe_failures(results: Mapping[str, list[RuleResult]]) -> str:
@@ -49,6 +79,7 @@ def describe_failures(results: Mapping[str, list[RuleResult]]) -> str:
 
 
 def publish_staged(settings: Settings, staged: StagedVersion) -> Publication:
+    """Publish a checked version and refresh the catalog (the store refuses an unchecked one)."""
     publication = Store(settings.store_dir).publish(staged)
     refresh_catalog(settings.catalog_path, settings.store_dir)
     return publication
@@ -67,8 +98,8 @@ def stage_check_publish(
 
 
 def check_and_publish(settings: Settings, staged: StagedVersion) -> PublishOutcome:
-    """Publish a staged version only if every contract holds; otherwise raise and publish nothing."""
-    results = check_staged(staged)
+    """Check a staged version, record the check, and publish it only if every contract holds."""
+    results = check_version(Store(settings.store_dir), staged)
     if failures(results):
         raise ContractViolation(
             f"{staged.benchmark} version {staged.version} breaks its contracts, not published: "

@@ -1,83 +1,88 @@
 """Settings from ``SHIFTBENCH_*`` environment variables (the public interface in the README).
 
-One frozen object, read once per build, so a build never sees a setting change halfway.
-Dagster resources and the CLI both construct it through :meth:`Settings.from_env`.
+One frozen pydantic-settings model, read once per build, so a build never sees a setting change
+halfway. The CLI reads the process environment (:meth:`Settings.from_env`); the Dagster resource
+``ShiftbenchSettings`` binds every variable set at load time through ``EnvVar`` and builds the
+same model. A value that does not parse is an :class:`InputError` naming the variable.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shiftbench.errors import InputError
 
 BREEDS_DEFAULT_URL = "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
+ENV_PREFIX = "SHIFTBENCH_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
 
 
-def _path(env: Mapping[str, str], name: str) -> Path | None:
-    value = env.get(name, "").strip()
-    return Path(value).expanduser() if value else None
+class Settings(BaseSettings):
+    """Every ``SHIFTBENCH_*`` variable; the field ``x_y`` is the variable ``SHIFTBENCH_X_Y``."""
 
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, env_ignore_empty=True, extra="ignore")
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
-    return env.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+    home: Path = Field(Path("warehouse"), description="warehouse root: store/, cache/, catalog.duckdb, dagster_home/")
+    imagenet_hierarchy_dir: Path | None = Field(None, description="ImageNet-format hierarchy files")
+    wordnet_dict_dir: Path = Field(Path("/usr/share/wordnet"), description="the WordNet database nltk reads")
+    breeds_hierarchy_dir: Path | None = Field(None, description="BREEDS calibrated hierarchy files")
+    breeds_url: str = Field(BREEDS_DEFAULT_URL, description="where to download the BREEDS hierarchy from")
+    breeds_calibration: Path | None = Field(None, description="an edit file applied on top of the hierarchy")
+    breeds_specs: Path | None = Field(None, description="an extra BREEDS spec file")
+    imagenet_dir: Path | None = Field(None, description="an ILSVRC-2012 root")
+    offline: bool = Field(False, description="never try a download")
+    download_timeout_s: float = Field(10.0, gt=0, description="timeout of a download attempt in seconds")
+    gqa_scene_graphs: Annotated[tuple[Path, ...], NoDecode] = Field((), description="GQA scene-graph JSON files")
+    tags_table: Path | None = Field(None, description="an image -> tag table instead of GQA")
+    metashift_class_groups: Path | None = Field(None, description="a class grouping for group_classes=true")
+    metashift_specs: Path | None = Field(None, description="an extra MetaShift spec file")
+    gqa_images_dir: Path | None = Field(None, description="Visual Genome / GQA images, <image_id>.jpg")
+    celeba_dir: Path | None = Field(None, description="a folder with CelebA's list_attr_celeba.txt")
+    celeba_allow_partial: bool = Field(False, description="accept an attribute file whose header count disagrees")
+    sprites_per_combination: int = Field(100, ge=1, description="generated sprites per combination")
+    sprites_seed: int = Field(0, ge=0, description="seed of the generated sprites")
+    conds_specs: Path | None = Field(None, description="an extra ConDS spec file")
+    erm_presets: Path | None = Field(None, description="an extra file of ERM presets")
 
+    @field_validator("gqa_scene_graphs", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(Path(part.strip()) for part in value.split(",") if part.strip())
+        return value
 
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    text = env.get(name, "").strip()
-    if not text:
-        return default
-    if not text.lstrip("-").isdigit() or int(text) < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {text!r}", parameter=name)
-    return int(text)
+    @field_validator("offline", "celeba_allow_partial", mode="before")
+    @classmethod
+    def _flag(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in _TRUE | _FALSE:
+                return text in _TRUE
+        return value
 
-
-@dataclass(frozen=True)
-class Settings:
-    home: Path
-    imagenet_hierarchy_dir: Path | None = None
-    breeds_hierarchy_dir: Path | None = None
-    imagenet_dir: Path | None = None
-    breeds_calibration: Path | None = None
-    wordnet_dict_dir: Path = Path("/usr/share/wordnet")
-    breeds_url: str = BREEDS_DEFAULT_URL
-    offline: bool = False
-    download_timeout_s: float = 10.0
-    gqa_scene_graphs: tuple[Path, ...] = ()
-    tags_table: Path | None = None
-    metashift_class_groups: Path | None = None
-    celeba_dir: Path | None = None
-    celeba_allow_partial: bool = False
-    sprites_per_combination: int = 100
-    sprites_seed: int = 0
-    gqa_images_dir: Path | None = None  # Visual Genome / GQA images, <image_id>.jpg (ERM on MetaShift)
+    @field_validator("home", mode="after")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        return cls(
-            home=(_path(env, "SHIFTBENCH_HOME") or Path("warehouse")).absolute(),
-            imagenet_hierarchy_dir=_path(env, "SHIFTBENCH_IMAGENET_HIERARCHY_DIR"),
-            breeds_hierarchy_dir=_path(env, "SHIFTBENCH_BREEDS_HIERARCHY_DIR"),
-            imagenet_dir=_path(env, "SHIFTBENCH_IMAGENET_DIR"),
-            breeds_calibration=_path(env, "SHIFTBENCH_BREEDS_CALIBRATION"),
-            wordnet_dict_dir=_path(env, "SHIFTBENCH_WORDNET_DICT_DIR") or Path("/usr/share/wordnet"),
-            breeds_url=env.get("SHIFTBENCH_BREEDS_URL", "").strip() or BREEDS_DEFAULT_URL,
-            offline=_flag(env, "SHIFTBENCH_OFFLINE"),
-            download_timeout_s=float(env.get("SHIFTBENCH_DOWNLOAD_TIMEOUT_S", "") or 10.0),
-            gqa_scene_graphs=tuple(
-                Path(part.strip()) for part in env.get("SHIFTBENCH_GQA_SCENE_GRAPHS", "").split(",") if part.strip()
-            ),
-            tags_table=_path(env, "SHIFTBENCH_TAGS_TABLE"),
-            metashift_class_groups=_path(env, "SHIFTBENCH_METASHIFT_CLASS_GROUPS"),
-            celeba_dir=_path(env, "SHIFTBENCH_CELEBA_DIR"),
-            celeba_allow_partial=_flag(env, "SHIFTBENCH_CELEBA_ALLOW_PARTIAL"),
-            sprites_per_combination=_int(env, "SHIFTBENCH_SPRITES_PER_COMBINATION", 100, minimum=1),
-            sprites_seed=_int(env, "SHIFTBENCH_SPRITES_SEED", 0, minimum=0),
-            gqa_images_dir=_path(env, "SHIFTBENCH_GQA_IMAGES_DIR"),
-        )
+        """The settings of ``env`` (default: the process environment); unset variables take defaults."""
+        if env is None:
+            return _validated(cls)  # pydantic-settings reads the SHIFTBENCH_* variables itself
+        values = {name: text for name in cls.model_fields if (text := env.get(variable(name), "").strip())}
+        return cls.parse(values)
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> Settings:
+        """Validate raw values (strings or typed), ignoring the environment."""
+        return _validated(lambda: cls.model_validate(dict(values)))
 
     @property
     def store_dir(self) -> Path:
@@ -95,3 +100,24 @@ class Settings:
     @property
     def catalog_path(self) -> Path:
         return self.home / "catalog.duckdb"
+
+    @property
+    def variants_path(self) -> Path:
+        """Named variants (``--name``): their base spec and overrides, one file for every family."""
+        return self.home / "variants.json"
+
+
+def _validated(make: Callable[[], Settings]) -> Settings:
+    """Build the settings; the first bad value is an InputError naming its variable."""
+    try:
+        return make()
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        name = str(error["loc"][0]) if error["loc"] else "?"
+        message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
+        raise InputError(f"{message}, got {error.get('input')!r}", parameter=variable(name)) from None
+
+
+def variable(field: str) -> str:
+    """The environment variable of a settings field: ``celeba_dir`` -> ``SHIFTBENCH_CELEBA_DIR``."""
+    return f"{ENV_PREFIX}{field.upper()}"

@@ -1,61 +1,219 @@
-"""Reading benchmark spec files (YAML) and checking their parameters, for every family.
+"""Benchmark spec files (YAML) as typed pydantic models, for every family.
 
-Each family ships ``shiftbench/specs/<family>.yaml`` and accepts one extra file of the same
-format through an environment variable; errors name the file and line or the parameter.
+Each family ships ``shiftbench/specs/<family>.yaml`` and accepts one extra file of the same format
+(``SHIFTBENCH_<FAMILY>_SPECS``). Specs are frozen pydantic models (:class:`Spec`) validated
+strictly; an error names the file, the line and the parameter. An extra file may add benchmarks
+but never redefine a shipped one: a name defined twice is an error naming both files.
+
+Scalars follow YAML 1.2's core schema (PyYAML implements 1.1): ``010`` is ten, ``1:20`` is a
+string, and only ``true``/``false`` are booleans, so ``--set seed=1:20`` can never become 80.
 """
 
 from __future__ import annotations
 
-import os
+import re
+from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Self, TypeVar
 
 import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
 
 from shiftbench.errors import InputError
 
+T = TypeVar("T")
+S = TypeVar("S", bound=BaseModel)
 
-def parse_yaml(text: str, source: str) -> Any:
+
+class _Yaml12Loader(yaml.SafeLoader):
+    """SafeLoader with YAML 1.2 core-schema scalars and the line of every mapping key."""
+
+
+def _core_schema_resolvers() -> dict[Any, Any]:
+    resolvers = {
+        first: [(tag, regexp) for tag, regexp in entries if tag not in _RETYPED]
+        for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    for tag, pattern, firsts in reversed(_CORE_SCHEMA):  # first listed = first tried
+        for first in firsts:
+            resolvers.setdefault(first, []).insert(0, (tag, re.compile(pattern, re.X)))
+    return resolvers
+
+
+_RETYPED = {"tag:yaml.org,2002:int", "tag:yaml.org,2002:float", "tag:yaml.org,2002:bool"}
+_CORE_SCHEMA = [
+    ("tag:yaml.org,2002:bool", r"^(?:true|True|TRUE|false|False|FALSE)$", "tTfF"),
+    ("tag:yaml.org,2002:int", r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$", "-+0123456789"),
+    (
+        "tag:yaml.org,2002:float",
+        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$",
+        "-+0123456789.",
+    ),
+]
+_Yaml12Loader.yaml_implicit_resolvers = _core_schema_resolvers()
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    text = str(loader.construct_scalar(node))
+    if text.startswith("0o"):
+        return int(text[2:], 8)
+    return int(text, 16) if text.startswith("0x") else int(text)
+
+
+def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
+    return str(loader.construct_scalar(node)).lower() == "true"
+
+
+class Located(dict[Any, Any]):
+    """A YAML mapping that remembers the line of each of its keys (1-based)."""
+
+    lines: dict[Any, int]
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Located:
+    loader.flatten_mapping(node)
+    mapping = Located()
+    mapping.lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        mapping.lines[key] = key_node.start_mark.line + 1
+    return mapping
+
+
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:bool", _construct_bool)
+_Yaml12Loader.add_constructor("tag:yaml.org,2002:map", _construct_mapping)
+
+
+def parse_yaml(text: str, source: str | Path) -> Any:
+    """YAML 1.2 scalars; mappings are :class:`Located`; a syntax error names the file and line."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Yaml12Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         raise InputError(f"invalid YAML: {exc}", path=source, line=mark.line + 1 if mark else None) from None
 
 
-def spec_texts(family: str, env_var: str, extra: Path | None = None) -> list[tuple[str, str]]:
-    """(text, source) of the shipped spec file, then of ``extra`` or ``$env_var`` when given."""
+def parse_value(text: str) -> Any:
+    """A ``--set KEY=VALUE`` or launchpad value as a YAML 1.2 scalar (``3``, ``0.2``, ``null``, ``a,b``)."""
+    try:
+        value = yaml.load(text, Loader=_Yaml12Loader)
+    except yaml.YAMLError:
+        return text
+    return text if isinstance(value, dict | list) else value
+
+
+def format_value(value: Any) -> str:
+    """A scalar back as the YAML text :func:`parse_value` reads (launchpad config carries text)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def line_of(data: Any, *path: Any) -> int | None:
+    """The line of the deepest key of ``path`` that a :class:`Located` mapping recorded."""
+    line = None
+    for key in path:
+        if not isinstance(data, dict):
+            break
+        if isinstance(data, Located) and key in data.lines:
+            line = data.lines[key]
+        data = data.get(key)
+    return line
+
+
+def read_spec_file(path: Path, parameter: str) -> str:
+    """The text of a user's spec file; a missing, unreadable or non-UTF-8 file is one clear error."""
+    try:
+        return path.read_text("utf-8")
+    except FileNotFoundError:
+        raise InputError("spec file not found", path=path, parameter=parameter) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a spec file", path=path, parameter=parameter) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (byte {exc.start})", path=path, parameter=parameter) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror}", path=path, parameter=parameter) from None
+
+
+def spec_texts(family: str, extra: Path | None, parameter: str) -> list[tuple[str, str]]:
+    """(text, source) of the shipped spec file, then of the user's ``extra`` file when given."""
     shipped = f"specs/{family}.yaml"
     texts = [(resources.files("shiftbench").joinpath(shipped).read_text("utf-8"), f"shiftbench/{shipped}")]
-    env = os.environ.get(env_var)
-    extra_path = extra or (Path(env) if env else None)
-    if extra_path is not None:
-        try:
-            texts.append((extra_path.read_text("utf-8"), str(extra_path)))
-        except FileNotFoundError:
-            raise InputError("spec file not found", path=extra_path, parameter=env_var) from None
+    if extra is not None:
+        texts.append((read_spec_file(extra, parameter), str(extra)))
     return texts
 
 
-def check_int(value: Any, parameter: str, minimum: int, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {where})", parameter=parameter)
-    return value
+def merge_named(parts: Iterable[tuple[Mapping[str, T], str]], what: str) -> dict[str, T]:
+    """Union of named entries from several files; a name defined in two files is an error naming both."""
+    merged: dict[str, T] = {}
+    origin: dict[str, str] = {}
+    for entries, source in parts:
+        for name, entry in entries.items():
+            if name in merged:
+                raise InputError(
+                    f"{what} {name!r} is already defined in {origin[name]}: choose another name", path=source
+                )
+            merged[name] = entry
+            origin[name] = source
+    return merged
 
 
-def check_fraction(value: Any, parameter: str, where: str, *, low_open: bool = False, high_open: bool = False) -> float:
-    """A number in [0, 1], either end open on request."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    number = float(value) if ok else float("nan")
-    inside = ok and (number > 0.0 if low_open else number >= 0.0) and (number < 1.0 if high_open else number <= 1.0)
-    if not inside:
-        bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"must be a number in {bounds}, got {value!r} (in {where})", parameter=parameter)
-    return number
+class Spec(BaseModel):
+    """A benchmark spec: a frozen, strictly typed model whose name is its benchmark's."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, arbitrary_types_allowed=True)
+    # Parameters ``--set`` and the launchpad may override (the rest define the benchmark itself).
+    OVERRIDABLE: ClassVar[tuple[str, ...]] = ()
+    # Parameters whose value may be null (typed launchpad config carries them as YAML text).
+    NULLABLE: ClassVar[tuple[str, ...]] = ()
+
+    name: str
+
+    def params(self) -> dict[str, Any]:
+        """The parameters recorded with every version (``benchmarks.params``)."""
+        return self.model_dump(mode="json", exclude={"name"})
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
+        """A new validated spec with some parameters replaced (``--set``, launchpad config)."""
+        unknown = sorted(set(overrides) - set(self.OVERRIDABLE))
+        if unknown:
+            raise InputError(f"unknown parameter; expected one of {', '.join(self.OVERRIDABLE)}", parameter=unknown[0])
+        values = {name: getattr(self, name) for name in type(self).model_fields}
+        values.update(overrides)
+        return build(type(self), values, "overrides")
 
 
-def check_bool(value: Any, parameter: str, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise InputError(f"must be true or false, got {value!r} (in {where})", parameter=parameter)
-    return value
+def source_of(info: ValidationInfo) -> str:
+    """The file (or "overrides") a model validator is validating, for its error messages."""
+    context = info.context if isinstance(info.context, dict) else {}
+    return str(context.get("source", "overrides"))
+
+
+def build(
+    model: type[S], values: Mapping[str, Any], source: str, lines: Callable[[str], int | None] | None = None
+) -> S:
+    """Validate ``values`` as ``model``; a type error names the parameter, the file and the line.
+
+    Model validators read ``source`` from the validation context to name it in their own errors.
+    """
+    try:
+        return model.model_validate(dict(values), context={"source": source})
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        loc = [str(part) for part in error["loc"]]
+        parameter = loc[0] if loc else None
+        message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
+        where = ".".join(loc[1:])
+        detail = f"{where}: " if where else ""
+        line = lines(parameter) if lines is not None and parameter is not None else None
+        path = source if source != "overrides" else None
+        suffix = "" if path is not None else f" (in {source})"
+        raise InputError(
+            f"{detail}{message}, got {error.get('input')!r}{suffix}", path=path, line=line, parameter=parameter
+        ) from None

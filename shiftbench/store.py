@@ -3,6 +3,8 @@
 Layout under ``$SHIFTBENCH_HOME/store``::
 
     <family>/<benchmark>/versions/<version>/   immutable: <table>.parquet ..., manifest.json
+    <family>/<benchmark>/checks/<version>.json   the contract check of exactly those files
+    <family>/<benchmark>/staged.json             the version staged last (what "publish" publishes)
     <family>/<benchmark>/publications/<ns>-<version>.json   one file per publish event
     .staging/                                    builds in progress (never visible)
 
@@ -13,6 +15,10 @@ filesystem; a version only becomes *latest* when a publication event is written 
 atomic rename) after the contracts passed. So a build killed at any point leaves either no
 trace or an unpublished, invisible version, and the previous latest stays latest. Rebuilding
 identical content finds the version already there and writes no data file.
+
+Publishing is guarded here, whoever calls it (a Dagster asset, the CLI, a user's script): a
+version becomes latest only if a passing contract check is recorded for it, computed on files
+with exactly the checksums in its manifest and with the contracts in force now.
 
 Every family uses this module unchanged: it knows nothing about BREEDS or MetaShift.
 """
@@ -27,20 +33,23 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from shiftbench.errors import InputError, StoreError
+from shiftbench.contracts import contracts_fingerprint
+from shiftbench.errors import ContractViolation, InputError, StoreError
 from shiftbench.fingerprint import canonical_json, sha256_file, sha256_json, sha256_table
 
 SCHEMA_VERSION = 1
 VERSION_ID_LENGTH = 16
 _STALE_STAGING_S = 24 * 3600
+# An unpublished version younger than this may still be waiting for its checks: gc keeps it.
+_PENDING_GRACE_S = 3600
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
@@ -73,6 +82,25 @@ class StagedVersion:
     def manifest(self) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.path / "manifest.json").read_text("utf-8"))
         return data
+
+    def attachment(self, name: str) -> bytes | None:
+        """An attached file (a figure), or None when the version has none of that name."""
+        entry = self.manifest().get("attachments", {}).get(name)
+        return (self.path / entry["file"]).read_bytes() if entry else None
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """The outcome of a version's contract checks, tied to the files and contracts checked."""
+
+    version: str
+    passed: bool
+    files: dict[str, str]  # table -> sha256 of the Parquet file that was checked
+    contracts: str  # fingerprint of the contracts applied
+    rules: int
+    failed: list[str]  # "table.rule: observed X, expected Y"
+    checked_at: str
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # table -> every rule's outcome
 
 
 @dataclass(frozen=True)
@@ -113,13 +141,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write through a uniquely named temporary sibling, then rename: readers see all or nothing."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    with tmp.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    tmp.replace(path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
 
 
@@ -167,14 +199,15 @@ class Store:
         tables: Mapping[str, pl.DataFrame],
         *,
         manifest_extra: Mapping[str, Any] | None = None,
-        attachments: Mapping[str, bytes] | None = None,
+        attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
         ``tables`` are given without ``version`` (and may omit ``benchmark``); both columns
         are added here, first in column order. Rows are sorted so the bytes are deterministic.
         ``attachments`` (e.g. figures) are written under ``files/`` and listed in the manifest
-        with their checksums; they are derived views and do not enter the version id.
+        with their checksums; they are derived views and do not enter the version id. Given as a
+        function, they are only made when the version is new (figures cost more than tables).
         """
         check_benchmark_name(benchmark)
         other = self.family_of(benchmark)
@@ -185,7 +218,7 @@ class Store:
         version = version_id(family, benchmark, hashes)
         final = self.version_dir(family, benchmark, version)
         if (final / "manifest.json").exists():
-            return StagedVersion(family, benchmark, version, final, created=False)
+            return self._mark_staged(StagedVersion(family, benchmark, version, final, created=False))
 
         self._clean_stale_staging()
         staging = self.staging_dir / f"{benchmark}-{version}-{uuid.uuid4().hex[:8]}"
@@ -205,7 +238,8 @@ class Store:
                     "content_sha256": hashes[name],
                 }
             attached = {}
-            for name, payload in sorted((attachments or {}).items()):
+            made = attachments() if callable(attachments) else attachments
+            for name, payload in sorted((made or {}).items()):
                 target = staging / "files" / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(payload)
@@ -221,7 +255,7 @@ class Store:
                 **dict(manifest_extra or {}),
             }
             # The manifest is written last: a directory without one is incomplete by definition.
-            _write_atomic(staging / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str))
+            write_atomic(staging / "manifest.json", json.dumps(manifest, indent=2, sort_keys=True, default=str))
             _fsync_dir(staging)
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -229,7 +263,7 @@ class Store:
             except OSError:
                 if (final / "manifest.json").exists():  # a concurrent identical build won the race
                     shutil.rmtree(staging, ignore_errors=True)
-                    return StagedVersion(family, benchmark, version, final, created=False)
+                    return self._mark_staged(StagedVersion(family, benchmark, version, final, created=False))
                 if final.exists():  # leftover without a manifest: never visible, safe to replace
                     shutil.rmtree(final)
                     staging.rename(final)
@@ -239,7 +273,94 @@ class Store:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        return StagedVersion(family, benchmark, version, final, created=True)
+        return self._mark_staged(StagedVersion(family, benchmark, version, final, created=True))
+
+    def _mark_staged(self, staged: StagedVersion) -> StagedVersion:
+        """Remember the version staged last: publishing a benchmark without naming a version publishes it."""
+        event = {"version": staged.version, "staged_at": datetime.now(UTC).isoformat(timespec="microseconds")}
+        with self._lock(staged.family, staged.benchmark):
+            write_atomic(self.benchmark_dir(staged.family, staged.benchmark) / "staged.json", canonical_json(event))
+        return staged
+
+    def latest_staged(self, family: str, benchmark: str) -> StagedVersion | None:
+        """The version staged last (checked or not), if it is still in the store."""
+        pointer = self.benchmark_dir(family, benchmark) / "staged.json"
+        if not pointer.is_file():
+            return None
+        version = str(json.loads(pointer.read_text("utf-8"))["version"])
+        path = self.version_dir(family, benchmark, version)
+        return StagedVersion(family, benchmark, version, path, created=False) if path.is_dir() else None
+
+    # -- checks -------------------------------------------------------------------------------
+    def _check_path(self, staged: StagedVersion) -> Path:
+        return self.benchmark_dir(staged.family, staged.benchmark) / "checks" / f"{staged.version}.json"
+
+    def record_check(
+        self,
+        staged: StagedVersion,
+        passed: bool,
+        rules: int,
+        failed: list[str],
+        results: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> CheckRecord:
+        """Record the outcome of the version's contract checks with the checksums of the files checked.
+
+        The checksums are read from the manifest after :meth:`verify` re-hashed every file, so a
+        record can only describe the bytes that are on disk now.
+        """
+        self.verify(staged)
+        manifest = staged.manifest()
+        record = CheckRecord(
+            version=staged.version,
+            passed=passed,
+            files={name: entry["sha256"] for name, entry in sorted(manifest["tables"].items())},
+            contracts=contracts_fingerprint(sorted(manifest["tables"])),
+            rules=rules,
+            failed=failed,
+            checked_at=datetime.now(UTC).isoformat(timespec="microseconds"),
+            results=dict(results or {}),
+        )
+        path = self._check_path(staged)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, json.dumps(asdict(record), indent=2, sort_keys=True))
+        return record
+
+    def check_record(self, staged: StagedVersion) -> CheckRecord | None:
+        path = self._check_path(staged)
+        if not path.is_file():
+            return None
+        return CheckRecord(**json.loads(path.read_text("utf-8")))
+
+    def valid_check(self, staged: StagedVersion) -> CheckRecord | None:
+        """The recorded check if it still describes exactly these files under today's contracts.
+
+        Call after :meth:`verify` (which re-hashes the files against the manifest).
+        """
+        record = self.check_record(staged)
+        if record is None or not record.results:
+            return None
+        files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
+        if record.files != files or record.contracts != contracts_fingerprint(sorted(files)):
+            return None
+        return record
+
+    def _require_passing_check(self, staged: StagedVersion) -> None:
+        """Refuse a version that has no passing check of exactly these files under today's contracts."""
+        record = self.check_record(staged)
+        name = f"{staged.benchmark} version {staged.version}"
+        if record is None:
+            raise ContractViolation(f"{name} has not been checked against its contracts: not published")
+        if not record.passed:
+            shown = "; ".join(record.failed[:3]) + (
+                f"; ... ({len(record.failed)} rules)" if len(record.failed) > 3 else ""
+            )
+            raise ContractViolation(f"{name} failed its contract checks ({shown}): not published")
+        manifest = staged.manifest()
+        files = {name: entry["sha256"] for name, entry in manifest["tables"].items()}
+        if record.files != files:
+            raise ContractViolation(f"{name}: the files checked are not the files published: check it again")
+        if record.contracts != contracts_fingerprint(sorted(files)):
+            raise ContractViolation(f"{name} was checked against other contracts than today's: check it again")
 
     @staticmethod
     def _canonical(frame: pl.DataFrame, benchmark: str) -> pl.DataFrame:
@@ -267,8 +388,12 @@ class Store:
                     shutil.rmtree(entry, ignore_errors=True)
 
     def publish(self, staged: StagedVersion) -> Publication:
-        """Make a staged version the latest of its benchmark (no-op when it already is)."""
+        """Make a checked version the latest of its benchmark (no-op when it already is).
+
+        Raises :class:`ContractViolation` unless a passing check of exactly these files is recorded.
+        """
         self.verify(staged)
+        self._require_passing_check(staged)
         with self._lock(staged.family, staged.benchmark):
             current = self.latest(staged.benchmark, family=staged.family)
             if current is not None and current.version == staged.version:
@@ -283,7 +408,7 @@ class Store:
                 "version": staged.version,
                 "published_at": published_at,
             }
-            _write_atomic(directory / f"{now_ns:020d}-{staged.version}.json", canonical_json(event))
+            write_atomic(directory / f"{now_ns:020d}-{staged.version}.json", canonical_json(event))
         return Publication(staged.family, staged.benchmark, staged.version, published_at, True)
 
     # -- reading ----------------------------------------------------------------------------
@@ -359,7 +484,9 @@ class Store:
     def garbage_collect(self, keep: int = 1, dry_run: bool = False) -> list[Path]:
         """Remove versions older than the ``keep`` most recent published ones, and unpublished ones.
 
-        Old versions stay queryable until this is called explicitly (``shiftbench gc``).
+        Old versions stay queryable until this is called explicitly (``shiftbench gc``). The
+        version staged last and any unchecked version younger than an hour are kept: they may be
+        waiting for their checks or their publication.
         """
         if keep < 1:
             raise InputError("must keep at least the latest version", parameter="keep")
@@ -375,14 +502,23 @@ class Store:
                         if event["version"] not in recent:
                             recent.append(event["version"])
                     keep_set = set(recent[:keep])
+                    staged = self.latest_staged(family_dir.name, bench_dir.name)
+                    if staged is not None:
+                        keep_set.add(staged.version)
                     versions_dir = bench_dir / "versions"
+                    now = time.time()
                     for version_dir in sorted(versions_dir.iterdir() if versions_dir.is_dir() else []):
                         if version_dir.name in keep_set:
+                            continue
+                        check = bench_dir / "checks" / f"{version_dir.name}.json"
+                        pending = not check.exists() and version_dir.name not in recent
+                        if pending and now - version_dir.stat().st_mtime < _PENDING_GRACE_S:
                             continue
                         removed.append(version_dir)
                         if dry_run:
                             continue
                         for path in sorted((bench_dir / "publications").glob(f"*-{version_dir.name}.json")):
                             path.unlink()
+                        check.unlink(missing_ok=True)
                         shutil.rmtree(version_dir)
         return removed

@@ -7,6 +7,7 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,35 @@ def toy_tables(directory: Path, split: str = "rand", seed: int = 0, n_subclasses
 
     calibrated = from_published(read_breeds_hierarchy_dir(directory))
     images = load_imagenet_images(None)
-    spec = BreedsSpec("toy", level=1, n_subclasses=n_subclasses, split=split, seed=seed)
+    spec = BreedsSpec(name="toy", level=1, n_subclasses=n_subclasses, split=split, seed=seed)
     sources = {"images": "imagenet-val-package", "images_sha256": images.fingerprint}
     return dict(build_tables(spec, calibrated, images.images, sources))
+
+
+def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dict[str, object] | None = None) -> Any:
+    """Stage one benchmark through the library (inputs, spec or variant, stage); not checked."""
+    from shiftbench import building, registry, variants
+    from shiftbench.family import Target
+
+    family_name, _, kind = kind_name.partition("/")
+    family = registry.family(family_name)
+    chosen = family.kind(kind)
+    inputs = building.build_inputs(settings, family, chosen.inputs)
+    target = variants.resolve(settings, chosen, benchmark)
+    if overrides:
+        target = Target(benchmark, target.spec.with_overrides(overrides), overrides)
+    return chosen.stage(settings, target, inputs)
+
+
+def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
+    """Build, check and publish benchmarks through the library path; every one must pass."""
+    from shiftbench import building, registry, variants
+
+    family_name, _, kind = kind_name.partition("/")
+    family = registry.family(family_name)
+    chosen = family.kind(kind)
+    found = variants.targets(settings, chosen)
+    outcomes = building.build(settings, family, [(chosen, found[name]) for name in benchmarks])
+    failed = [(o.benchmark, o.error, o.failed_rules) for o in outcomes if o.publication is None]
+    assert not failed, failed
+    return outcomes

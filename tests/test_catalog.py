@@ -11,6 +11,7 @@ import pytest
 
 from shiftbench.catalog import SQL_DIR, refresh_catalog
 from shiftbench.contracts import contracts
+from shiftbench.publishing import check_version
 from shiftbench.store import Store
 
 from .conftest import ToyDir, toy_tables
@@ -31,10 +32,12 @@ def published_store(tmp_path: Path, toy_breeds_dir: ToyDir) -> tuple[Path, list[
     versions = []
     for seed in (0, 3):
         staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
+        check_version(store, staged)
         store.publish(staged)
         versions.append(staged.version)
     store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=4))  # staged, never published
     other = store.stage("breeds", "toy-good", toy_tables(toy_breeds_dir(), split="good"))
+    check_version(store, other)
     store.publish(other)
     refresh_catalog(tmp_path / "catalog.duckdb", store.root)
     return tmp_path / "catalog.duckdb", versions

@@ -1,11 +1,11 @@
-"""The CLI: builds through the Dagster jobs, and every bad input gives one clear error and
-publishes nothing (the previous version stays latest)."""
+"""The CLI: builds through the Dagster jobs (one run per kind), and every bad input, before or inside a
+run, is one line naming the file, line or parameter, exit code 2, and publishes nothing."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -36,31 +36,61 @@ def cli_env(make_settings: Env, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     return apply
 
 
+def assert_one_line(err: str, message: str) -> None:
+    """What the terminal shows for a user error: exactly one line, ours, never Dagster's trace."""
+    assert message in err, err
+    assert err.count("\n") == 1, err
+    for noise in ("Traceback", "Stack Trace", "dagster._core", "DagsterExecutionStepExecutionError"):
+        assert noise not in err, err
+
+
 @pytest.mark.slow
-def test_build_sql_versions_and_check(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]) -> None:
-    cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
+def test_build_sql_versions_check_and_named_variants(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
     assert main(["build", "breeds", "--benchmark", "living17", "--benchmark", "nonliving26-bad"]) == 0
     out = capsys.readouterr().out
-    assert "[2/2] nonliving26-bad: nonliving26-bad version" in out
+    assert "[2/2] nonliving26-bad: version" in out
     assert "hierarchy: breeds-published" in out
     assert main(["sql", "SELECT benchmark, n_examples FROM benchmarks ORDER BY 1", "--csv"]) == 0
-    assert capsys.readouterr().out.splitlines() == [
-        "benchmark,n_examples",
-        "living17,3400",
-        "nonliving26-bad,5200",
-    ]
+    assert capsys.readouterr().out.splitlines() == ["benchmark,n_examples", "living17,3400", "nonliving26-bad,5200"]
     assert main(["versions", "living17"]) == 0
-    assert "breeds-published" in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    assert "breeds-published" in lines[1] and lines[0].index("version") == lines[1].index(lines[1].split()[2])
     assert main(["check"]) == 0
     assert "living17" in capsys.readouterr().out
-    assert main(["build", "--benchmark", "living17", "--set", "seed=3", "--set", "split=good", "--name", "l17g"]) == 0
-    capsys.readouterr()
-    assert main(["sql", "SELECT params->'overrides' FROM benchmarks WHERE benchmark = 'l17g'", "--csv"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[1].strip('"').replace('""', '"')) == {
-        "seed": 3,
-        "split": "good",
-    }
+    living17 = Store(settings.store_dir).latest("living17")
+    assert living17 is not None
+
+    # Overrides need a new name; the variant is a benchmark of its own and never touches living17.
+    assert main(["build", "--benchmark", "living17", "--set", "seed=3"]) == 2
+    assert_one_line(capsys.readouterr().err, "parameter '--set': overriding parameters of living17 needs --name NEW")
+    args = ["build", "--benchmark", "living17", "--set", "seed=3", "--set", "split=good", "--name", "l17g"]
+    assert main(args) == 0
+    assert "[1/1] l17g: version" in capsys.readouterr().out
+    assert main(["sql", "SELECT spec, params->'overrides' FROM benchmarks WHERE benchmark = 'l17g'", "--csv"]) == 0
+    spec, overrides = capsys.readouterr().out.splitlines()[1].split(",", 1)
+    assert spec == "living17"
+    assert json.loads(overrides.strip('"').replace('""', '"')) == {"seed": 3, "split": "good"}
+    assert Store(settings.store_dir).latest("living17") == living17
+    for name, message in (
+        ("entity13", "'entity13' is already a benchmark spec"),
+        ("living17", "'living17' is already a benchmark spec"),
+        ("cat-dog-dg-bag-box", "a metashift task spec"),
+    ):
+        assert main(["build", "--benchmark", "living17", "--set", "seed=4", "--name", name]) == 2
+        assert_one_line(capsys.readouterr().err, message)
+    assert main(["build", "--benchmark", "living17", "--set", "seed=4", "--name", "l17g"]) == 2
+    assert_one_line(capsys.readouterr().err, "'l17g' already names living17 with")
+    assert main(["build", "--benchmark", "l17g"]) == 0  # a variant rebuilds by its name alone
+    assert "already latest" in capsys.readouterr().out
     assert main(["sql", "SELECT nope FROM benchmarks"]) == 2
+    assert_one_line(capsys.readouterr().err, 'Referenced column "nope" not found')
+    assert main(["build", "--benchmark", "living18"]) == 2
+    assert_one_line(capsys.readouterr().err, "unknown benchmark 'living18'; did you mean living17")
+    assert main(["gc", "--dry-run"]) == 0
+    assert "nothing to delete" in capsys.readouterr().out
 
 
 def _toy_cycle(d: Path) -> None:
@@ -83,11 +113,13 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
     ("missing root", {}, _toy_rootless, [], "root n00001740 is missing"),
     ("truncated json", {"dataset_class_info.json": '[[0, "n01440764", "tench"],\n[1, "n014'}, None, [],
      "dataset_class_info.json:2: invalid JSON"),
-    ("no superclass at level", {}, None, ["--set", "level=9"], "parameter 'level': no node at level 9"),
-    ("N too large", {}, None, ["--set", "n_subclasses=50"], "parameter 'n_subclasses': N=50 exceeds"),
-    ("unknown ancestor", {}, None, ["--set", "ancestor=n42424242"], "parameter 'ancestor': unknown node"),
-    ("unknown parameter", {}, None, ["--set", "sead=3"], "parameter 'sead'"),
-    ("bad value", {}, None, ["--set", "seed=three"], "parameter 'seed': must be an integer"),
+    ("no superclass at level", {}, None, ["--set", "level=9", "--name", "toy-l9"],
+     "parameter 'level': no node at level 9"),
+    ("N too large", {}, None, ["--set", "n_subclasses=50", "--name", "toy-n50"], "parameter 'n_subclasses': N=50 exceeds"),
+    ("unknown ancestor", {}, None, ["--set", "ancestor=n42424242", "--name", "toy-a"], "parameter 'ancestor': unknown node"),
+    ("unknown parameter", {}, None, ["--set", "sead=3", "--name", "toy-s"], "parameter 'sead'"),
+    ("bad value", {}, None, ["--set", "seed=three", "--name", "toy-s"], "parameter 'seed': must be a valid integer"),
+    ("sexagesimal value", {}, None, ["--set", "seed=1:20", "--name", "toy-s"], "got '1:20'"),
 ]  # fmt: skip
 
 
@@ -103,12 +135,11 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
     args: list[str],
     message: str,
 ) -> None:
-    # A toy spec file so the good build is fast: level 1, N=4.
+    # A toy spec file so the good build is fast: level 1, N=4 (a user's spec: no code reload needed).
     directory = toy_breeds_dir("good")
     spec_file = directory.parent / "toy_specs.yaml"
     spec_file.write_text("family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n")
     settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
-    _reload_partitions()
     assert main(["build", "--benchmark", "toy"]) == 0
     store = Store(settings.store_dir)
     good = store.latest("toy")
@@ -121,33 +152,11 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
         mutate(directory)
     code = main(["build", "--benchmark", "toy", *args])
     err = capsys.readouterr().err
-    assert code != 0
-    assert message in err, err
-    assert "Traceback" not in err
+    assert code == 2
+    assert_one_line(err, message)
     latest = store.latest("toy")
     assert latest is not None and latest.version == good.version
-    assert [v.version for v in store.versions("toy")] == [good.version]
-
-
-def _reload_partitions() -> None:
-    """Spec files are read when the code location loads; reload it like `dagster dev` would."""
-    import importlib
-
-    import assets.breeds
-    import pipelines.definitions
-
-    importlib.reload(assets.breeds)
-    importlib.reload(pipelines.definitions)
-
-
-@pytest.fixture(autouse=True)
-def _restore_code_location() -> Iterator[None]:
-    yield
-    import assets.breeds
-
-    if "toy" in assets.breeds.SPECS:  # a test loaded the toy spec file: back to the shipped specs
-        os.environ.pop("SHIFTBENCH_BREEDS_SPECS", None)
-        _reload_partitions()
+    assert [v.version for v in store.versions()] == [good.version]
 
 
 @pytest.mark.slow
@@ -160,9 +169,39 @@ def test_a_bad_imagenet_hierarchy_dir_and_edit_file(
     (bad / "wordnet.is_a.txt").write_text("n00001740 n00001930\nn00001930\n")
     cli_env(SHIFTBENCH_IMAGENET_HIERARCHY_DIR=str(bad))
     assert main(["build", "--benchmark", "living17"]) == 2
-    assert "wordnet.is_a.txt:2: expected 'parent child'" in capsys.readouterr().err
+    assert_one_line(capsys.readouterr().err, "wordnet.is_a.txt:2: expected 'parent child'")
     edits = tmp_path / "edits.txt"
     edits.write_text("collapse_node n00001930\nsplit_node n00002684\n")
     cli_env(SHIFTBENCH_BREEDS_CALIBRATION=str(edits))
     assert main(["build", "--benchmark", "living17"]) == 2
-    assert "edits.txt:2: unknown operation 'split_node'" in capsys.readouterr().err
+    assert_one_line(capsys.readouterr().err, "edits.txt:2: unknown operation 'split_node'")
+
+
+def test_bad_settings_and_spec_files_are_one_line(
+    cli_env: Callable[..., Settings],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cli_env()
+    monkeypatch.setenv("SHIFTBENCH_DOWNLOAD_TIMEOUT_S", "soon")
+    assert main(["build", "--benchmark", "living17"]) == 2
+    assert_one_line(capsys.readouterr().err, "parameter 'SHIFTBENCH_DOWNLOAD_TIMEOUT_S': must be a valid number")
+    monkeypatch.delenv("SHIFTBENCH_DOWNLOAD_TIMEOUT_S")
+    shadow = tmp_path / "mine.yaml"
+    shadow.write_text("family: breeds\nbenchmarks:\n  living17:\n    level: 5\n    n_subclasses: 3\n")
+    cli_env(SHIFTBENCH_BREEDS_SPECS=str(shadow))
+    assert main(["build", "--list"]) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, "benchmark 'living17' is already defined in shiftbench/specs/breeds.yaml")
+    assert str(shadow) in err
+    shadow.write_text("family: breeds\nbenchmarks:\n  mine:\n    level: five\n    n_subclasses: 3\n")
+    assert main(["build", "--list"]) == 2
+    assert_one_line(capsys.readouterr().err, f"{shadow}:4, parameter 'level': must be a valid integer")
+    presets = tmp_path / "presets.yaml"
+    presets.write_text("presets:\n  smoke:\n    model: mlp\n")
+    cli_env(SHIFTBENCH_ERM_PRESETS=str(presets))
+    from shiftbench.erm.launch import load_presets
+
+    with pytest.raises(Exception, match="preset 'smoke' is already defined in shiftbench/specs/erm.yaml"):
+        load_presets(Settings.from_env().erm_presets)

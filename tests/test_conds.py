@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shiftbench.conds import pipeline as cp
+from shiftbench.conds import family as cp
 from shiftbench.conds.attributes import attribute_table
 from shiftbench.conds.engine import draw_case
 from shiftbench.conds.specs import Attribute, CaseSpec, load_specs, parse_specs
@@ -28,7 +28,7 @@ from shiftbench.sources import sprites
 from shiftbench.sources.attribute_tables import read_attribute_table
 from shiftbench.sources.celeba import read_celeba_attributes
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, stage_one
 
 CELEBA = FIXTURES / "celeba" / "list_attr_celeba_first20000.txt"
 TRUNCATED = FIXTURES / "celeba" / "list_attr_celeba_truncated_header_mismatch.txt"
@@ -171,10 +171,9 @@ def test_published_cases_pass_contracts_and_tampering_is_caught(
     directory.mkdir()
     shutil.copy(CELEBA, directory / "list_attr_celeba.txt")
     settings = make_settings(SHIFTBENCH_CELEBA_DIR=str(directory))
-    source = cp.attribute_source(settings, SPECS.datasets["celeba"])
-    staged = cp.stage_case(settings, SPECS.cases["celeba-sc-black_hair-ldd-smiling-uds-straight_hair"], source)
+    staged = stage_one(settings, "conds/case", "celeba-sc-black_hair-ldd-smiling-uds-straight_hair")
     assert not failures(check_staged(staged))
-    again = cp.stage_case(settings, SPECS.cases["celeba-sc-black_hair-ldd-smiling-uds-straight_hair"], source)
+    again = stage_one(settings, "conds/case", "celeba-sc-black_hair-ldd-smiling-uds-straight_hair")
     assert again.version == staged.version and not again.created
     assert sorted(staged.manifest()["attachments"]) == [cp.CELL_FIGURE, cp.SHARES_FIGURE]
 
@@ -217,9 +216,10 @@ def test_published_cases_pass_contracts_and_tampering_is_caught(
 @st.composite
 def random_cases(draw: st.DrawFn) -> tuple[CaseSpec, pl.DataFrame]:
     n_attributes = draw(st.integers(1, 3))
-    label = Attribute("label", tuple(f"y{k}" for k in range(draw(st.integers(2, 3)))))
+    label = Attribute(name="label", values=tuple(f"y{k}" for k in range(draw(st.integers(2, 3)))))
     attributes = tuple(
-        Attribute(f"a{i}", tuple(f"a{i}v{k}" for k in range(draw(st.integers(2, 3))))) for i in range(n_attributes)
+        Attribute(name=f"a{i}", values=tuple(f"a{i}v{k}" for k in range(draw(st.integers(2, 3)))))
+        for i in range(n_attributes)
     )
     shift_types = draw(st.permutations(["sc", "ldd", "uds", "none", "none", "none"]))[:n_attributes]
     shifts = tuple((s, a.name) for s, a in zip(shift_types, attributes, strict=True) if s != "none")
@@ -268,7 +268,7 @@ def test_every_split_the_engine_returns_satisfies_its_case(drawn: tuple[CaseSpec
     requested = case.train_size
     if result.scaled_down:
         assert requested is not None and requested > result.largest_train_size and case.allow_scale_down
-        case = replace(case, train_size=result.largest_train_size)
+        case = case.model_copy(update={"train_size": result.largest_train_size})
     assert_definition(case, table, result.assignments)
     again = draw_case(table.sample(fraction=1.0, shuffle=True, seed=1), case)
     assert again.assignments.equals(result.assignments)  # input row order does not matter
@@ -384,26 +384,32 @@ def test_cli_builds_conds_cases_on_generated_sprites(
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "20")
-    args = ["build", "conds", "--benchmark", "sprites-uniform", "--benchmark", "sprites-sc-object_color-uds-size"]
-    assert main([*args, "--set", "train_size=150"]) == 0, capsys.readouterr().err
-    out = capsys.readouterr().out
-    assert "sprites: 1620 examples" in out and "[2/2] sprites-sc-object_color-uds-size" in out
+    for case, name in (("sprites-uniform", "sprites-uniform-150"), ("sprites-sc-object_color-uds-size", "sc-uds-150")):
+        small = ["build", "--benchmark", case, "--set", "train_size=150", "--name", name]
+        assert main(small) == 0, capsys.readouterr().err
+        out = capsys.readouterr().out
+        assert f"[1/1] {name}: version" in out
+    assert "sprites: 1,620 examples" in out
     query = (
         "SELECT benchmark, split, count(*) FILTER (object_color = 'blue'), count(*) FROM conds_examples "
         "GROUP BY ALL ORDER BY ALL"
     )
     assert main(["sql", query, "--csv"]) == 0
     rows = capsys.readouterr().out.splitlines()
-    assert "sprites-uniform,test,270,810" in rows
-    blue = {r.split(",")[1]: (int(r.split(",")[2]), int(r.split(",")[3])) for r in rows if "sprites-uniform," in r}
+    assert "sprites-uniform-150,test,270,810" in rows
+    blue = {r.split(",")[1]: (int(r.split(",")[2]), int(r.split(",")[3])) for r in rows if "sprites-uniform-150," in r}
     assert blue["train"][1] == 120 and blue["id_val"][1] == 30
     assert abs(blue["train"][0] - 40) <= 3 and abs(blue["id_val"][0] - 10) <= 3  # a third, up to rounding
     unseen = (
-        "SELECT count(*) FROM conds_examples WHERE benchmark = 'sprites-sc-object_color-uds-size' "
+        "SELECT count(*) FROM conds_examples WHERE benchmark = 'sc-uds-150' "
         "AND split <> 'test' AND size = 'big'"
     )
     assert main(["sql", unseen, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "0"
-    assert main([*args[:3], "sprites-uniform", "--set", "train_size=100000"]) == 1
+    too_big = ["build", "--benchmark", "sprites-uniform", "--set", "train_size=100000", "--name", "sprites-huge"]
+    assert main(too_big) == 2
     err = capsys.readouterr().err
     assert "train_size=100000 needs" in err and "nothing published" in err
+    assert err.count("\n") == 1 and "Stack Trace" not in err and "Traceback" not in err
+    assert main(["build", "--benchmark", "sprites-uniform", "--set", "train_size=150"]) == 2  # no --name
+    assert "needs --name NEW" in capsys.readouterr().err

@@ -7,19 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.breeds import pipeline
-from shiftbench.breeds.specs import load_specs
+from shiftbench import building, variants
+from shiftbench.breeds.family import BENCHMARK, BREEDS
 from shiftbench.settings import Settings
 
 from .conftest import IMAGENET_WORDNET_FIXTURE
 
 
 def _build(settings: Settings, benchmark: str) -> tuple[str, dict[str, bytes]]:
-    hierarchy = pipeline.imagenet_hierarchy(settings)
-    images = pipeline.imagenet_images(settings)
-    calibrated = pipeline.calibrated_hierarchy(settings, hierarchy, images)
-    assert calibrated.meta["kind"] == "wordnet-default-calibration"
-    staged = pipeline.stage_benchmark(settings, load_specs()[benchmark], calibrated, images)
+    inputs = building.build_inputs(settings, BREEDS)
+    assert inputs["breeds/calibrated_hierarchy"].meta["kind"] == "wordnet-default-calibration"
+    staged = BENCHMARK.stage(settings, variants.resolve(settings, BENCHMARK, benchmark), inputs)
     return staged.version, {t: staged.table_path(t).read_bytes() for t in staged.tables}
 
 

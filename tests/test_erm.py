@@ -14,18 +14,20 @@ import polars as pl
 import pytest
 import torch
 
-from shiftbench.conds import pipeline as cp
 from shiftbench.conds.specs import load_specs
 from shiftbench.contracts import failures
 from shiftbench.erm import launch
+from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import read_split
 from shiftbench.erm.metrics import gap_metrics, split_metrics
 from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.train import TrainConfig, resolve_device
+from shiftbench.erm.train import resolve_device
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_staged, publish_staged
+from shiftbench.publishing import check_staged, check_version, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.store import Store
+
+from .conftest import stage_one
 
 SPECS = load_specs()
 CASES = ("sprites-uniform", "sprites-sc-object_color")
@@ -37,11 +39,9 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Two published sprites cases (40 images per combination, 432 train + id_val examples)."""
     home = tmp_path_factory.mktemp("erm_home")
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
-    source = cp.attribute_source(settings, SPECS.datasets["sprites"])
     for name in CASES:
-        case = SPECS.cases[name].with_overrides({"train_size": 432})
-        staged = cp.stage_case(settings, case, source)
-        assert not failures(check_staged(staged))
+        staged = stage_one(settings, "conds/case", name, {"train_size": 432})
+        assert not failures(check_version(Store(settings.store_dir), staged))
         publish_staged(settings, staged)
     return settings
 
@@ -157,20 +157,26 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
 ) -> None:
     from assets import erm
     from pipelines.resources import ShiftbenchSettings
+    from shiftbench.conds.family import CASE, CONDS
 
+    baseline, _ = erm.baseline_assets(CONDS, CASE)
+    staged_key, publish_key = erm.baseline_keys(CASE)
     resources = {
         "settings": ShiftbenchSettings(home=str(warehouse.home)),
         "erm_pipes_client": dg.PipesSubprocessClient(),
     }
     key = dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "1"})
-    config = {"preset": "smoke", "overrides": {"max_iters": "60", "eval_every": "30"}}
-    run_config = {"ops": {"erm__baseline": {"config": config}}}
+    config = {"preset": "smoke", "max_iters": 60, "eval_every": 30}
+    run_config = {"ops": {"erm__conds_case_baseline": {"config": config}}}
     with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(CASE.qualified, list(CASES))
         result = dg.materialize(
-            [erm.baseline], resources=resources, partition_key=key, run_config=run_config, instance=instance
+            [baseline], resources=resources, partition_key=key, run_config=run_config, instance=instance
         )
         assert result.success
-        meta = result.asset_materializations_for_node("erm__baseline")[0].metadata
+        events = result.asset_materializations_for_node("erm__conds_case_baseline")
+        assert [e.asset_key for e in events] == [staged_key, publish_key]
+        meta = events[1].metadata
         assert meta["run"].value == "sprites-sc-object_color.smoke.mlp.seed1"
         assert 0 <= meta["test/acc_avg"].value <= 1 and "test/acc_wg" in meta
         assert meta["learning_curve"].value.startswith("![learning curve](data:image/png;base64,")
@@ -183,7 +189,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         image.rename(image.with_suffix(".moved"))
         try:
             failed = dg.materialize(
-                [erm.baseline],
+                [baseline],
                 resources=resources,
                 partition_key=dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "2"}),
                 run_config=run_config,
@@ -217,11 +223,12 @@ def test_cli_trains_with_progress_and_exports_an_imagefolder(
     assert capsys.readouterr().out.splitlines()[1] == "1"
 
     if not torch.cuda.is_available():  # checked by the job, where the GPU would be: nothing published
-        assert main(["train", "sprites-uniform", "--preset", "smoke", "--device", "cuda", "--in-process"]) == 1
+        assert main(["train", "sprites-uniform", "--preset", "smoke", "--device", "cuda", "--in-process"]) == 2
         err = capsys.readouterr().err
         assert "error: parameter 'device': a GPU was requested" in err and "nothing was published" in err
-    assert main(["train", "no-such-benchmark"]) == 2
-    assert "is not a benchmark" in capsys.readouterr().err
+        assert err.count("\n") == 2 and "Stack Trace" not in err and "Traceback" not in err
+    assert main(["train", "sprites-unifrom"]) == 2
+    assert "unknown benchmark 'sprites-unifrom'; did you mean sprites-uniform" in capsys.readouterr().err
 
     target = tmp_path / "export"
     assert main(["export", "sprites-sc-object_color", str(target), "--layout", "imagefolder"]) == 0
@@ -256,10 +263,6 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
 ) -> None:
     """BREEDS with an ImageNet-style root (train/<wnid>/ listed, never opened; here empty files), and a
     MetaShift task on the generated scene sample: both train on stand-in images end to end."""
-    from shiftbench.breeds import pipeline as bp
-    from shiftbench.breeds.specs import load_specs as breeds_specs
-    from shiftbench.metashift import pipeline as mp
-    from shiftbench.metashift.specs import load_specs as metashift_specs
     from shiftbench.sources.imagenet import imagenet_classes
 
     from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE
@@ -278,14 +281,17 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
             "SHIFTBENCH_IMAGENET_HIERARCHY_DIR": str(IMAGENET_WORDNET_FIXTURE),
         }
     )
-    hierarchy = bp.imagenet_hierarchy(settings)
-    images = bp.imagenet_images(settings)
-    calibrated = bp.calibrated_hierarchy(settings, hierarchy, images)
-    staged = bp.stage_benchmark(settings, breeds_specs()["living17"], calibrated, images)
-    assert not failures(check_staged(staged))
+    staged = stage_one(settings, "breeds/benchmark", "living17")
+    assert not failures(check_version(Store(settings.store_dir), staged))
     publish_staged(settings, staged)
-    with pytest.raises(InputError, match="pass --image-root standin"):
-        launch.plan_run(settings.__class__(**{**settings.__dict__, "imagenet_dir": None}), "living17")
+    assert staged.manifest()["images"] == {
+        "source": "imagenet",
+        "template": "{}",
+        "root": str(root),
+        "root_setting": "imagenet_dir",
+    }
+    plan = launch.plan_run(settings.model_copy(update={"imagenet_dir": None}), "living17")
+    assert plan.images.root == root  # the manifest's root: one owner of example id -> image path
     plan = launch.plan_run(settings, "living17", preset="smoke", overrides=FAST)
     with pytest.raises(InputError, match=r"3,400 of 3,604 images are missing \(template '\{\}'\)"):
         launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "x"), log=print)
@@ -310,9 +316,8 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
     assert changed == ["fc.bias", "fc.weight"]
 
-    scenes = mp.scene_tables(settings)
-    specs = metashift_specs()
-    task = mp.stage_task(settings, specs, specs.tasks["cat-dog-dg-cabinet-bed"], scenes)
+    task = stage_one(settings, "metashift/task", "cat-dog-dg-cabinet-bed")
+    check_version(Store(settings.store_dir), task)
     publish_staged(settings, task)
     shift = launch.plan_run(settings, "cat-dog-dg-cabinet-bed", preset="smoke", overrides=FAST, image_root="standin")
     result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift, "m"), log=print)

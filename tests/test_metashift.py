@@ -20,7 +20,6 @@ from shiftbench.errors import ContractViolation, InputError
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
-from shiftbench.metashift import pipeline as mp
 from shiftbench.metashift.specs import load_specs, parse_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.metashift.tasks import TaskData
@@ -29,7 +28,7 @@ from shiftbench.settings import Settings
 from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, stage_one
 
 METASHIFT = FIXTURES / "metashift"
 SCENES = METASHIFT / "gqa_scene_graphs_from_attributes.json"
@@ -146,7 +145,8 @@ def test_distances_across_components_are_null() -> None:
 def test_mostly_null_distances_are_warned_about(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
     objects, images = fixture_scenes
     released = {"embedding": "networkx", "edge_threshold": 0.2, "min_subsets_per_class": 6}
-    for overrides, expect in (({}, None), (released, r"\(9\d%\) are NULL: degenerate_eigenvalues [\d,]+, ")):
+    expected = r"\(9\d%\) are NULL: (degenerate_eigenvalues|different_components) [\d,]+, "
+    for overrides, expect in (({}, None), (released, expected)):
         spec = SPECS.collections["metashift-attributes"].with_overrides(overrides)
         tables, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
         warnings = build.distance_warnings(tables["metashift_distances"], spec.embedding)
@@ -325,15 +325,16 @@ def test_collections_and_tasks_publish_deterministically_and_contracts_catch_lea
     other = make_settings(SHIFTBENCH_HOME=str(tmp_path / "other"))
     versions = []
     for settings in (first, other):
-        scenes = mp.scene_tables(settings)
         staged = [
-            mp.stage_collection(settings, SPECS, SPECS.collections["metashift-attributes"], scenes, max_figures=2),
-            mp.stage_task(settings, SPECS, SPECS.tasks["cat-dog-dg-cabinet-bed"], scenes),
+            stage_one(settings, "metashift/collection", "metashift-attributes"),
+            stage_one(settings, "metashift/task", "cat-dog-dg-cabinet-bed"),
         ]
         for version in staged:
             assert not failures(check_staged(version))
         versions.append([s.version for s in staged])
-        assert len(staged[0].manifest()["attachments"]) == 2
+        figures = staged[0].manifest()["attachments"]
+        assert figures and all(name.startswith("metagraph_") for name in figures)
+        assert list(staged[1].manifest()["attachments"]) == ["task_distances.png"]
     assert versions[0] == versions[1]
 
     tables = build.task_tables(
@@ -362,38 +363,42 @@ def test_cli_builds_metashift_and_the_catalog_answers(
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     monkeypatch.setenv("SHIFTBENCH_GQA_SCENE_GRAPHS", str(SCENES))
-    code = main(
-        [
-            "build",
-            "metashift",
-            "--benchmark",
-            "metashift-attributes",
-            "--benchmark",
-            "cat-dog-indoor-outdoor-p12",
-            "--set",
-            "allow_scale_down=true",
-            "--set",
-            "edge_threshold=0.2",
-        ]
-    )
-    assert code == 0, capsys.readouterr().err
-    assert (
-        main(
-            [
-                "sql",
-                "SELECT benchmark, params->>'edge_threshold', params->>'allow_scale_down' FROM benchmarks ORDER BY 1",
-                "--csv",
-            ]
-        )
-        == 0
-    )
+    task = ["--benchmark", "cat-dog-indoor-outdoor-p12", "--set", "allow_scale_down=true", "--name", "p12-scaled"]
+    assert main(["build", "metashift", *task]) == 0, capsys.readouterr().err
+    # The released scripts' settings (networkx embedding) at both thresholds they used.
+    for threshold in ("0.1", "0.2"):
+        released = ["--benchmark", "metashift-attributes", "--set", "embedding=networkx"]
+        name = f"metashift-attributes-released-{threshold[-1]}"
+        code = main(["build", "metashift", *released, "--set", f"edge_threshold={threshold}", "--name", name])
+        assert code == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "cat-dog-indoor-outdoor-p12,0.2,true" in out and "metashift-attributes,0.2," in out
-    assert main(["sql", "SELECT count(*) FILTER (distance IS NULL), count(*) FROM metashift_distances", "--csv"]) == 0
+    assert "metashift-attributes-released-2: version" in out and "now latest" in out
+    query = "SELECT benchmark, params->>'edge_threshold', params->>'allow_scale_down' FROM benchmarks ORDER BY 1"
+    assert main(["sql", query, "--csv"]) == 0
+    out = capsys.readouterr().out
+    assert "p12-scaled,0.1,true" in out and "metashift-attributes-released-2,0.2," in out
+    query = (
+        "SELECT count(*) FILTER (distance IS NULL), count(*) FROM metashift_distances "
+        "WHERE benchmark = 'metashift-attributes-released-2'"
+    )
+    assert main(["sql", query, "--csv"]) == 0
     null, total = map(int, capsys.readouterr().out.splitlines()[1].split(","))
     assert 0 < null < total  # the fixture's meta-graphs are disconnected: cross-component pairs are NULL
-    assert main(["build", "metashift", "--benchmark", "metashift", "--set", "edge_threshold=2"]) == 2
+    bad = ["build", "metashift", "--benchmark", "metashift", "--set", "edge_threshold=2", "--name", "bad-threshold"]
+    assert main(bad) == 2
     assert "edge_threshold" in capsys.readouterr().err
+
+
+def test_released_settings_build_on_the_generated_sample(make_settings: Callable[..., Settings]) -> None:
+    settings = make_settings()
+    for threshold in (0.1, 0.2):
+        staged = stage_one(
+            settings,
+            "metashift/collection",
+            "metashift-attributes",
+            {"embedding": "networkx", "edge_threshold": threshold},
+        )
+        assert not failures(check_staged(staged))
 
 
 def test_collection_content_does_not_depend_on_string_hashing() -> None:

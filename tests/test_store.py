@@ -12,10 +12,17 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench.errors import InputError, StoreError
-from shiftbench.store import Store
+from shiftbench.errors import ContractViolation, InputError, StoreError
+from shiftbench.publishing import check_version
+from shiftbench.store import StagedVersion, Store
 
 from .conftest import PROJECT, ToyDir, toy_tables
+
+
+def checked(store: Store, staged: StagedVersion) -> StagedVersion:
+    """Run and record the version's contract check (what publishing requires)."""
+    check_version(store, staged)
+    return staged
 
 
 def files_of(root: Path) -> dict[str, tuple[int, int]]:
@@ -23,17 +30,17 @@ def files_of(root: Path) -> dict[str, tuple[int, int]]:
     return {
         str(p.relative_to(root)): (p.stat().st_ino, p.stat().st_mtime_ns)
         for p in root.rglob("*")
-        if p.is_file() and "publications" not in p.parts
+        if p.is_file() and "publications" not in p.parts and p.name not in {"staged.json", ".lock"}
     }
 
 
 def test_same_content_same_id_and_no_new_files(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     tables = toy_tables(toy_breeds_dir())
-    first = store.stage("breeds", "toy", tables)
+    first = checked(store, store.stage("breeds", "toy", tables))
     store.publish(first)
     before = files_of(store.root)
-    second = store.stage("breeds", "toy", toy_tables(toy_breeds_dir("again")))
+    second = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir("again"))))
     assert second.version == first.version
     assert not second.created
     assert files_of(store.root) == before
@@ -52,9 +59,9 @@ def test_row_order_does_not_change_the_id(tmp_path: Path, toy_breeds_dir: ToyDir
 
 def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
-    v1 = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0))
+    v1 = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
     store.publish(v1)
-    v2 = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1))
+    v2 = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1)))
     assert v2.version != v1.version
     assert store.latest("toy").version == v1.version  # staged is not published
     store.publish(v2)
@@ -72,12 +79,58 @@ def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_br
 
 def test_tampered_files_are_never_published(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
-    staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir())))
     with staged.table_path("examples").open("ab") as handle:
         handle.write(b"x")
     with pytest.raises(StoreError, match="checksum mismatch"):
         store.publish(staged)
     assert store.latest("toy") is None
+
+
+def test_only_a_version_that_passed_its_checks_is_published(
+    tmp_path: Path, toy_breeds_dir: ToyDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "store")
+    good = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0))
+    with pytest.raises(ContractViolation, match="has not been checked"):
+        store.publish(good)  # whoever calls it: no recorded check, no publication
+    checked(store, good)
+    store.publish(good)
+
+    tables = toy_tables(toy_breeds_dir(), seed=1)
+    sub = tables["breeds_subpopulations"]
+    tables["breeds_subpopulations"] = sub.with_columns(pl.lit("source").alias("domain"))  # no target domain
+    bad = checked(store, store.stage("breeds", "toy", tables))
+    record = store.check_record(bad)
+    assert record is not None and not record.passed
+    with pytest.raises(ContractViolation, match="failed its contract checks"):
+        store.publish(bad)
+    assert store.latest("toy").version == good.version
+
+    # A check describes exactly the files and contracts it ran on.
+    import shiftbench.store as store_module
+
+    monkeypatch.setattr(store_module, "contracts_fingerprint", lambda tables: "other contracts")
+    with pytest.raises(ContractViolation, match="other contracts than today's"):
+        store.publish(good)
+
+
+def test_an_unchanged_version_reuses_its_recorded_check(
+    tmp_path: Path, toy_breeds_dir: ToyDir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "store")
+    staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    first = check_version(store, staged)
+    import shiftbench.publishing as publishing
+
+    def no_rerun(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the contracts ran again")
+
+    monkeypatch.setattr(publishing, "check_staged", no_rerun)
+    again = check_version(store, staged)
+    assert {t: [(r.rule, r.passed) for r in rules] for t, rules in again.items()} == {
+        t: [(r.rule, r.passed) for r in rules] for t, rules in first.items()
+    }
 
 
 def test_benchmark_names_are_checked(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
@@ -94,7 +147,8 @@ import os, signal, sys
 sys.path.insert(0, {project!r})
 sys.path.insert(0, {tests!r})
 from pathlib import Path
-from shiftbench.store import Store, _write_atomic
+from shiftbench.store import Store
+from shiftbench.publishing import check_version
 import shiftbench.store as store_module
 from conftest import toy_tables
 
@@ -110,9 +164,10 @@ if stage == "write":
     store.stage("breeds", "toy", tables)
 elif stage == "publish":
     staged = store.stage("breeds", "toy", tables)
+    check_version(store, staged)
     def die(path, text):
-        os.kill(os.getpid(), signal.SIGKILL)   # after staging, while writing the publication
-    store_module._write_atomic = die
+        os.kill(os.getpid(), signal.SIGKILL)   # after staging and checking, while writing the publication
+    store_module.write_atomic = die
     store.publish(staged)
 """
 
@@ -121,7 +176,7 @@ elif stage == "publish":
 def test_a_killed_build_leaves_the_previous_latest(tmp_path: Path, toy_breeds_dir: ToyDir, stage: str) -> None:
     toy = toy_breeds_dir()
     store = Store(tmp_path / "store")
-    good = store.stage("breeds", "toy", toy_tables(toy, seed=0))
+    good = checked(store, store.stage("breeds", "toy", toy_tables(toy, seed=0)))
     store.publish(good)
     script = _KILL_SCRIPT.format(
         project=str(PROJECT), tests=str(PROJECT / "tests"), stage=stage, root=str(store.root), toy=str(toy)
@@ -137,7 +192,7 @@ def test_a_killed_build_leaves_the_previous_latest(tmp_path: Path, toy_breeds_di
     else:
         assert len(versions) == 2  # complete but unpublished: invisible
     # The next build recovers: same content as the killed one, now published.
-    retry = store.stage("breeds", "toy", toy_tables(toy, seed=7))
+    retry = checked(store, store.stage("breeds", "toy", toy_tables(toy, seed=7)))
     store.publish(retry)
     assert store.latest("toy").version == retry.version
 
@@ -146,7 +201,7 @@ def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: Toy
     store = Store(tmp_path / "store")
     versions = []
     for seed in range(3):
-        staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
+        staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
         store.publish(staged)
         versions.append(staged.version)
     assert len(store.garbage_collect(keep=2, dry_run=True)) == 1
@@ -156,3 +211,22 @@ def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: Toy
     events = list((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
     assert [json.loads(e.read_text())["version"] for e in events] == [versions[2]]
     assert [p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir()] == [versions[2]]
+
+
+def test_garbage_collection_never_deletes_a_version_waiting_for_its_checks(
+    tmp_path: Path, toy_breeds_dir: ToyDir
+) -> None:
+    store = Store(tmp_path / "store")
+    published = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
+    store.publish(published)
+    older = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1))  # staged, unchecked, recent
+    waiting = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=2))  # the one staged last
+    assert store.garbage_collect(keep=1) == []
+    import os
+
+    old = older.path.stat().st_mtime - 2 * 3600  # an abandoned build, two hours old
+    os.utime(older.path, (old, old))
+    assert store.garbage_collect(keep=1) == [older.path]
+    assert waiting.path.is_dir()
+    latest = store.latest_staged("breeds", "toy")
+    assert latest is not None and latest.version == waiting.version

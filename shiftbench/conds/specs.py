@@ -14,12 +14,15 @@ import itertools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from shiftbench.errors import InputError
-from shiftbench.spec_files import check_fraction, check_int, parse_yaml, spec_texts
+from shiftbench.metashift.specs import at_least, fraction
+from shiftbench.spec_files import Spec, build, line_of, merge_named, parse_yaml, source_of, spec_texts
 
 SHIFTS = ("sc", "ldd", "uds")
 PAIRS = (("sc", "ldd"), ("sc", "uds"), ("ldd", "uds"))
@@ -36,8 +39,9 @@ CASE_PARAMS = (
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
-@dataclass(frozen=True)
-class Attribute:
+class Attribute(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
     name: str
     values: tuple[str, ...]
 
@@ -61,12 +65,13 @@ class ColumnMapping:
 
     @property
     def attribute(self) -> Attribute:
-        return Attribute(self.name, self.values)
+        return Attribute(name=self.name, values=self.values)
 
 
-@dataclass(frozen=True)
-class CaseSpec:
-    name: str
+class CaseSpec(Spec):
+    OVERRIDABLE: ClassVar[tuple[str, ...]] = CASE_PARAMS
+    NULLABLE: ClassVar[tuple[str, ...]] = ("train_size",)
+
     dataset: str
     label: Attribute
     attributes: tuple[Attribute, ...]
@@ -77,10 +82,19 @@ class CaseSpec:
     seed: int = 0
     sc_counterexample_fraction: float = 0.01
     ldd_rare_frequency: float = 0.1
-    ldd_rare_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    uds_unseen_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    sc_aligned_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    ldd_rare_values: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    uds_unseen_values: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    sc_aligned_values: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     allow_scale_down: bool = False
+
+    _size = field_validator("train_size", mode="before")(lambda value: _train_size(value))
+    _fractions = field_validator("id_val_fraction", "sc_counterexample_fraction", "ldd_rare_frequency", mode="before")(
+        lambda value: float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    )
+
+    @model_validator(mode="after")
+    def _valid(self, info: ValidationInfo) -> CaseSpec:
+        return validate_case(self, source_of(info))
 
     def shift_of(self, attribute: str) -> str:
         return next((s for s, a in self.shifts if a == attribute), "none")
@@ -113,22 +127,14 @@ class CaseSpec:
             "shifted_attributes": sorted(shifted),
         }
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> CaseSpec:
-        unknown = sorted(set(overrides) - set(CASE_PARAMS))
-        if unknown:
-            raise InputError(f"unknown parameter; expected one of {', '.join(CASE_PARAMS)}", parameter=unknown[0])
-        values = dict(overrides)
-        if "train_size" in values:
-            values["train_size"] = _train_size(values["train_size"], "overrides")
-        return validate_case(replace(self, **values), "overrides")
 
-
-def _train_size(value: Any, where: str) -> int | None:
+def _train_size(value: Any) -> Any:
+    """``max`` (or null): the largest size the train pools support."""
     if value is None or value == "max":
         return None
     if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    return check_int(value, "train_size", 1, where)
+        return int(value)
+    return value
 
 
 def validate_case(case: CaseSpec, source: str) -> CaseSpec:
@@ -154,14 +160,12 @@ def validate_case(case: CaseSpec, source: str) -> CaseSpec:
         if len(attribute.values) < 2 or len(set(attribute.values)) != len(attribute.values):
             raise InputError(f"{where}: {attribute.name} needs at least two distinct values", parameter=attribute.name)
     if case.train_size is not None:
-        check_int(case.train_size, "train_size", 1, where)
-    check_int(case.test_per_cell, "test_per_cell", 1, where)
-    check_fraction(case.id_val_fraction, "id_val_fraction", where, high_open=True)
-    check_int(case.seed, "seed", 0, where)
-    check_fraction(case.sc_counterexample_fraction, "sc_counterexample_fraction", where, high_open=True)
-    check_fraction(case.ldd_rare_frequency, "ldd_rare_frequency", where, low_open=True, high_open=True)
-    if not isinstance(case.allow_scale_down, bool):
-        raise InputError(f"{where}: must be true or false", parameter="allow_scale_down")
+        at_least(case.train_size, "train_size", 1, where)
+    at_least(case.test_per_cell, "test_per_cell", 1, where)
+    fraction(case.id_val_fraction, "id_val_fraction", where, high_open=True)
+    at_least(case.seed, "seed", 0, where)
+    fraction(case.sc_counterexample_fraction, "sc_counterexample_fraction", where, high_open=True)
+    fraction(case.ldd_rare_frequency, "ldd_rare_frequency", where, low_open=True, high_open=True)
     by_name = {a.name: a for a in case.attributes}
     for parameter, chosen in (("ldd_rare_values", case.ldd_rare_values), ("uds_unseen_values", case.uds_unseen_values)):
         for name, values in chosen.items():
@@ -199,6 +203,8 @@ class DatasetSpec:
     ldd_rare_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     uds_unseen_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     sc_aligned_values: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    source_file: str = ""  # the spec file, for error messages
+    line: int | None = None
 
     def attribute(self, name: str) -> Attribute:
         return self.columns[name].attribute
@@ -208,25 +214,24 @@ class DatasetSpec:
         label = self.attribute(self.label)
         attributes = tuple(self.attribute(a) for a in self.attributes)
         name = "-".join([self.name, *[f"{s}-{a}" for s, a in shifts]]) if shifts else f"{self.name}-uniform"
-        defaults = dict(self.case_defaults)
-        case = CaseSpec(
-            name=name,
-            dataset=self.name,
-            label=label,
-            attributes=attributes,
-            shifts=shifts,
-            train_size=_train_size(defaults.pop("train_size", None), f"dataset {self.name}"),
-            ldd_rare_values={a.name: self.ldd_rare_values.get(a.name, a.values[:1]) for a in attributes},
-            uds_unseen_values={a.name: self.uds_unseen_values.get(a.name, a.values[-1:]) for a in attributes},
-            sc_aligned_values={
+        values = {
+            **self.case_defaults,
+            "name": name,
+            "dataset": self.name,
+            "label": label,
+            "attributes": attributes,
+            "shifts": shifts,
+            "ldd_rare_values": {a.name: self.ldd_rare_values.get(a.name, a.values[:1]) for a in attributes},
+            "uds_unseen_values": {a.name: self.uds_unseen_values.get(a.name, a.values[-1:]) for a in attributes},
+            "sc_aligned_values": {
                 a.name: self.sc_aligned_values.get(
                     a.name, tuple(a.values[i % len(a.values)] for i in range(len(label.values)))
                 )
                 for a in attributes
             },
-            **defaults,
-        )
-        return validate_case(case, f"dataset {self.name}")
+        }
+        source = self.source_file or f"dataset {self.name}"
+        return build(CaseSpec, values, source, lambda parameter: self.line)
 
     def canonical_cases(self) -> list[CaseSpec]:
         """Uniform, then 9 single shifts, 18 ordered pairs and 6 triples (ConDS Appendix A.1)."""
@@ -289,7 +294,9 @@ _DATASET_KEYS = {
 }
 
 
-def parse_dataset(name: str, entry: Any, defaults: Mapping[str, Any], source: str) -> DatasetSpec:
+def parse_dataset(
+    name: str, entry: Any, defaults: Mapping[str, Any], source: str, line: int | None = None
+) -> DatasetSpec:
     where = f"dataset {name}"
     if not isinstance(entry, dict):
         raise InputError(f"{where}: expected a mapping", path=source)
@@ -334,6 +341,8 @@ def parse_dataset(name: str, entry: Any, defaults: Mapping[str, Any], source: st
         ldd_rare_values=_value_lists(entry.get("ldd_rare_values"), "ldd_rare_values", where),
         uds_unseen_values=_value_lists(entry.get("uds_unseen_values"), "uds_unseen_values", where),
         sc_aligned_values=_value_lists(entry.get("sc_aligned_values"), "sc_aligned_values", where),
+        source_file=source,
+        line=line,
     )
     unknown_defaults = sorted(set(spec.case_defaults) - set(CASE_PARAMS))
     if unknown_defaults:
@@ -359,7 +368,10 @@ def parse_specs(text: str, source: str) -> CondsSpecs:
     if not isinstance(data, dict) or data.get("family") != "conds":
         raise InputError("expected a mapping with family: conds", path=source)
     defaults = dict(data.get("case_defaults") or {})
-    datasets = {str(k): parse_dataset(str(k), v, defaults, source) for k, v in (data.get("datasets") or {}).items()}
+    datasets = {
+        str(k): parse_dataset(str(k), v, defaults, source, line_of(data, "datasets", k))
+        for k, v in (data.get("datasets") or {}).items()
+    }
     cases: dict[str, CaseSpec] = {}
     for dataset in datasets.values():
         for case in dataset.canonical_cases():
@@ -368,13 +380,10 @@ def parse_specs(text: str, source: str) -> CondsSpecs:
 
 
 def load_specs(extra: Path | None = None) -> CondsSpecs:
-    """Shipped specs, plus datasets of ``SHIFTBENCH_CONDS_SPECS`` (same format)."""
-    (text, source), *more = spec_texts("conds", "SHIFTBENCH_CONDS_SPECS", extra)
-    specs = parse_specs(text, source)
-    for extra_text, extra_source in more:
-        added = parse_specs(extra_text, extra_source)
-        clash = sorted(set(added.datasets) & set(specs.datasets))
-        if clash:
-            raise InputError(f"dataset {clash[0]!r} is already shipped: choose another name", path=extra_source)
-        specs = CondsSpecs({**specs.datasets, **added.datasets}, {**specs.cases, **added.cases})
-    return specs
+    """Shipped specs, plus datasets of ``extra`` (``SHIFTBENCH_CONDS_SPECS``, same format)."""
+    parsed = [
+        (parse_specs(text, source), source) for text, source in spec_texts("conds", extra, "SHIFTBENCH_CONDS_SPECS")
+    ]
+    datasets = merge_named(((p.datasets, source) for p, source in parsed), "dataset")
+    cases = merge_named(((p.cases, source) for p, source in parsed), "benchmark")
+    return CondsSpecs(datasets, cases)

@@ -114,22 +114,6 @@ def read_split(version_dir: Path) -> SplitTable:
     )
 
 
-def image_paths(example_ids: Sequence[str], image_root: Path, template: str) -> list[Path]:
-    """Where each example's image is; fails listing how many are missing and the first ones."""
-    if not image_root.is_dir():
-        raise InputError("image root is not a directory", path=image_root, parameter="image_root")
-    paths = [image_root / template.format(example_id) for example_id in example_ids]
-    missing = [p for p in paths if not p.is_file()]
-    if missing:
-        first = ", ".join(str(p) for p in missing[:3])
-        raise InputError(
-            f"{len(missing):,} of {len(paths):,} images are missing (template {template!r}); first: {first}",
-            path=image_root,
-            parameter="image_root",
-        )
-    return paths
-
-
 def decode(path: Path, image_size: int) -> np.ndarray:
     """One image as uint8 ``[3, S, S]``: RGB, resized (bilinear, with antialiasing) when needed."""
     try:

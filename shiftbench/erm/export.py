@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shiftbench.erm.data import image_paths
-from shiftbench.erm.launch import ImageSource, PublishedSplit
+from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
+from shiftbench.images import ImageSource, image_paths
 
 LAYOUTS = ("imagefolder",)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

@@ -29,9 +29,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from shiftbench.erm.data import image_paths, read_split
-from shiftbench.erm.train import TrainConfig, TrainResult, train
+from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.data import read_split
+from shiftbench.erm.train import TrainResult, train
 from shiftbench.errors import InputError
+from shiftbench.images import image_paths
 
 JOB_FORMAT = 1
 

@@ -1,14 +1,16 @@
 """Launching ERM runs: from a benchmark name to a job description, and from job outputs to a version.
 
-The launcher knows the warehouse (which version, where each source's images are, which preset);
-the job (:mod:`shiftbench.erm.job`) knows only torch. Between them travels one JSON job
-description, so the same job runs in-process, as a local subprocess or in a GPU pod.
+The launcher knows the warehouse (which version, which preset, and where the images are: the
+split's manifest says, see :mod:`shiftbench.images`); the job (:mod:`shiftbench.erm.job`) knows
+only torch. Between them travels one JSON job description, so the same job runs in-process, as a
+local subprocess or in a GPU pod. This module imports no torch.
 
-Results are published like every table: staged as a content-addressed version of the *run*
+Results take the path every table takes: staged as a content-addressed version of the *run*
 ``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``), checked against the contracts of
-``erm_results``, ``erm_runs`` and ``erm_curves``, then made latest. The run's tables carry the
-split's ``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot
-are attached to the version (``files/``) and listed with checksums in its manifest.
+``erm_results``, ``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the
+store, which refuses an unchecked or failed version. The run's tables carry the split's
+``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot are
+attached to the version (``files/``) and listed with checksums in its manifest.
 """
 
 from __future__ import annotations
@@ -24,27 +26,22 @@ from typing import Any
 import polars as pl
 
 from shiftbench import plots
+from shiftbench.contracts import RuleResult
+from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
-from shiftbench.erm.train import TrainConfig
 from shiftbench.errors import InputError
-from shiftbench.publishing import PublishOutcome, check_and_publish, environment
+from shiftbench.images import STANDIN, ImageSource
+from shiftbench.images import resolve_images as resolve_manifest_images
+from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
-from shiftbench.spec_files import parse_yaml, spec_texts
-from shiftbench.store import Store
+from shiftbench.spec_files import merge_named, parse_yaml, spec_texts
+from shiftbench.store import StagedVersion, Store
 
 FAMILY = "erm"
 CODE_VERSION = "erm-1"
-STANDIN = "standin"
 _EPOCH_KEYS = ("max_epochs", "lr_drop_epochs")
-
-
-@dataclass(frozen=True)
-class ImageSource:
-    root: Path
-    template: str
-    kind: str  # imagenet | gqa | celeba | sprites | user | standin
 
 
 @dataclass(frozen=True)
@@ -70,24 +67,38 @@ class RunPlan:
         }
 
 
-def load_presets() -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """The shipped presets, then those of ``$SHIFTBENCH_ERM_PRESETS`` (same layout; same names replace)."""
-    presets: dict[str, dict[str, Any]] = {}
+def load_presets(extra: Path | None = None) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """The shipped presets, then those of ``extra`` (``SHIFTBENCH_ERM_PRESETS``, same layout).
+
+    A user's file adds presets and family defaults; reusing a shipped preset's name is an error
+    naming both files (a preset name always means the same protocol).
+    """
+    parts: list[tuple[dict[str, dict[str, Any]], str]] = []
     defaults: dict[str, str] = {}
-    for text, source in spec_texts("erm", "SHIFTBENCH_ERM_PRESETS"):
+    for text, source in spec_texts("erm", extra, "SHIFTBENCH_ERM_PRESETS"):
         data = parse_yaml(text, source) or {}
         if not isinstance(data, dict) or not isinstance(data.get("presets", {}), dict):
             raise InputError("expected a mapping with 'presets' (name -> parameters) and 'defaults'", path=source)
+        presets: dict[str, dict[str, Any]] = {}
         for name, values in data.get("presets", {}).items():
             if not isinstance(values, dict):
                 raise InputError(f"preset {name!r} must be a mapping of parameters", path=source)
+            check_preset_name(str(name), source)
             presets[str(name)] = dict(values)
+        parts.append((presets, source))
         defaults.update({str(k): str(v) for k, v in (data.get("defaults") or {}).items()})
-    return presets, defaults
+    return merge_named(parts, "preset"), defaults
 
 
-def _preset_for(family: str, dataset: str, preset: str | None) -> tuple[str, dict[str, Any]]:
-    presets, defaults = load_presets()
+def check_preset_name(name: str, source: str) -> str:
+    """Preset names become parts of run names (and so of paths): letters, digits, '-' and '_' only."""
+    if not name or not all(c.isalnum() or c in "-_" for c in name) or name.startswith("-"):
+        raise InputError(f"invalid preset name {name!r}: use letters, digits, '-' and '_'", path=source)
+    return name
+
+
+def _preset_for(settings: Settings, family: str, dataset: str, preset: str | None) -> tuple[str, dict[str, Any]]:
+    presets, defaults = load_presets(settings.erm_presets)
     name = preset or defaults.get(f"{family}/{dataset}") or defaults[family]
     if name not in presets:
         raise InputError(f"unknown preset {name!r}; known: {', '.join(sorted(presets))}", parameter="preset")
@@ -108,38 +119,6 @@ def resolve_config(values: Mapping[str, Any], n_train: int) -> dict[str, Any]:
     return TrainConfig.from_mapping(values).as_dict()
 
 
-def _images(settings: Settings, manifest: Mapping[str, Any], family: str, dataset: str) -> ImageSource:
-    """The default image root of the split's source (README "ERM baselines" lists them)."""
-    if family == "breeds":
-        if settings.imagenet_dir is None:
-            raise InputError(
-                "BREEDS images live in an ImageNet root: set SHIFTBENCH_IMAGENET_DIR (and rebuild the benchmark with "
-                "it, for the training split) or pass --image-root standin",
-                parameter="image_root",
-            )
-        return ImageSource(settings.imagenet_dir, "{}", "imagenet")
-    if family == "metashift":
-        if settings.gqa_images_dir is None:
-            raise InputError(
-                "MetaShift images are Visual Genome / GQA images: set SHIFTBENCH_GQA_IMAGES_DIR (<image_id>.jpg) "
-                "or pass --image-root (standin for generated stand-ins)",
-                parameter="image_root",
-            )
-        return ImageSource(settings.gqa_images_dir, "{}.jpg", "gqa")
-    if dataset == "celeba":
-        if settings.celeba_dir is None:
-            raise InputError("set SHIFTBENCH_CELEBA_DIR (with img_align_celeba/)", parameter="image_root")
-        return ImageSource(settings.celeba_dir, "img_align_celeba/{}", "celeba")
-    origin = manifest.get("origin", {})
-    template = manifest.get("example_path")
-    if dataset == "sprites" and origin.get("image_root") and template:
-        return ImageSource(Path(origin["image_root"]), str(template), "sprites")
-    raise InputError(
-        f"no known image root for dataset {dataset!r}: pass --image-root DIR and --path-template",
-        parameter="image_root",
-    )
-
-
 def plan_run(
     settings: Settings,
     benchmark: str,
@@ -153,7 +132,7 @@ def plan_run(
 ) -> RunPlan:
     """Everything a run needs, checked before anything trains."""
     split = published_split(settings, benchmark, version)
-    name, values = _preset_for(split.family, split.dataset, preset)
+    name, values = _preset_for(settings, split.family, split.dataset, preset)
     values.update(dict(overrides or {}))
     values["seed"] = seed
     train_split = str(values.get("train_split", "train"))
@@ -202,23 +181,13 @@ def published_split(settings: Settings, benchmark: str, version: str | None = No
 def resolve_images(
     settings: Settings, split: PublishedSplit, image_root: str | None, path_template: str | None
 ) -> ImageSource:
-    """The source's image root, a user's root, or stand-ins rendered into the cache (``standin``)."""
-    if image_root == STANDIN:
-        root = settings.cache_dir / "standin" / f"{split.benchmark}-{split.version}"
-        write_standins(split.examples, root)
-        return ImageSource(root, STANDIN_TEMPLATE, STANDIN)
-    if image_root:
-        template = path_template or _images_template(settings, split.manifest, split.family, split.dataset)
-        return ImageSource(Path(image_root), template, "user")
-    images = _images(settings, split.manifest, split.family, split.dataset)
-    return ImageSource(images.root, path_template, images.kind) if path_template else images
-
-
-def _images_template(settings: Settings, manifest: Mapping[str, Any], family: str, dataset: str) -> str:
-    try:
-        return _images(settings, manifest, family, dataset).template
-    except InputError:
-        return "{}"
+    """The split's images as its manifest records them, a user's root, or rendered stand-ins."""
+    images = resolve_manifest_images(settings, split.manifest, image_root, path_template)
+    if images.kind != STANDIN:
+        return images
+    root = settings.cache_dir / "standin" / f"{split.benchmark}-{split.version}"
+    write_standins(split.examples, root)
+    return ImageSource(root, STANDIN_TEMPLATE, STANDIN)
 
 
 def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
@@ -277,8 +246,10 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
     return tables, summary
 
 
-def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[PublishOutcome, dict[str, Any]]:
-    """Check the job's outputs against the contracts and publish them as a version of the run."""
+def stage_run(
+    settings: Settings, plan: RunPlan, out_dir: Path
+) -> tuple[StagedVersion, dict[str, list[RuleResult]], dict[str, Any]]:
+    """Stage the job's outputs as a version of the run and record its contract check (not published)."""
     tables, summary = result_tables(plan, out_dir)
     title = f"{plan.run} on {plan.benchmark} {plan.split_version}"
     attachments = {
@@ -306,8 +277,15 @@ def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[Publi
     }
     store = Store(settings.store_dir)
     staged = store.stage(FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments)
-    outcome = check_and_publish(settings, staged)
-    return outcome, summary
+    return staged, check_version(store, staged), summary
+
+
+def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[PublishOutcome, dict[str, Any]]:
+    """Stage, check and publish the job's outputs in one call (library users, notebooks)."""
+    staged, results, summary = stage_run(settings, plan, out_dir)
+    if any(not r.passed for rules in results.values() for r in rules):
+        raise InputError(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
+    return PublishOutcome(staged, publish_staged(settings, staged), results), summary
 
 
 def job_error(out_dir: Path) -> str | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from shiftbench.erm.config import MODELS as CONFIG_MODELS
 from shiftbench.errors import InputError
 
 
@@ -153,6 +154,7 @@ _BUILDERS: dict[str, Callable[[int, int], nn.Module]] = {
     "mlp": lambda k, size: MLP(k, size),
 }
 MODELS = tuple(_BUILDERS)
+assert MODELS == CONFIG_MODELS, "shiftbench.erm.config.MODELS must list the builders"
 
 
 def build_model(name: str, num_classes: int, image_size: int) -> nn.Module:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import polars as pl
 
+from shiftbench.cache import write_file_atomic
 from shiftbench.sources.sprites import IMAGE_SIZE, SHAPES, png_bytes, rasterize
 
 GENERATOR_VERSION = "standin-1"
@@ -53,8 +54,6 @@ def write_standins(examples: pl.DataFrame, root: Path) -> int:
         if target.exists():
             continue
         target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.tmp")
-        temporary.write_bytes(standin_png(example_id, y, group))
-        temporary.replace(target)
+        write_file_atomic(target, standin_png(example_id, y, group))
         written += 1
     return written

@@ -21,8 +21,9 @@ Two named methods:
     The same float operations in the same order give bit-identical positions (tested against
     networkx). Graphs with 2 nodes put both at the origin (networkx's rule) -> status
     ``too_few_nodes``. With several components the chosen null-space vectors are arbitrary:
-    distances across components are NULL, and if the final scaling is set by such a vector,
-    every distance of the graph is flagged ``degenerate_eigenvalues``. (networkx itself switches
+    distances across components are NULL (``different_components``, whatever else holds), and if
+    the final scaling is set by such a vector, every other distance of the graph is flagged
+    ``degenerate_eigenvalues``. (networkx itself switches
     to an unseeded ARPACK solver at 500 nodes, which is not reproducible; this mode always uses
     the dense solver, as networkx does below 500 nodes.)
 """
@@ -193,13 +194,13 @@ def pair_distances(embedding: Embedding) -> PairDistances:
     n = embedding.coords.shape[0]
     i, j = np.triu_indices(n, k=1)
     raw = np.linalg.norm(embedding.coords[i] - embedding.coords[j], axis=1)
+    # A pair across components is undefined whatever else is true of the graph, so that status wins;
+    # within a component the component's (networkx: the whole graph's) status applies.
     status = np.where(
         embedding.component[i] != embedding.component[j],
         "different_components",
         embedding.component_status[i],
     )
-    if embedding.method == "networkx":  # whole-graph flags apply to every pair
-        status = np.where(embedding.component_status[i] != "ok", embedding.component_status[i], status)
     distance = np.where(status == "ok", raw, np.nan)
     return PairDistances(i, j, raw, distance, status.astype(str))
 

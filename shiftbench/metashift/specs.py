@@ -7,16 +7,17 @@ Overrides (CLI ``--set``, Dagster config) make a new validated spec and are reco
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from shiftbench.errors import InputError
 from shiftbench.metashift.embedding import check_embedding
 from shiftbench.metashift.metagraph import COMMUNITY_METHODS, check_edge_threshold
 from shiftbench.metashift.subsets import check_context_kinds, parse_subset_name
-from shiftbench.spec_files import check_bool, check_fraction, check_int, parse_yaml, spec_texts
+from shiftbench.spec_files import Spec, build, line_of, merge_named, parse_yaml, source_of, spec_texts
 
 TASK_KINDS = ("domain_generalization", "subpopulation")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
@@ -25,9 +26,22 @@ COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
 ROLES = ("train", "other_train", "test", "val", "majority", "minority")
 
 
-@dataclass(frozen=True)
-class CollectionSpec:
-    name: str
+COLLECTION_PARAMS = (
+    "context_kinds",
+    "min_subset_size",
+    "min_subsets_per_class",
+    "edge_threshold",
+    "embedding",
+    "embedding_dim",
+    "community_method",
+    "seed",
+    "group_classes",
+)
+
+
+class CollectionSpec(Spec):
+    OVERRIDABLE: ClassVar[tuple[str, ...]] = COLLECTION_PARAMS
+
     context_kinds: tuple[str, ...]
     min_subset_size: int = 25
     min_subsets_per_class: int = 6
@@ -38,21 +52,17 @@ class CollectionSpec:
     seed: int = 0
     group_classes: bool = False
 
+    _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
+    _threshold = field_validator("edge_threshold", mode="before")(lambda value: _as_float(value))
+
+    @model_validator(mode="after")
+    def _valid(self, info: ValidationInfo) -> CollectionSpec:
+        return validate_collection(self, source_of(info))
+
     def params(self) -> dict[str, Any]:
-        values = asdict(self)
-        values.pop("name")
+        values = {name: getattr(self, name) for name in COLLECTION_PARAMS}
         values["context_kinds"] = list(self.context_kinds)
         return values
-
-    def with_overrides(self, overrides: Mapping[str, Any]) -> CollectionSpec:
-        allowed = [f.name for f in fields(self) if f.name != "name"]
-        unknown = sorted(set(overrides) - set(allowed))
-        if unknown:
-            raise InputError(f"unknown parameter; expected one of {', '.join(allowed)}", parameter=unknown[0])
-        values = dict(overrides)
-        if "context_kinds" in values:
-            values["context_kinds"] = _as_kinds(values["context_kinds"])
-        return validate_collection(replace(self, **values), "overrides")
 
 
 def _as_kinds(value: Any) -> tuple[str, ...]:
@@ -63,10 +73,14 @@ def _as_kinds(value: Any) -> tuple[str, ...]:
     return check_context_kinds(list(value))
 
 
+def _as_float(value: Any) -> Any:
+    """An integer where a float is expected (``edge_threshold: 1``) is that float; bools stay errors."""
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
-    check_context_kinds(list(spec.context_kinds))
-    check_int(spec.min_subset_size, "min_subset_size", 1, source)
-    check_int(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
+    at_least(spec.min_subset_size, "min_subset_size", 1, source)
+    at_least(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
     check_edge_threshold(spec.edge_threshold)
     check_embedding(spec.embedding, spec.embedding_dim)
     if spec.community_method not in COMMUNITY_METHODS:
@@ -74,13 +88,28 @@ def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
             f"must be one of {', '.join(COMMUNITY_METHODS)}, got {spec.community_method!r} (in {source})",
             parameter="community_method",
         )
-    check_int(spec.seed, "seed", 0, source)
-    check_bool(spec.group_classes, "group_classes", source)
+    at_least(spec.seed, "seed", 0, source)
     return spec
 
 
-@dataclass(frozen=True)
-class Community:
+def at_least(value: int, parameter: str, minimum: int, where: str) -> int:
+    if value < minimum:
+        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {where})", parameter=parameter)
+    return value
+
+
+def fraction(value: float, parameter: str, where: str, *, low_open: bool = False, high_open: bool = False) -> float:
+    """A number in [0, 1], either end open on request."""
+    inside = (value > 0.0 if low_open else value >= 0.0) and (value < 1.0 if high_open else value <= 1.0)
+    if not inside:
+        bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
+        raise InputError(f"must be a number in {bounds}, got {value!r} (in {where})", parameter=parameter)
+    return value
+
+
+class Community(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
     name: str
     class_name: str
     role: str
@@ -103,9 +132,10 @@ TASK_PARAMS = (
 )
 
 
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
+class TaskSpec(Spec):
+    OVERRIDABLE: ClassVar[tuple[str, ...]] = TASK_PARAMS
+    NULLABLE: ClassVar[tuple[str, ...]] = ("test_size",)
+
     base: str
     kind: str
     classes: tuple[str, ...]
@@ -126,6 +156,15 @@ class TaskSpec:
     test_size: int | None = None
     minority_fraction: float | None = None
 
+    _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
+    _floats = field_validator(
+        "edge_threshold", "id_val_fraction", "minority_fraction", "paper_distance", mode="before"
+    )(lambda value: _as_float(value))
+
+    @model_validator(mode="after")
+    def _valid(self, info: ValidationInfo) -> TaskSpec:
+        return validate_task(self, source_of(info))
+
     def params(self) -> dict[str, Any]:
         values = {name: getattr(self, name) for name in TASK_PARAMS}
         values["context_kinds"] = list(self.context_kinds)
@@ -142,15 +181,6 @@ class TaskSpec:
         )
         return values
 
-    def with_overrides(self, overrides: Mapping[str, Any]) -> TaskSpec:
-        unknown = sorted(set(overrides) - set(TASK_PARAMS))
-        if unknown:
-            raise InputError(f"unknown parameter; expected one of {', '.join(TASK_PARAMS)}", parameter=unknown[0])
-        values = dict(overrides)
-        if "context_kinds" in values:
-            values["context_kinds"] = _as_kinds(values["context_kinds"])
-        return validate_task(replace(self, **values), "overrides")
-
     def by_role(self, *roles: str) -> list[Community]:
         return [c for c in self.communities if c.role in roles]
 
@@ -161,18 +191,16 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
         raise InputError(f"{where}: kind must be one of {', '.join(TASK_KINDS)}", parameter="kind")
     if len(spec.classes) < 2 or len(set(spec.classes)) != len(spec.classes):
         raise InputError(f"{where}: needs at least two distinct classes", parameter="classes")
-    check_context_kinds(list(spec.context_kinds))
     if spec.community_embedding not in COMMUNITY_EMBEDDINGS:
         raise InputError(f"{where}: must be one of {', '.join(COMMUNITY_EMBEDDINGS)}", parameter="community_embedding")
     check_embedding(spec.embedding, spec.embedding_dim)
     check_edge_threshold(spec.edge_threshold)
-    check_int(spec.min_subset_size, "min_subset_size", 1, where)
-    check_int(spec.seed, "seed", 0, where)
-    check_fraction(spec.id_val_fraction, "id_val_fraction", where, high_open=True)
-    check_bool(spec.allow_scale_down, "allow_scale_down", where)
-    check_int(spec.train_size, "train_size", len(spec.classes), where)
+    at_least(spec.min_subset_size, "min_subset_size", 1, where)
+    at_least(spec.seed, "seed", 0, where)
+    fraction(spec.id_val_fraction, "id_val_fraction", where, high_open=True)
+    at_least(spec.train_size, "train_size", len(spec.classes), where)
     if spec.test_size is not None:
-        check_int(spec.test_size, "test_size", 1, where)
+        at_least(spec.test_size, "test_size", 1, where)
     names = [c.name for c in spec.communities]
     if len(set(names)) != len(names):
         raise InputError(f"{where}: a community name is used twice", parameter="communities")
@@ -209,7 +237,7 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     if spec.kind == "subpopulation":
         if spec.minority_fraction is None:
             raise InputError(f"{where}: needs minority_fraction", parameter="minority_fraction")
-        check_fraction(spec.minority_fraction, "minority_fraction", where)
+        fraction(spec.minority_fraction, "minority_fraction", where)
         if spec.test_size is None or spec.test_size % (2 * len(spec.classes)):
             raise InputError(
                 f"{where}: test_size must be a multiple of the number of groups ({2 * len(spec.classes)})",
@@ -226,19 +254,21 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     return spec
 
 
-def _communities(block: Any, role: str, where: str) -> list[Community]:
+def _communities(block: Any, role: str, where: str, source: str, line: int | None) -> list[Community]:
     if block is None:
         return []
     if not isinstance(block, dict):
-        raise InputError(f"{where}: {role} must map classes to communities")
+        raise InputError(f"{where}: {role} must map classes to communities", path=source, line=line)
     result = []
     for cls, communities in block.items():
         if not isinstance(communities, dict):
-            raise InputError(f"{where}: {role}.{cls} must map community names to lists of subsets")
+            raise InputError(
+                f"{where}: {role}.{cls} must map community names to lists of subsets", path=source, line=line
+            )
         for name, members in communities.items():
             if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-                raise InputError(f"{where}: {role}.{cls}.{name} must be a list of subset names")
-            result.append(Community(str(name), str(cls), role, tuple(members)))
+                raise InputError(f"{where}: {role}.{cls}.{name} must be a list of subset names", path=source, line=line)
+            result.append(Community(name=str(name), class_name=str(cls), role=role, members=tuple(members)))
     return result
 
 
@@ -258,49 +288,60 @@ _TASK_ENTRY_KEYS = {
 }
 
 
-def _task_specs(name: str, entry: dict[str, Any], defaults: dict[str, Any], source: str) -> list[TaskSpec]:
+def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], source: str) -> list[TaskSpec]:
     where = f"task {name}"
+    entry = data["tasks"][name]
+    line = line_of(data, "tasks", name)
     unknown = sorted(set(entry) - _TASK_ENTRY_KEYS)
     if unknown:
-        raise InputError(f"{where}: unknown field {unknown[0]!r}", path=source)
+        raise InputError(f"{where}: unknown field {unknown[0]!r}", path=source, line=line_of(entry, unknown[0]))
     variants = entry.get("variants") or {"": {}}
+    if not isinstance(variants, dict) or not all(v is None or isinstance(v, dict) for v in variants.values()):
+        raise InputError(f"{where}: variants must map names to mappings", path=source, line=line)
     kind = entry.get("kind")
+
+    def communities_of(block: Any, role: str) -> list[Community]:
+        return _communities(block, role, where, source, line)
+
     specs = []
-    all_train = {v: _communities((variant or {}).get("train"), "train", where) for v, variant in variants.items()}
+    all_train = {v: communities_of((variant or {}).get("train"), "train") for v, variant in variants.items()}
     for suffix, variant in variants.items():
         variant = dict(variant or {})
         unknown = sorted(set(variant) - _TASK_ENTRY_KEYS)
         if unknown:
-            raise InputError(f"{where}-{suffix}: unknown field {unknown[0]!r}", path=source)
+            raise InputError(f"{where}-{suffix}: unknown field {unknown[0]!r}", path=source, line=line)
         merged = {**defaults, **{k: v for k, v in entry.items() if k in TASK_PARAMS}, **variant}
-        communities = _communities(entry.get("test"), "test", where) + _communities(entry.get("train"), "train", where)
+        communities = communities_of(entry.get("test"), "test") + communities_of(entry.get("train"), "train")
         communities += all_train[suffix]
         for other, trains in all_train.items():
             if other != suffix:
-                communities += [replace(c, role="other_train") for c in trains]
-        communities += _communities(entry.get("val"), "val", where)
+                communities += [c.model_copy(update={"role": "other_train"}) for c in trains]
+        communities += communities_of(entry.get("val"), "val")
         if kind == "subpopulation":
             minority = set(entry.get("minority") or [])
-            for c in _communities(entry.get("groups"), "groups", where):
-                communities.append(replace(c, role="minority" if c.name in minority else "majority"))
-        params = {k: merged[k] for k in TASK_PARAMS if k in merged}
-        if "context_kinds" in params:
-            params["context_kinds"] = _as_kinds(params["context_kinds"])
-        try:
-            spec = TaskSpec(
-                name=f"{name}-{suffix}" if suffix else str(name),
-                base=str(name),
-                kind=str(kind),
-                classes=tuple(entry.get("classes") or ()),
-                communities=tuple(communities),
-                exclude_images_in=tuple(entry.get("exclude_images_in") or ()),
-                distance_class=entry.get("distance_class"),
-                paper_distance=variant.get("paper_distance", entry.get("paper_distance")),
-                **params,
+            for c in communities_of(entry.get("groups"), "groups"):
+                communities.append(c.model_copy(update={"role": "minority" if c.name in minority else "majority"}))
+        values = {
+            **{k: merged[k] for k in TASK_PARAMS if k in merged},
+            "name": f"{name}-{suffix}" if suffix else str(name),
+            "base": str(name),
+            "kind": str(kind),
+            "classes": tuple(entry.get("classes") or ()),
+            "communities": tuple(communities),
+            "exclude_images_in": tuple(entry.get("exclude_images_in") or ()),
+            "distance_class": entry.get("distance_class"),
+            "paper_distance": variant.get("paper_distance", entry.get("paper_distance")),
+        }
+
+        def lines(parameter: str, suffix: str = suffix) -> int | None:
+            return (
+                line_of(entry, "variants", suffix, parameter)
+                or line_of(data, "tasks", name, parameter)
+                or line_of(data, "task_defaults", parameter)
+                or line
             )
-        except TypeError as exc:
-            raise InputError(f"{where}: {exc}", path=source) from None
-        specs.append(validate_task(spec, source))
+
+        specs.append(build(TaskSpec, values, source, lines))
     return specs
 
 
@@ -320,40 +361,46 @@ def parse_specs(text: str, source: str) -> MetashiftSpecs:
         raise InputError("expected a mapping with family: metashift", path=source)
     ontology = data.get("general_contexts") or {}
     if not isinstance(ontology, dict) or not all(isinstance(v, list) for v in ontology.values()):
-        raise InputError("general_contexts must map groups to lists of context names", path=source)
+        raise InputError(
+            "general_contexts must map groups to lists of context names",
+            path=source,
+            line=line_of(data, "general_contexts"),
+        )
     collection_defaults = dict(data.get("collection_defaults") or {})
     collections: dict[str, CollectionSpec] = {}
     for name, entry in (data.get("collections") or {}).items():
-        values = {**collection_defaults, **(entry or {})}
-        if "context_kinds" in values:
-            values["context_kinds"] = _as_kinds(values["context_kinds"])
-        try:
-            spec = CollectionSpec(name=str(name), **values)
-        except TypeError as exc:
-            raise InputError(f"collection {name}: {exc}", path=source) from None
-        collections[spec.name] = validate_collection(spec, source)
+        if entry is not None and not isinstance(entry, dict):
+            raise InputError(
+                f"collection {name}: expected a mapping", path=source, line=line_of(data, "collections", name)
+            )
+        values = {**collection_defaults, **(entry or {}), "name": str(name)}
+
+        def lines(parameter: str, name: Any = name) -> int | None:
+            return line_of(data, "collections", name, parameter) or line_of(data, "collection_defaults", parameter)
+
+        collections[str(name)] = build(CollectionSpec, values, source, lines)
     task_defaults = dict(data.get("task_defaults") or {})
     tasks: dict[str, TaskSpec] = {}
     for name, entry in (data.get("tasks") or {}).items():
         if not isinstance(entry, dict):
-            raise InputError(f"task {name}: expected a mapping", path=source)
-        for task in _task_specs(str(name), entry, task_defaults, source):
+            raise InputError(f"task {name}: expected a mapping", path=source, line=line_of(data, "tasks", name))
+        for task in _task_specs(name, data, task_defaults, source):
             if task.name in collections or task.name in tasks:
-                raise InputError(f"name {task.name!r} is used twice", path=source)
+                raise InputError(f"name {task.name!r} is used twice", path=source, line=line_of(data, "tasks", name))
             tasks[task.name] = task
     return MetashiftSpecs({str(k): [str(x) for x in v] for k, v in ontology.items()}, collections, tasks)
 
 
 def load_specs(extra: Path | None = None) -> MetashiftSpecs:
-    """Shipped specs, plus collections and tasks of ``SHIFTBENCH_METASHIFT_SPECS`` (same format)."""
+    """Shipped specs, plus collections and tasks of ``extra`` (``SHIFTBENCH_METASHIFT_SPECS``, same format)."""
     parsed = [
-        parse_specs(text, source) for text, source in spec_texts("metashift", "SHIFTBENCH_METASHIFT_SPECS", extra)
+        (parse_specs(text, source), source)
+        for text, source in spec_texts("metashift", extra, "SHIFTBENCH_METASHIFT_SPECS")
     ]
-    specs = parsed[0]
-    for more in parsed[1:]:
-        specs = MetashiftSpecs(
-            {**specs.general_contexts, **more.general_contexts},
-            {**specs.collections, **more.collections},
-            {**specs.tasks, **more.tasks},
-        )
-    return specs
+    benchmarks = merge_named(((dict(p.collections) | dict(p.tasks), source) for p, source in parsed), "benchmark")
+    contexts = merge_named(((p.general_contexts, source) for p, source in parsed), "general context group")
+    return MetashiftSpecs(
+        contexts,
+        {n: s for n, s in benchmarks.items() if isinstance(s, CollectionSpec)},
+        {n: s for n, s in benchmarks.items() if isinstance(s, TaskSpec)},
+    )

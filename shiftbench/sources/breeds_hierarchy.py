@@ -15,6 +15,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from shiftbench.cache import unique_sibling
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files
 from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
@@ -75,15 +76,19 @@ def download_breeds_hierarchy(url: str, cache_dir: Path, timeout_s: float) -> Pa
     target = cache_dir / "breeds_hierarchy"
     if all((target / name).is_file() for name in BREEDS_FILES):
         return target
-    staging = cache_dir / "breeds_hierarchy.partial"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = unique_sibling(target)
     staging.mkdir(parents=True)
-    for name in BREEDS_FILES:
-        with urllib.request.urlopen(f"{url.rstrip('/')}/{name}", timeout=timeout_s) as response:
-            (staging / name).write_bytes(response.read())
-    read_breeds_hierarchy_dir(staging)  # never cache a broken download
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)
+    try:
+        for name in BREEDS_FILES:
+            with urllib.request.urlopen(f"{url.rstrip('/')}/{name}", timeout=timeout_s) as response:
+                (staging / name).write_bytes(response.read())
+        read_breeds_hierarchy_dir(staging)  # never cache a broken download
+        if all((target / name).is_file() for name in BREEDS_FILES):  # another build finished first
+            return target
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -13,13 +13,13 @@ excluded, ids ``n%08d``) and ``words.txt`` (lemma names, underscores as spaces, 
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
 
+from shiftbench.cache import publish_cache_dir, write_file_atomic
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files, sha256_text
 
@@ -90,8 +90,10 @@ def prepare_nltk_root(dict_dir: Path, data_root: Path) -> Path:
         source = dict_dir / name
         if not target.exists() or target.stat().st_size != source.stat().st_size:
             # Copy, never symlink: nltk resolves links and refuses targets outside its roots.
-            shutil.copyfile(source, target)
-    (corpus / "lexnames").write_text(lexnames_text(), encoding="utf-8")
+            write_file_atomic(target, source.read_bytes())
+    lexnames = corpus / "lexnames"
+    if not lexnames.is_file() or lexnames.read_text("utf-8") != lexnames_text():
+        write_file_atomic(lexnames, lexnames_text())
     return corpus
 
 
@@ -162,12 +164,10 @@ def load_wordnet(dict_dir: Path, cache_dir: Path, *, offline: bool = False) -> W
         fingerprint = sha256_text(f"{dict_fingerprint(corpus)}|nltk={nltk.__version__}")
         target = cache_dir / "wordnet" / fingerprint
     edges, nodes = read_noun_hierarchy(corpus)
-    staging = target.with_name(target.name + ".tmp")
-    staging.mkdir(parents=True, exist_ok=True)
-    edges.write_parquet(staging / "edges.parquet")
-    nodes.write_parquet(staging / "nodes.parquet")
-    if target.exists():
-        shutil.rmtree(staging)
-    else:
-        staging.rename(target)
+
+    def write(tmp: Path) -> None:
+        edges.write_parquet(tmp / "edges.parquet")
+        nodes.write_parquet(tmp / "nodes.parquet")
+
+    publish_cache_dir(target, write)
     return WordNetTables(edges, nodes, fingerprint)

@@ -1,0 +1,375 @@
+"""One asset factory for every family of the registry (``shiftbench.registry.FAMILIES``).
+
+For a family it makes:
+
+- ``raw/<source>``: observable source assets (content fingerprints), observed at the nightly tick;
+- its inputs (``sources/imagenet_hierarchy``, ``metashift/scene_tables``, ...): cached, parsed inputs
+  handed to later steps by path;
+- per kind of benchmark: ``raw/<family>_<kind>_specs`` (one data version per benchmark, observed by
+  the partition sensor), and one multi-asset that *stages* (``<family>/staged_<kind>``, with one
+  blocking check per contract) and *publishes* (``<family>/<kind>``) every selected benchmark in a
+  single run: a backfill of N partitions is one run, the catalog is refreshed once, and each
+  partition gets its own materializations and check results;
+- jobs ``<family>_inputs`` and ``<family>_<kinds>``.
+
+Partitions are dynamic (``<family>_<kinds>``): the partition sensor keeps them equal to the specs
+that can be built with the current settings plus the named variants, so a spec added to a user's
+spec file appears without reloading the code location, and a dataset that is not configured
+(CelebA without ``SHIFTBENCH_CELEBA_DIR``) has no partitions the automation could request.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+from pydantic import Field, create_model
+
+from assets.automation import observe_nightly, publish, rebuild
+from assets.metadata import (
+    artifact_metadata,
+    contract_evaluations,
+    data_version_tags,
+    published_metadata,
+    render,
+    staged_metadata,
+)
+from pipelines.resources import ShiftbenchSettings
+from shiftbench import building, progress, registry, variants
+from shiftbench.cache import CachedArtifact
+from shiftbench.catalog import refresh_catalog
+from shiftbench.errors import InputError
+from shiftbench.family import Family, Input, Kind, RawSource
+from shiftbench.settings import Settings
+from shiftbench.spec_files import parse_value
+
+
+def partitions_of(kind: Kind) -> dg.DynamicPartitionsDefinition:
+    return dg.DynamicPartitionsDefinition(name=kind.qualified)
+
+
+def spec_source_key(kind: Kind) -> dg.AssetKey:
+    return dg.AssetKey(["raw", f"{kind.family}_{kind.name}_specs"])
+
+
+def op_name(kind: Kind) -> str:
+    return f"{kind.family}__{kind.plural}"
+
+
+def load_input(instance: dg.DagsterInstance, item: Input) -> CachedArtifact:
+    """The input's latest build, by the path its materialization recorded (steps share paths, not pickles)."""
+    event = instance.get_latest_materialization_event(dg.AssetKey(list(item.key)))
+    materialization = event.asset_materialization if event is not None else None
+    path = materialization.metadata.get("path") if materialization is not None else None
+    if path is None:
+        raise InputError(f"{item.name} has not been built yet: materialize it (job {item.key[0]}_inputs) first")
+    from pathlib import Path
+
+    return CachedArtifact.load(Path(str(path.value)))
+
+
+# -- raw sources ------------------------------------------------------------------------------------
+def raw_source_asset(source: RawSource) -> dg.SourceAsset:
+    @dg.observable_source_asset(
+        key=["raw", source.name],
+        group_name="sources",
+        description=source.description,
+        automation_condition=observe_nightly(),
+    )
+    def _observe(settings: ShiftbenchSettings) -> dg.DataVersion:
+        return dg.DataVersion(source.fingerprint(settings.get()))
+
+    return _observe
+
+
+def spec_fingerprints(settings: Settings, kind: Kind) -> dict[str, str]:
+    """The data version of every buildable benchmark's definition (spec, overrides, context)."""
+    return {name: kind.fingerprint(settings, target) for name, target in variants.targets(settings, kind).items()}
+
+
+def spec_source_asset(kind: Kind) -> dg.SourceAsset:
+    @dg.observable_source_asset(
+        key=spec_source_key(kind),
+        group_name="sources",
+        partitions_def=partitions_of(kind),
+        description=f"The {kind.family} {kind.name} specs (shiftbench/specs/{kind.family}.yaml, "
+        f"SHIFTBENCH_{kind.spec_source.upper()}) and named variants: one data version per benchmark.",
+    )
+    def _observe(settings: ShiftbenchSettings) -> dg.DataVersionsByPartition:
+        versions = spec_fingerprints(settings.get(), kind)
+        return dg.DataVersionsByPartition({name: dg.DataVersion(v) for name, v in versions.items()})
+
+    return _observe
+
+
+# -- inputs -----------------------------------------------------------------------------------------
+def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
+    deps = [dg.AssetKey(["raw", name]) for name in item.sources]
+    deps += [dg.AssetKey(list(family.input(name).key)) for name in item.inputs]
+
+    @dg.asset(
+        key=list(item.key),
+        deps=deps,
+        group_name=item.key[0],
+        code_version=item.code_version,
+        kinds=set(item.kinds),
+        automation_condition=rebuild(),
+        description=item.description,
+    )
+    def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> dg.MaterializeResult:
+        upstream = {name: load_input(context.instance, family.input(name)) for name in item.inputs}
+        progress.report(progress.Event("input", item.name, status="start"))
+        artifact = item.build(settings.get(), upstream)
+        summary = item.summary(artifact)
+        for warning in item.warnings(artifact):
+            context.log.warning(warning)
+        progress.report(progress.Event("input", item.name, status="done", detail=summary))
+        return dg.MaterializeResult(
+            data_version=dg.DataVersion(artifact.fingerprint),
+            metadata=artifact_metadata(artifact, int(artifact.meta.get(item.rows, 0)), summary),
+        )
+
+    return _build
+
+
+# -- benchmarks -------------------------------------------------------------------------------------
+def _config_type(annotation: Any) -> Any:
+    """A spec field's type as Dagster config: tuples are lists; everything is optional (unset = keep)."""
+    text = str(annotation)
+    if "tuple" in text:
+        return list[str] | None
+    return annotation | None
+
+
+def overrides_config(kind: Kind) -> type[dg.Config]:
+    """Typed launchpad config: one optional field per overridable parameter, plus ``publish_as``.
+
+    Parameters that may be null (``ancestor``, ``train_size``...) are YAML text (``null`` clears,
+    ``max`` for ConDS' train_size), as on the command line.
+    """
+    model = kind.spec_model
+    fields: dict[str, Any] = {}
+    for name in model.OVERRIDABLE:
+        annotation = str | None if name in model.NULLABLE else _config_type(model.model_fields[name].annotation)
+        fields[name] = (annotation, Field(None, description=f"override {name} (unset: the spec's value)"))
+    fields["publish_as"] = (
+        str | None,
+        Field(
+            None,
+            description="overriding parameters needs a new benchmark name: the variant is built as its own partition",
+        ),
+    )
+    title = "".join(part.title() for part in kind.qualified.split("_")) + "Config"
+    return create_model(title, __base__=dg.Config, **fields)  # type: ignore[no-any-return, call-overload]
+
+
+def config_overrides(kind: Kind, config: Any) -> dict[str, Any]:
+    values = {name: getattr(config, name) for name in kind.spec_model.OVERRIDABLE if getattr(config, name) is not None}
+    return {
+        name: parse_value(value) if name in kind.spec_model.NULLABLE and isinstance(value, str) else value
+        for name, value in values.items()
+    }
+
+
+def inputs_read(family: Family, kind: Kind) -> list[dg.AssetKey]:
+    """The family inputs a kind reads, with what they read, in build order."""
+    wanted = set(kind.inputs)
+    for item in reversed(family.inputs):
+        if item.name in wanted:
+            wanted |= set(item.inputs)
+    return [dg.AssetKey(list(item.key)) for item in family.inputs if item.name in wanted]
+
+
+@dataclass(frozen=True)
+class KindAssets:
+    spec_source: dg.SourceAsset
+    build: dg.AssetsDefinition
+    job: Any
+
+
+def _register_variant(context: dg.AssetExecutionContext, settings: Settings, kind: Kind, config: Any) -> list[str]:
+    """Launchpad overrides: record the named variant, add its partition, build it under its own name."""
+    overrides = config_overrides(kind, config)
+    keys = list(context.partition_keys)
+    if not config.publish_as:
+        raise InputError(
+            f"overriding parameters of {', '.join(keys)} needs publish_as (a new name): a benchmark's name always "
+            "means the same content",
+            parameter="publish_as",
+        )
+    if len(keys) != 1:
+        raise InputError("publish_as needs a run of exactly one partition", parameter="publish_as")
+    base, merged = keys[0], overrides
+    existing = variants.load_variants(settings).get(base)
+    if existing is not None:  # a variant of a variant: the same base with both sets of overrides
+        base, merged = existing.base, {**existing.overrides, **overrides}
+    variant = variants.register(settings, kind, config.publish_as, base, merged, registry.spec_owners(settings))
+    context.instance.add_dynamic_partitions(kind.qualified, [variant.name])
+    context.log.info(f"registered {variant.name} = {base} + {merged}; it is built and recorded as its own partition")
+    return [variant.name]
+
+
+def kind_assets(family: Family, kind: Kind) -> KindAssets:
+    partitions = partitions_of(kind)
+    spec_source = spec_source_asset(kind)
+    staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
+    input_keys = [dg.AssetKey(list(family.input(name).key)) for name in kind.inputs]
+    Config = overrides_config(kind)
+
+    @dg.multi_asset(
+        name=op_name(kind),
+        specs=[
+            dg.AssetSpec(
+                staged_key,
+                deps=[spec_source.key, *input_keys],
+                group_name=family.name,
+                code_version=kind.code_version,
+                kinds=set(kind.kinds),
+                automation_condition=rebuild(),
+                skippable=True,
+                description=f"{kind.description} Staged as an immutable, not yet published version; its contract "
+                "checks run on the staged files.",
+            ),
+            dg.AssetSpec(
+                publish_key,
+                deps=[staged_key],
+                group_name=family.name,
+                code_version="1",
+                kinds={"duckdb", "parquet"},
+                automation_condition=publish(),
+                skippable=True,
+                description=f"Publishes each staged {kind.name} whose blocking contract checks passed (the store "
+                "refuses any other) and refreshes the catalog once per run.",
+            ),
+        ],
+        check_specs=[
+            dg.AssetCheckSpec(
+                f"contract_{table}",
+                asset=staged_key,
+                blocking=True,
+                partitions_def=partitions,
+                description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
+            )
+            for table in kind.tables
+        ],
+        partitions_def=partitions,
+        can_subset=True,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+    )
+    def _build(context: dg.AssetExecutionContext, config: Config, settings: ShiftbenchSettings) -> Iterator[Any]:  # type: ignore[valid-type]
+        resolved = settings.get()
+        keys = list(context.partition_keys)
+        if config_overrides(kind, config) or config.publish_as:  # type: ignore[attr-defined]
+            keys = _register_variant(context, resolved, kind, config)
+        stage = staged_key in context.selected_asset_keys
+        publish_selected = publish_key in context.selected_asset_keys
+        known = variants.targets(resolved, kind)
+        targets, errors = [], []
+        for key in keys:
+            if key in known:
+                targets.append((kind, known[key]))
+            else:
+                try:
+                    variants.resolve(resolved, kind, key)
+                except InputError as exc:
+                    errors.append(f"{key}: {exc}")
+        inputs = {name: load_input(context.instance, family.input(name)) for name in kind.inputs} if stage else {}
+        published = False
+        for outcome in building.iter_build(
+            resolved, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
+        ):
+            yield from _events(context, resolved, kind, outcome, stage)
+            published |= outcome.publication is not None
+            if outcome.error is not None:
+                errors.append(f"{outcome.benchmark}: {outcome.error}")
+        if published:
+            refresh_catalog(resolved.catalog_path, resolved.store_dir)
+        if errors:
+            raise dg.Failure(
+                description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),
+                allow_retries=False,
+            )
+
+    job = dg.define_asset_job(
+        kind.qualified,
+        selection=dg.AssetSelection.assets(*inputs_read(family, kind), staged_key, publish_key),
+        description=f"Build the inputs, then stage, check and publish {family.title} {kind.plural}: one run for "
+        "any number of partitions.",
+    )
+    return KindAssets(spec_source, _build, job)
+
+
+def _events(
+    context: dg.AssetExecutionContext, settings: Settings, kind: Kind, outcome: building.Outcome, staged_here: bool
+) -> Iterator[Any]:
+    staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
+    name = outcome.benchmark
+    if outcome.staged is None:
+        context.log.error(f"{name}: {outcome.error}")
+        return
+    if staged_here:
+        yield dg.AssetMaterialization(
+            asset_key=staged_key,
+            partition=name,
+            metadata=staged_metadata(outcome.staged, outcome.rules, len(outcome.failed_rules)),
+            tags=data_version_tags(outcome.staged.version),
+        )
+        yield from contract_evaluations(staged_key, name, kind.tables, outcome.results)
+        context.log.info(
+            f"staged {name} version {outcome.staged.version}: {outcome.rules - len(outcome.failed_rules)}"
+            f"/{outcome.rules} rules hold"
+        )
+    if outcome.publication is not None:
+        description = outcome.description or kind.describe(outcome.staged)
+        for warning in description.warnings:
+            context.log.warning(f"{name}: {warning}")
+        yield dg.AssetMaterialization(
+            asset_key=publish_key,
+            partition=name,
+            metadata={
+                **published_metadata(settings, outcome.staged, outcome.publication),
+                "summary": description.summary,
+                **render(description.metadata, settings),
+            },
+            tags=data_version_tags(outcome.staged.version),
+        )
+        context.log.info(f"published {name} version {outcome.staged.version} ({description.summary})")
+    elif outcome.error is not None:
+        context.log.error(f"{name}: {outcome.error}")
+
+
+@dataclass(frozen=True)
+class FamilyAssets:
+    family: Family
+    raw_sources: list[dg.SourceAsset]
+    inputs: list[dg.AssetsDefinition]
+    kinds: dict[str, KindAssets]
+    inputs_job: Any
+
+    @property
+    def assets(self) -> list[Any]:
+        return [
+            *self.raw_sources,
+            *self.inputs,
+            *(k.spec_source for k in self.kinds.values()),
+            *(k.build for k in self.kinds.values()),
+        ]
+
+    @property
+    def jobs(self) -> list[Any]:
+        return [self.inputs_job, *(k.job for k in self.kinds.values())]
+
+
+def family_assets(family: Family) -> FamilyAssets:
+    inputs = [input_asset(family, item) for item in family.inputs]
+    return FamilyAssets(
+        family,
+        [raw_source_asset(source) for source in family.raw_sources],
+        inputs,
+        {kind.name: kind_assets(family, kind) for kind in family.kinds},
+        dg.define_asset_job(
+            f"{family.name}_inputs",
+            selection=dg.AssetSelection.assets(*[i.key for i in inputs]),
+            description=f"Build the shared {family.title} inputs: {', '.join(i.name for i in family.inputs)}.",
+        ),
+    )

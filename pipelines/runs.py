@@ -1,0 +1,121 @@
+"""Launching runs of the code location from the CLI, recorded like the UI's own.
+
+A run made by ``execute_in_process`` has no code-location origin, so the UI lists it under Runs
+but not under its job or in the overview. Here a run is created with the same origin ``dagster
+dev`` gives the location of ``[tool.dagster]`` (location ``shiftbench``, repository
+``__repository__``) and then executed in this process, which costs no code server start and
+keeps the terminal's progress. These are Dagster internals (``dagster._core``), used the way
+``dagster job execute`` uses them; the test that the UI lists CLI runs under their job guards them.
+"""
+
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+from dagster._core.definitions.reconstruct import ReconstructableJob, ReconstructableRepository
+from dagster._core.execution.api import create_execution_plan, execute_run
+from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteRepositoryOrigin
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+PROJECT = Path(__file__).resolve().parents[1]
+MODULE = "pipelines.definitions"
+LOCATION = "shiftbench"  # [tool.dagster] code_location_name
+REPOSITORY = "__repository__"  # the repository a Definitions object becomes
+RANGE_START = "dagster/asset_partition_range_start"
+RANGE_END = "dagster/asset_partition_range_end"
+# Only the run's own event log keeps Dagster's messages; the terminal shows shiftbench's.
+SILENT: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+
+
+def repository_origin() -> RemoteRepositoryOrigin:
+    location = ManagedGrpcPythonEnvCodeLocationOrigin(
+        LoadableTargetOrigin(executable_path=sys.executable, module_name=MODULE, working_directory=str(PROJECT)),
+        location_name=LOCATION,
+    )
+    return RemoteRepositoryOrigin(code_location_origin=location, repository_name=REPOSITORY)
+
+
+def run_job(
+    instance: dg.DagsterInstance,
+    job_name: str,
+    *,
+    assets: Sequence[dg.AssetKey] | None = None,
+    partitions: Sequence[str] = (),
+    partition_key: str | None = None,
+    config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+) -> DagsterRun:
+    """Run ``job_name`` (optionally a subset of its assets) over one partition or a contiguous range.
+
+    ``partitions`` must be contiguous in the partitions' order; the run covers first..last.
+    Returns the finished run (its status says whether it succeeded).
+    """
+    # Definitions built now, for this environment (the settings resource binds the variables set now).
+    ReconstructableJob.get_definition.cache_clear()
+    ReconstructableJob.get_repository_definition.cache_clear()
+    repository = ReconstructableRepository.for_module(MODULE, "build_definitions", str(PROJECT))
+    recon_job = repository.get_reconstructable_job(job_name)
+    if assets is not None:
+        recon_job = recon_job.get_subset(asset_selection=frozenset(assets))
+    job_def = recon_job.get_definition()
+    run_tags = dict(tags or {})
+    if partition_key is not None:
+        run_tags["dagster/partition"] = partition_key
+        if isinstance(partition_key, dg.MultiPartitionKey):
+            run_tags.update({f"dagster/partition/{d}": k for d, k in partition_key.keys_by_dimension.items()})
+    elif partitions:
+        run_tags[RANGE_START], run_tags[RANGE_END] = partitions[0], partitions[-1]
+    run_config = {**SILENT, **dict(config or {})}
+    plan = create_execution_plan(job_def, run_config=run_config, instance_ref=instance.get_ref(), tags=run_tags)
+    run = instance.create_run_for_job(
+        job_def=job_def,
+        execution_plan=plan,
+        run_config=run_config,
+        tags=run_tags,
+        asset_selection=frozenset(assets) if assets is not None else None,
+        remote_job_origin=repository_origin().get_job_origin(job_name),
+        job_code_origin=recon_job.get_python_origin(),
+    )
+    execute_run(recon_job, run, instance)
+    finished = instance.get_run_by_id(run.run_id)
+    assert finished is not None
+    return finished
+
+
+def contiguous_blocks(selected: Sequence[str], order: Sequence[str]) -> list[list[str]]:
+    """``selected`` split into runs of neighbours in ``order`` (a range run covers first..last)."""
+    position = {name: i for i, name in enumerate(order)}
+    ranked = sorted(selected, key=lambda name: position[name])
+    blocks: list[list[str]] = []
+    for name in ranked:
+        if blocks and position[name] == position[blocks[-1][-1]] + 1:
+            blocks[-1].append(name)
+        else:
+            blocks.append([name])
+    return blocks
+
+
+def run_error(instance: dg.DagsterInstance, run: DagsterRun) -> tuple[str, bool]:
+    """The innermost error of a failed run (the user's message, not Dagster's wrapper), and
+    whether it is a bad input (:class:`InputError`) rather than a failure of shiftbench."""
+    records = instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE})
+    for record in records:
+        event = record.dagster_event
+        data = event.event_specific_data if event is not None else None
+        error = getattr(data, "error", None)
+        while error is not None and error.cause is not None:
+            error = error.cause
+        if error is not None:
+            message = error.message.strip()
+            for prefix in ("shiftbench.errors.InputError: ", "dagster._core.definitions.events.Failure: "):
+                message = message.removeprefix(prefix)
+            if error.cls_name in {"InputError", "Failure"}:
+                return message, True
+            return f"{error.cls_name}: {message}", False
+        message = getattr(event, "message", None)
+        if message:
+            return str(message), False
+    return "run failed", False

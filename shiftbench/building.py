@@ -1,0 +1,200 @@
+"""Building benchmarks: inputs -> stage -> check -> publish, for any family, one or many at once.
+
+The Dagster shell and the library run these same functions: a batched Dagster run stages and
+checks every selected benchmark, publishes those that passed and refreshes the catalog once;
+:func:`build` does the same without Dagster, for scripts, notebooks and benchmarks. A bad input of
+one benchmark (an :class:`InputError`) is that benchmark's outcome; the others still build.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from shiftbench import progress
+from shiftbench.cache import CachedArtifact
+from shiftbench.catalog import refresh_catalog
+from shiftbench.contracts import RuleResult
+from shiftbench.errors import ContractViolation, InputError
+from shiftbench.family import Description, Family, Kind, Target
+from shiftbench.publishing import check_version, environment
+from shiftbench.settings import Settings
+from shiftbench.store import Publication, StagedVersion, Store
+
+
+def stage_tables(
+    settings: Settings,
+    family: str,
+    benchmark: str,
+    tables: Mapping[str, pl.DataFrame],
+    *,
+    spec: str,
+    origin: Mapping[str, Any],
+    code_version: str,
+    images: Mapping[str, Any] | None,
+    attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+    warnings: Sequence[str] = (),
+) -> StagedVersion:
+    """Stage a version with the manifest every family writes (params, sources, images, environment)."""
+    row = tables["benchmarks"].row(0, named=True)
+    manifest = {
+        "spec": spec,
+        "params": json.loads(row["params"]),
+        "sources": json.loads(row["sources"]),
+        "n_examples": row["n_examples"],
+        "origin": dict(origin),
+        "code_version": code_version,
+        "environment": environment(),
+        "images": dict(images) if images is not None else None,
+        "warnings": list(warnings),
+    }
+    return Store(settings.store_dir).stage(family, benchmark, tables, manifest_extra=manifest, attachments=attachments)
+
+
+@dataclass
+class Outcome:
+    """What happened to one benchmark of a build."""
+
+    kind: Kind
+    benchmark: str
+    staged: StagedVersion | None = None
+    results: dict[str, list[RuleResult]] = field(default_factory=dict)  # empty when not checked here
+    failed_rules: list[str] = field(default_factory=list)
+    rules: int = 0
+    publication: Publication | None = None
+    error: str | None = None  # a bad input, named by file and line or parameter
+    seconds: float = 0.0
+    description: Description | None = None  # how the staged version reads (set once it is staged)
+
+    @property
+    def checked(self) -> bool:
+        return self.staged is not None and not self.failed_rules and self.error is None
+
+    @property
+    def status(self) -> str:
+        if self.error is not None:
+            return "error"
+        if self.failed_rules:
+            return "failed_checks"
+        return "published" if self.publication is not None else "checked"
+
+
+def build_inputs(settings: Settings, family: Family, names: Iterable[str] | None = None) -> dict[str, CachedArtifact]:
+    """The family's inputs (or only ``names`` and what they read), each built once, in order."""
+    wanted = set(names) if names is not None else {i.name for i in family.inputs}
+    for item in reversed(family.inputs):  # inputs are listed after what they read
+        if item.name in wanted:
+            wanted |= set(item.inputs)
+    built: dict[str, CachedArtifact] = {}
+    for item in family.inputs:
+        if item.name in wanted:
+            progress.report(progress.Event("input", item.name, status="start"))
+            built[item.name] = item.build(settings, {name: built[name] for name in item.inputs})
+            progress.report(progress.Event("input", item.name, status="done", detail=item.summary(built[item.name])))
+    return built
+
+
+def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapping[str, CachedArtifact]) -> Outcome:
+    """Stage one benchmark and record its contract check; a bad input is the outcome, not a raise."""
+    started = time.perf_counter()
+    outcome = Outcome(kind, target.benchmark)
+    try:
+        outcome.staged = kind.stage(settings, target, inputs)
+        results = check_version(Store(settings.store_dir), outcome.staged)
+    except InputError as exc:
+        outcome.error = str(exc)
+    else:
+        outcome.results = results
+        outcome.rules = sum(len(r) for r in results.values())
+        outcome.failed_rules = [
+            f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}"
+            for rules in results.values()
+            for r in rules
+            if not r.passed
+        ]
+    outcome.seconds = time.perf_counter() - started
+    return outcome
+
+
+def publish(settings: Settings, outcome: Outcome) -> Outcome:
+    """Publish a checked outcome (the store refuses anything without a passing check)."""
+    if outcome.staged is None:
+        return outcome
+    try:
+        outcome.publication = Store(settings.store_dir).publish(outcome.staged)
+    except ContractViolation as exc:
+        outcome.error = str(exc)
+    return outcome
+
+
+def publish_staged(settings: Settings, kind: Kind, benchmark: str) -> Outcome:
+    """Publish the version staged last for ``benchmark`` (what "materialize only the publish asset" does)."""
+    outcome = Outcome(kind, benchmark)
+    staged = Store(settings.store_dir).latest_staged(kind.family, benchmark)
+    if staged is None:
+        outcome.error = f"{benchmark} has no staged version: build it first"
+        return outcome
+    outcome.staged = staged
+    record = Store(settings.store_dir).check_record(staged)
+    if record is not None:
+        outcome.rules, outcome.failed_rules = record.rules, list(record.failed)
+    return publish(settings, outcome)
+
+
+def iter_build(
+    settings: Settings,
+    family: Family,
+    targets: Sequence[tuple[Kind, Target]],
+    *,
+    inputs: Mapping[str, CachedArtifact] | None = None,
+    stage: bool = True,
+    publish_checked: bool = True,
+) -> Iterator[Outcome]:
+    """Stage and check ``targets`` one by one, publishing those that pass; yields each outcome.
+
+    With ``stage=False`` only publishes the version each target staged last (if it passed).
+    The caller refreshes the catalog once at the end (:func:`build` does).
+    """
+    artifacts: Mapping[str, CachedArtifact] = {}
+    if stage:
+        needed = {name for kind, _ in targets for name in kind.inputs}
+        artifacts = dict(inputs) if inputs is not None else build_inputs(settings, family, needed)
+    for index, (kind, target) in enumerate(targets, start=1):
+        progress.report(progress.Event(kind.name, target.benchmark, index, len(targets), "start"))
+        if stage:
+            outcome = stage_and_check(settings, kind, target, artifacts)
+            if publish_checked and outcome.checked:
+                publish(settings, outcome)
+        else:
+            outcome = publish_staged(settings, kind, target.benchmark)
+        if outcome.staged is not None and outcome.error is None:
+            outcome.description = kind.describe(outcome.staged)
+        detail = (
+            outcome.error
+            or "; ".join(outcome.failed_rules[:3])
+            or (outcome.description.summary if outcome.description is not None else "")
+        )
+        progress.report(
+            progress.Event(kind.name, target.benchmark, index, len(targets), outcome.status, detail, outcome=outcome)
+        )
+        yield outcome
+
+
+def build(
+    settings: Settings,
+    family: Family,
+    targets: Sequence[tuple[Kind, Target]],
+    *,
+    inputs: Mapping[str, CachedArtifact] | None = None,
+    publish_checked: bool = True,
+) -> list[Outcome]:
+    """Stage, check and (when they pass) publish ``targets``; refresh the catalog once at the end."""
+    outcomes = list(iter_build(settings, family, targets, inputs=inputs, publish_checked=publish_checked))
+    if any(o.publication is not None for o in outcomes):
+        refresh_catalog(settings.catalog_path, settings.store_dir)
+    return outcomes

@@ -1,0 +1,294 @@
+"""The ConDS family: attribute sources -> attribute tables -> cases (SC, LDD, UDS and combinations).
+
+Each configured dataset's attribute table (CelebA, the generated sprites with their PNG files, or a
+user's table) is read once into a content-addressed cache directory; every case reads it from there.
+Datasets whose source is not configured (CelebA without ``SHIFTBENCH_CELEBA_DIR``) are skipped,
+and their cases are not benchmarks on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from shiftbench.building import stage_tables
+from shiftbench.cache import CachedArtifact, cached, publish_cache_dir
+from shiftbench.conds import build
+from shiftbench.conds.attributes import attribute_table
+from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
+from shiftbench.errors import InputError
+from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.fingerprint import sha256_files, sha256_json, sha256_table, sha256_text
+from shiftbench.images import image_block
+from shiftbench.plots import conds_cell_counts, conds_value_shares
+from shiftbench.settings import Settings
+from shiftbench.sources import sprites
+from shiftbench.sources.attribute_tables import read_attribute_table
+from shiftbench.sources.celeba import ATTRIBUTE_FILE, read_celeba_attributes
+from shiftbench.store import StagedVersion
+
+# Bump when a change to the ConDS builders can change their output.
+CODE_VERSION = "conds-1"
+CELL_FIGURE = "cell_counts.png"
+SHARES_FIGURE = "value_shares.png"
+CASE_TABLES = (
+    "benchmarks",
+    "examples",
+    "conds_examples",
+    "conds_cases",
+    "conds_attributes",
+    "conds_value_counts",
+    "conds_cells",
+)
+
+
+def dataset_unavailable(settings: Settings, dataset: DatasetSpec) -> str | None:
+    """Why a dataset cannot be read here (its source is not configured), or None."""
+    if dataset.source == "celeba" and settings.celeba_dir is None:
+        return "CelebA's annotations are not configured: set SHIFTBENCH_CELEBA_DIR"
+    return None
+
+
+def sources_fingerprint(settings: Settings) -> str:
+    """Every configured dataset's source: CelebA's files, users' tables, the sprites generator."""
+    parts = []
+    for name, dataset in sorted(load_specs(settings.conds_specs).datasets.items()):
+        if dataset.source == "celeba":
+            names = ("list_attr_celeba.txt", "list_eval_partition.txt")
+            files = [settings.celeba_dir / f for f in names] if settings.celeba_dir else []
+            digest = sha256_files([f for f in files if f.is_file()]) if files else "unset"
+            parts.append(f"{name}|celeba|{digest}|{settings.celeba_allow_partial}")
+        elif dataset.source == "sprites":
+            parts.append(
+                f"{name}|{sprites.GENERATOR_VERSION}|{settings.sprites_per_combination}|{settings.sprites_seed}"
+            )
+        else:
+            path = dataset.path
+            parts.append(f"{name}|table|{sha256_files([path]) if path is not None and path.is_file() else 'missing'}")
+    return sha256_text("\n".join(parts))
+
+
+def dataset_definition(settings: Settings, name: str) -> str:
+    """What in a dataset spec defines its cases (not where in which file it was written)."""
+    return str(replace(load_specs(settings.conds_specs).datasets[name], source_file="", line=None))
+
+
+def _images(dataset: DatasetSpec, image_root: Path | None) -> dict[str, Any]:
+    if dataset.source == "celeba":
+        return image_block("celeba", "img_align_celeba/{}", image_root, "celeba_dir")
+    if dataset.source == "sprites":
+        return image_block("sprites", "images/{}.png", image_root)
+    return image_block("user", "{}", None)
+
+
+def _raw_table(
+    settings: Settings, dataset: DatasetSpec
+) -> tuple[pl.DataFrame, dict[str, Any], Path | None, int | None]:
+    """The raw table with ``example_id``, where it came from, the image root, the file line of row 0."""
+    if dataset.source == "celeba":
+        if settings.celeba_dir is None:
+            raise InputError(f"dataset {dataset.name} needs CelebA's annotations", parameter="SHIFTBENCH_CELEBA_DIR")
+        path = settings.celeba_dir / ATTRIBUTE_FILE
+        celeba = read_celeba_attributes(path, allow_partial=settings.celeba_allow_partial)
+        origin = {
+            "path": str(path),
+            "files_sha256": sha256_files([path]),
+            "header_count": celeba.header_count,
+            "partial": celeba.partial,
+        }
+        return celeba.table.rename({"image_id": "example_id"}), origin, settings.celeba_dir, 3
+    if dataset.source == "sprites":
+        n, seed = settings.sprites_per_combination, settings.sprites_seed
+        key = sha256_text(f"{sprites.GENERATOR_VERSION}|{n}|{seed}")[:32]
+        target = settings.cache_dir / "sprites" / key
+
+        def generate(tmp: Path) -> None:
+            sprites.write_sprites(tmp, n, seed)
+
+        publish_cache_dir(target, generate)
+        origin = {"generator": sprites.GENERATOR_VERSION, "n_per_combination": n, "seed": seed, "note": "generated"}
+        return pl.read_parquet(target / "attributes.parquet"), origin, target, None
+    assert dataset.path is not None
+    frame, first_line = read_attribute_table(dataset.path, dataset.id_column)
+    return frame, {"path": str(dataset.path), "files_sha256": sha256_files([dataset.path])}, None, first_line
+
+
+def attribute_source(settings: Settings, dataset: DatasetSpec) -> CachedArtifact:
+    """The dataset's attribute table (``example_id`` + one column per attribute), cached by content."""
+    raw, origin, image_root, first_line = _raw_table(settings, dataset)
+    path = Path(origin["path"]) if "path" in origin else None
+    table = attribute_table(raw, dataset, path=path, first_line=first_line)
+    fingerprint = sha256_text(f"{dataset.name}|{sha256_table(table)}")
+    target = settings.cache_dir / "conds_attributes" / fingerprint[:32]
+    meta = {
+        "dataset": dataset.name,
+        "source": dataset.source,
+        "fingerprint": fingerprint,
+        "n_examples": table.height,
+        "image_root": str(image_root) if image_root else None,
+        "origin": origin,
+    }
+
+    def write(tmp: Path) -> None:
+        table.write_parquet(tmp / "attributes.parquet")
+
+    return cached(target, fingerprint, meta, write)
+
+
+def attribute_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
+    """Every configured dataset's attribute table; skipped datasets are listed with the reason."""
+    specs = load_specs(settings.conds_specs)
+    datasets: dict[str, CachedArtifact] = {}
+    skipped: dict[str, str] = {}
+    for name, dataset in specs.datasets.items():
+        reason = dataset_unavailable(settings, dataset)
+        if reason is not None:
+            skipped[name] = reason
+            continue
+        datasets[name] = attribute_source(settings, dataset)
+    index = {name: {"path": str(a.path), "fingerprint": a.fingerprint, "meta": a.meta} for name, a in datasets.items()}
+    fingerprint = sha256_json({name: a.fingerprint for name, a in datasets.items()})
+    meta = {
+        "fingerprint": fingerprint,
+        "datasets": {name: a.meta["n_examples"] for name, a in datasets.items()},
+        "skipped": skipped,
+        "n_examples": sum(a.meta["n_examples"] for a in datasets.values()),
+    }
+
+    def write(tmp: Path) -> None:
+        (tmp / "datasets.json").write_text(json.dumps(index, indent=2, sort_keys=True), "utf-8")
+
+    return cached(settings.cache_dir / "conds_attribute_tables" / fingerprint[:32], fingerprint, meta, write)
+
+
+def dataset_artifact(tables: CachedArtifact, dataset: str) -> CachedArtifact:
+    index = json.loads((tables.path / "datasets.json").read_text("utf-8"))
+    if dataset not in index:
+        reason = tables.meta.get("skipped", {}).get(dataset, "not read")
+        raise InputError(f"dataset {dataset} is not available: {reason}", parameter="dataset")
+    entry = index[dataset]
+    return CachedArtifact(Path(entry["path"]), entry["fingerprint"], entry["meta"])
+
+
+def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Draw the case's splits, measure its shift summary, stage the version with two figures."""
+    case, benchmark = target.spec, target.benchmark
+    assert isinstance(case, CaseSpec)
+    source = dataset_artifact(inputs[ATTRIBUTES.name], case.dataset)
+    dataset = load_specs(settings.conds_specs).datasets[case.dataset]
+    table = pl.read_parquet(source.path / "attributes.parquet")
+    sources = {"dataset": case.dataset, "source": source.meta["source"], "attributes_sha256": source.fingerprint}
+    tables, draw, summary = build.case_tables(case, table, sources, target.overrides)
+
+    def figures() -> dict[str, bytes]:
+        return {
+            CELL_FIGURE: conds_cell_counts(draw.cells, f"{benchmark}: examples per cell"),
+            SHARES_FIGURE: conds_value_shares(
+                summary.value_counts, tables["conds_attributes"], f"{benchmark}: value shares, train vs test"
+            ),
+        }
+
+    image_root = Path(source.meta["image_root"]) if source.meta.get("image_root") else None
+    return stage_tables(
+        settings,
+        build.FAMILY,
+        benchmark,
+        tables,
+        spec=case.dataset,
+        origin={**source.meta["origin"], "image_root": source.meta["image_root"]},
+        code_version=CODE_VERSION,
+        images=_images(dataset, image_root),
+        attachments=figures,
+    )
+
+
+def describe_case(staged: StagedVersion) -> Description:
+    summary = pl.read_parquet(staged.table_path("conds_cases")).row(0, named=True)
+    metadata: dict[str, Any] = {
+        key: summary[key] for key in ("shift_kind", "n_train", "n_id_val", "n_test", "scaled_down")
+    }
+    metadata["tv_distance"] = float(summary["tv_distance"])
+    for key in ("sc_observed_fraction", "ldd_observed_ratio"):
+        if summary[key] is not None:
+            metadata[key] = float(summary[key])
+    attributes = pl.read_parquet(staged.table_path("conds_attributes"))
+    metadata["shift_summary"] = Table(
+        attributes.select(
+            "attribute",
+            "role",
+            "shift",
+            pl.col("unseen_in_train").list.join(", "),
+            pl.col("cramers_v").round(4),
+            pl.col("mutual_information").round(4),
+        )
+    )
+    files = staged.manifest().get("attachments", {})
+    for key, name, alt in (
+        ("cell_counts_plot", CELL_FIGURE, "train vs test examples per cell"),
+        ("value_shares_plot", SHARES_FIGURE, "value shares, train vs test"),
+    ):
+        if name in files:
+            metadata[key] = Figure((staged.path / files[name]["file"]).read_bytes(), alt)
+    query = f"SELECT split, \"group\", count(*) FROM examples WHERE benchmark = '{staged.benchmark}' GROUP BY ALL"
+    metadata["duckdb_query"] = Markdown(query)
+    line = (
+        f"{summary['shift_kind']}: {summary['n_train']:,} train, {summary['n_id_val']:,} id_val, "
+        f"{summary['n_test']:,} test, TV {summary['tv_distance']:.3f}"
+    )
+    return Description(metadata, line)
+
+
+def _skipped(artifact: CachedArtifact) -> list[str]:
+    return [f"skipped dataset {name}: {reason}" for name, reason in artifact.meta.get("skipped", {}).items()]
+
+
+ATTRIBUTES = Input(
+    key=("conds", "attribute_tables"),
+    description="Each configured dataset's examples with one categorical column per attribute (raw columns mapped "
+    "as the dataset spec says), cached as Parquet; for sprites, the generated PNG files too.",
+    build=attribute_tables,
+    summary=lambda a: ", ".join(f"{name}: {n:,} examples" for name, n in a.meta["datasets"].items()) or "no dataset",
+    rows="n_examples",
+    sources=("conds_attribute_sources",),
+    warnings=_skipped,
+)
+CASE = Kind(
+    family=build.FAMILY,
+    name="case",
+    plural="cases",
+    description="One ConDS case (label + SC/LDD/UDS per attribute): disjoint pools per cell, uniform test, shaped "
+    "train and id_val, measured shift summary; checked against the case's definition.",
+    tables=CASE_TABLES,
+    inputs=(ATTRIBUTES.name,),
+    spec_model=CaseSpec,
+    specs=lambda settings: load_specs(settings.conds_specs).cases,
+    stage=stage_case,
+    describe=describe_case,
+    unavailable=lambda settings, case: dataset_unavailable(
+        settings,
+        load_specs(settings.conds_specs).datasets[case.dataset],  # type: ignore[attr-defined]
+    ),
+    code_version=CODE_VERSION,
+    spec_source="conds_specs",
+    spec_context=lambda settings, case: dataset_definition(settings, case.dataset),  # type: ignore[attr-defined]
+)
+CONDS = Family(
+    name=build.FAMILY,
+    title="ConDS",
+    description="ConDS (Kim et al.): concurrent attribute shifts (SC, LDD, UDS) on CelebA, sprites or your table.",
+    raw_sources=(
+        RawSource(
+            "conds_attribute_sources",
+            "Each ConDS dataset's source: SHIFTBENCH_CELEBA_DIR's files, a user's attribute table, or the sprites "
+            "generator's version and parameters.",
+            sources_fingerprint,
+        ),
+    ),
+    inputs=(ATTRIBUTES,),
+    kinds=(CASE,),
+)

@@ -1,0 +1,113 @@
+"""The training job's configuration: every knob of an ERM run, validated by name, without torch.
+
+The Dagster code location, the CLI and the launcher import this module (never torch); only the job
+(:mod:`shiftbench.erm.job`) and :mod:`shiftbench.erm.train` import torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from shiftbench.errors import InputError
+
+# The architectures of shiftbench.erm.models (checked there against its builders).
+MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""
+
+    model: str = "small_cnn"
+    optimizer: str = "adam"  # adam | sgd
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9  # sgd only
+    batch_size: int = 128
+    max_iters: int = 10_000
+    eval_every: int = 100
+    patience: int = 20  # evaluations without improvement before stopping; 0 = never stop early
+    lr_milestones: tuple[int, ...] = ()  # iterations where the learning rate is multiplied by lr_gamma
+    lr_gamma: float = 0.1
+    loader: str = "standard"  # standard | group_balanced
+    image_size: int = 64
+    train_split: str = "train"
+    selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
+    selection_metric: str = "acc_avg"  # or acc_wg
+    init_checkpoint: str | None = None
+    linear_probe: bool = False  # retrain only the last layer (BREEDS Section 5.1)
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32
+    channels_last: bool | None = None  # None: on for cuda
+    compile: bool = False
+    cache: str = "auto"  # auto (when it fits cache_budget_gib) | on | off
+    cache_budget_gib: float = 16.0
+    eval_batch_size: int = 512
+    decode_workers: int = 0  # 0: one per core, at most 16
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
+        known = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise InputError(f"unknown training parameter; known: {', '.join(sorted(known))}", parameter=unknown[0])
+        cleaned = {name: _coerce(value, str(known[name].type), name) for name, value in values.items()}
+        config = cls(**cleaned)
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        def need(ok: bool, parameter: str, message: str) -> None:
+            if not ok:
+                raise InputError(message, parameter=parameter)
+
+        need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
+        need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
+        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        for name in ("batch_size", "max_iters", "eval_every", "image_size", "eval_batch_size"):
+            need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
+        need(isinstance(self.patience, int) and self.patience >= 0, "patience", "must be an integer >= 0")
+        need(self.loader in {"standard", "group_balanced"}, "loader", "must be standard or group_balanced")
+        need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
+        need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
+        need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
+        need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")
+        need(0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]")
+        need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["lr_milestones"] = list(self.lr_milestones)
+        return values
+
+
+def _coerce(value: Any, kind: str, name: str) -> Any:
+    """Values from YAML, ``--set`` or JSON to the field's type (``5e-5`` is a string to YAML 1.1)."""
+    if value is None and "None" in kind:
+        return None
+    try:
+        if kind.startswith("tuple"):
+            items = value.split(",") if isinstance(value, str) else ([] if value is None else list(value))
+            return tuple(int(v) for v in items if str(v).strip())
+        if kind.startswith("float"):
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if kind.startswith("int"):
+            if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+                raise ValueError
+            return int(value)
+        if kind.startswith("bool"):
+            if isinstance(value, str) and value.lower() in {"true", "false"}:
+                return value.lower() == "true"
+            if not isinstance(value, bool):
+                raise ValueError
+            return value
+        return str(value)
+    except (TypeError, ValueError):
+        raise InputError(f"expected {kind}, got {value!r}", parameter=name) from None

@@ -1,0 +1,176 @@
+"""What a benchmark family gives the pipeline: raw sources, inputs, kinds of benchmarks.
+
+Everything that varies by family lives behind this one description (DomainBed-style registry,
+:mod:`shiftbench.registry`): the Dagster asset factory (``assets/factory.py``), the CLI and the
+library's own build path (:mod:`shiftbench.building`) read only these objects. A new family is one
+package that builds a :class:`Family` and one line in the registry.
+
+- :class:`RawSource`: files or settings whose content fingerprint is observed (``raw/<name>``).
+- :class:`Input`: a parsed input shared by the family's benchmarks, cached by content
+  (``CachedArtifact``), e.g. the calibrated hierarchy or the scene tables.
+- :class:`Kind`: one kind of published benchmark (BREEDS benchmarks; MetaShift collections and
+  tasks; ConDS cases): its specs, how to stage one, which contract tables it has, and how to
+  describe a version to a human (neutral metadata the Dagster shell renders).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from shiftbench.cache import CachedArtifact
+from shiftbench.fingerprint import sha256_json
+from shiftbench.settings import Settings
+from shiftbench.spec_files import Spec
+from shiftbench.store import StagedVersion
+
+
+# -- neutral metadata values (rendered by the Dagster shell and the CLI) --------------------------
+@dataclass(frozen=True)
+class Table:
+    """A small table shown inline."""
+
+    frame: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG image."""
+
+    png: bytes
+    alt: str
+
+
+@dataclass(frozen=True)
+class Markdown:
+    text: str
+
+
+@dataclass(frozen=True)
+class Json:
+    value: Any
+
+
+@dataclass(frozen=True)
+class FilePath:
+    path: Path
+
+
+Metadata = dict[str, Any]  # values: str, int, float, bool, None, or one of the classes above
+
+
+@dataclass(frozen=True)
+class Description:
+    """How a published version reads: metadata for the UI, one line and warnings for the terminal."""
+
+    metadata: Metadata
+    summary: str  # "3,400 examples", "1,412 subsets of 59,663 images"
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RawSource:
+    """Files or settings the family reads; their fingerprint is the observed data version."""
+
+    name: str
+    description: str
+    fingerprint: Callable[[Settings], str]
+
+
+@dataclass(frozen=True)
+class Input:
+    """A parsed input shared by the family's benchmarks (a content-addressed cache directory)."""
+
+    key: tuple[str, str]
+    description: str
+    build: Callable[[Settings, Mapping[str, CachedArtifact]], CachedArtifact]  # upstream inputs by name
+    summary: Callable[[CachedArtifact], str]
+    rows: str  # the artifact meta key holding its row count
+    sources: tuple[str, ...] = ()  # raw source names
+    inputs: tuple[str, ...] = ()  # names of inputs it reads (each listed earlier in the family)
+    kinds: frozenset[str] = frozenset({"polars", "parquet"})
+    warnings: Callable[[CachedArtifact], list[str]] = lambda artifact: []
+    code_version: str = "1"
+
+    @property
+    def name(self) -> str:
+        return "/".join(self.key)
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to build: a benchmark name and its spec (a spec as written, or a named variant of one)."""
+
+    benchmark: str
+    spec: Spec  # the variant's overrides already applied
+    overrides: Mapping[str, Any] = field(default_factory=dict)  # recorded in benchmarks.params
+
+
+Stage = Callable[[Settings, Target, Mapping[str, CachedArtifact]], StagedVersion]
+
+
+@dataclass(frozen=True)
+class Kind:
+    """One kind of benchmark a family publishes; each spec (or named variant) is one benchmark."""
+
+    family: str
+    name: str  # benchmark, collection, task, case
+    plural: str
+    description: str
+    tables: tuple[str, ...]  # the contract tables of a version
+    inputs: tuple[str, ...]  # names of the family inputs a build reads
+    spec_model: type[Spec]
+    specs: Callable[[Settings], Mapping[str, Spec]]  # shipped + the user's extra spec file
+    stage: Stage  # (settings, target, inputs by name) -> a staged, not yet checked version
+    describe: Callable[[StagedVersion], Description]
+    unavailable: Callable[[Settings, Spec], str | None] = lambda settings, spec: None  # why it cannot build here
+    trainable: bool = True  # has examples an ERM baseline can train on
+    code_version: str = "1"
+    kinds: frozenset[str] = frozenset({"polars", "parquet"})
+    spec_source: str = ""  # the setting naming the user's extra spec file
+    # What else defines a spec's content besides itself (MetaShift's general contexts, a ConDS dataset).
+    spec_context: Callable[[Settings, Spec], Any] = lambda settings, spec: None
+
+    @property
+    def staged_key(self) -> tuple[str, str]:
+        return (self.family, f"staged_{self.name}")
+
+    @property
+    def publish_key(self) -> tuple[str, str]:
+        return (self.family, self.name)
+
+    def fingerprint(self, settings: Settings, target: Target) -> str:
+        """The content fingerprint of a target's definition: the data version of its spec source."""
+        definition = [
+            target.spec.model_dump(mode="json"),
+            dict(target.overrides),
+            self.spec_context(settings, target.spec),
+        ]
+        return sha256_json(definition)
+
+    @property
+    def qualified(self) -> str:
+        """``<family>_<plural>``: the name of its partitions, its job and its spec source."""
+        return f"{self.family}_{self.plural}"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    title: str  # as the paper names it
+    description: str
+    raw_sources: tuple[RawSource, ...]
+    inputs: tuple[Input, ...]
+    kinds: tuple[Kind, ...]
+    # Why ERM cannot train this family's benchmarks with these settings (None: it can).
+    training_unavailable: Callable[[Settings], str | None] = lambda settings: None
+
+    def kind(self, name: str) -> Kind:
+        return next(k for k in self.kinds if k.name == name)
+
+    def input(self, name: str) -> Input:
+        return next(i for i in self.inputs if i.name == name)

@@ -1,0 +1,343 @@
+"""The MetaShift family: annotations -> scene tables -> subset collections and shift tasks.
+
+The scene tables (GQA scene graphs, a tag table, or the generated sample) are parsed once into a
+content-addressed cache directory; collections and tasks read them from there.
+
+Meta-graphs are built per *collection*, not per class: one sparse product computes every class's
+overlaps at once (seconds for all of Visual Genome's 1,700 object classes), while a benchmark per
+class would cost a build (and a Dagster partition) for each of hundreds of classes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from shiftbench.building import stage_tables
+from shiftbench.cache import CachedArtifact, cached
+from shiftbench.errors import InputError
+from shiftbench.family import Description, Family, Figure, FilePath, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, sha256_text
+from shiftbench.images import STANDIN, image_block
+from shiftbench.metashift import build
+from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
+from shiftbench.plots import metagraph_figure, task_distances
+from shiftbench.settings import Settings
+from shiftbench.sources import generated_scenes
+from shiftbench.sources.scene_graphs import SceneTables, read_class_groups, read_gqa_scene_graphs, read_tags_table
+from shiftbench.store import StagedVersion
+
+# Bump when a change to the MetaShift builders can change their output.
+CODE_VERSION = "metashift-1"
+# Per dataset: how an image id becomes an example id, and where the example's image is.
+EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_scenes.DATASET: "{}.jpg"}
+COLLECTION_TABLES = (
+    "benchmarks",
+    "metashift_subsets",
+    "metashift_subset_images",
+    "metashift_edges",
+    "metashift_distances",
+    "metashift_communities",
+    "metashift_embeddings",
+    "metashift_graphs",
+)
+TASK_TABLES = ("benchmarks", "examples", "metashift_tasks", "metashift_task_communities")
+FIGURES_INLINE = 4
+TASK_FIGURE = "task_distances.png"
+
+
+def annotations_fingerprint(settings: Settings) -> str:
+    files = [*settings.gqa_scene_graphs, *([settings.tags_table] if settings.tags_table else [])]
+    existing = [f for f in files if f.is_file()]
+    return sha256_text(f"{sha256_files(existing)}|{len(files)}|{generated_scenes.GENERATOR_VERSION}")
+
+
+def load_scene_source(settings: Settings) -> tuple[SceneTables, str, dict[str, Any]]:
+    """The configured annotations: GQA files, else a tag table, else the generated sample."""
+    if settings.gqa_scene_graphs and settings.tags_table is not None:
+        raise InputError(
+            "set either SHIFTBENCH_GQA_SCENE_GRAPHS or SHIFTBENCH_TAGS_TABLE, not both",
+            parameter="SHIFTBENCH_TAGS_TABLE",
+        )
+    if settings.gqa_scene_graphs:
+        tables = read_gqa_scene_graphs(list(settings.gqa_scene_graphs))
+        return tables, "visual-genome", {"paths": [str(p) for p in settings.gqa_scene_graphs]}
+    if settings.tags_table is not None:
+        return read_tags_table(settings.tags_table), "tag-table", {"paths": [str(settings.tags_table)]}
+    objects, images, fingerprint = generated_scenes.generate_scene_tables()
+    tables = SceneTables.from_frames(objects, images, fingerprint, kind=generated_scenes.GENERATOR_VERSION)
+    return tables, generated_scenes.DATASET, {"paths": [], "note": "generated sample, not Visual Genome"}
+
+
+def scene_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
+    tables, dataset, origin = load_scene_source(settings)
+    target = settings.cache_dir / "metashift_scenes" / tables.fingerprint[:32]
+    meta = {
+        "kind": tables.kind,
+        "dataset": dataset,
+        "fingerprint": tables.fingerprint,
+        "files_sha256": tables.files_sha256,
+        "n_images": tables.images.height,
+        "n_objects": tables.objects.height,
+        "n_object_names": tables.objects["name"].n_unique(),
+        **origin,
+    }
+
+    def write(tmp: Path) -> None:
+        tables.objects.write_parquet(tmp / "objects.parquet")
+        tables.images.write_parquet(tmp / "images.parquet")
+
+    return cached(target, tables.fingerprint, meta, write)
+
+
+def _read(artifact: CachedArtifact) -> tuple[pl.DataFrame, pl.DataFrame]:
+    return pl.read_parquet(artifact.path / "objects.parquet"), pl.read_parquet(artifact.path / "images.parquet")
+
+
+def _groups(settings: Settings, wanted: bool) -> tuple[pl.DataFrame | None, dict[str, Any]]:
+    if not wanted:
+        return None, {}
+    if settings.metashift_class_groups is None:
+        raise InputError("group_classes=true needs SHIFTBENCH_METASHIFT_CLASS_GROUPS", parameter="group_classes")
+    groups = read_class_groups(settings.metashift_class_groups)
+    return groups, {"class_groups_sha256": sha256_table(groups)}
+
+
+def _sources(scenes: CachedArtifact) -> dict[str, Any]:
+    return {"scenes": scenes.meta["kind"], "dataset": scenes.meta["dataset"], "scenes_sha256": scenes.fingerprint}
+
+
+def figure_name(class_name: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in class_name)
+    return f"metagraph_{safe}.png"
+
+
+def images_of(settings: Settings, dataset: str) -> dict[str, Any]:
+    """The manifest's image block: GQA images, stand-ins for the generated sample, a user's root for tags."""
+    if dataset == "visual-genome":
+        return image_block("gqa", "{}", settings.gqa_images_dir, "gqa_images_dir")
+    if dataset == generated_scenes.DATASET:
+        return image_block(STANDIN, "{}", None)
+    return image_block("user", "{}", None)
+
+
+def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Build a collection (subsets, meta-graphs, communities, embeddings, distances) and stage it.
+
+    Figures of the largest classes' meta-graphs go next to the version (files/).
+    """
+    spec, benchmark, scenes = target.spec, target.benchmark, inputs[SCENES.name]
+    assert isinstance(spec, CollectionSpec)
+    specs = load_specs(settings.metashift_specs)
+    objects, images = _read(scenes)
+    groups, group_sources = _groups(settings, spec.group_classes)
+    tables, results = build.collection_tables(
+        spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
+    )
+    params = json.loads(tables["benchmarks"]["params"][0])
+    params["overrides"] = dict(target.overrides)
+    tables["benchmarks"] = tables["benchmarks"].with_columns(pl.lit(canonical_json(params)).alias("params"))
+
+    def figures() -> dict[str, bytes]:
+        attachments = {}
+        for class_name in sorted(results, key=lambda c: (-len(results[c].graph.nodes), c))[:MAX_FIGURES]:
+            result = results[class_name]
+            community_of = {m: k for k, members in enumerate(result.communities) for m in members}
+            coo = result.graph.weights.tocoo()
+            edges = [(int(i), int(j), float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True) if i < j]
+            attachments[figure_name(class_name)] = metagraph_figure(
+                result.graph.nodes,
+                result.graph.sizes.tolist(),
+                edges,
+                [community_of[n] for n in result.graph.nodes],
+                f"{class_name}: {len(result.graph.nodes)} subsets, {len(result.communities)} communities ({benchmark})",
+            )
+        return attachments
+
+    return stage_tables(
+        settings,
+        build.FAMILY,
+        benchmark,
+        tables,
+        spec=spec.name,
+        origin={"scenes": scenes.meta.get("paths")},
+        code_version=CODE_VERSION,
+        images=None,
+        attachments=figures,
+        warnings=build.distance_warnings(tables["metashift_distances"], spec.embedding),
+    )
+
+
+def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Build one shift task's examples and distances and stage them."""
+    spec, scenes = target.spec, inputs[SCENES.name]
+    assert isinstance(spec, TaskSpec)
+    specs = load_specs(settings.metashift_specs)
+    objects, images = _read(scenes)
+    data = build.task_data(objects, images, spec, specs.general_contexts)
+    dataset = str(scenes.meta["dataset"])
+    tables = build.task_tables(spec, data, dataset, EXAMPLE_ID_FORMATS[dataset], _sources(scenes), target.overrides)
+
+    def figures() -> dict[str, bytes]:
+        title = f"{target.benchmark}: distances to the reference community"
+        return {TASK_FIGURE: task_distances(tables["metashift_task_communities"], title)}
+
+    return stage_tables(
+        settings,
+        build.FAMILY,
+        target.benchmark,
+        tables,
+        spec=spec.name,
+        origin={"scenes": scenes.meta.get("paths")},
+        code_version=CODE_VERSION,
+        images=images_of(settings, dataset),
+        attachments=figures,
+    )
+
+
+def describe_collection(staged: StagedVersion) -> Description:
+    manifest = staged.manifest()
+    subsets = pl.read_parquet(staged.table_path("metashift_subsets"), columns=["selected"])
+    n_images = (
+        pl.scan_parquet(staged.table_path("metashift_subset_images"))
+        .select(pl.col("image_id").n_unique())
+        .collect()
+        .item()
+    )
+    graphs = pl.read_parquet(staged.table_path("metashift_graphs")).sort("n_subsets", "class", descending=[True, False])
+    query = (
+        "SELECT class, n_subsets, n_components, n_communities, modularity FROM metashift_graphs "
+        f"WHERE benchmark = '{staged.benchmark}' ORDER BY n_subsets DESC"
+    )
+    metadata: dict[str, Any] = {
+        "dataset": str(manifest["sources"].get("dataset")),
+        "subsets": subsets.height,
+        "selected_subsets": int(subsets["selected"].sum()),
+        "classes": graphs.height,
+        "images": n_images,
+        "graphs": Table(
+            graphs.select("class", "n_subsets", "n_edges", "n_components", "n_communities", "status").head(15)
+        ),
+        "warnings": Markdown("\n".join(f"- **{w}**" for w in manifest.get("warnings", [])) or "none"),
+        "figures": FilePath(staged.path / "files"),
+        "duckdb_query": Markdown(query),
+    }
+    attachments = manifest.get("attachments", {})
+    shown = [c for c in ("cat", "dog") if figure_name(c) in attachments]
+    shown += [c for c in graphs["class"].to_list() if c not in shown and figure_name(c) in attachments]
+    for class_name in shown[:FIGURES_INLINE]:
+        png = (staged.path / attachments[figure_name(class_name)]["file"]).read_bytes()
+        metadata[f"metagraph/{class_name}"] = Figure(png, f"{class_name} meta-graph")
+    summary = (
+        f"{int(subsets['selected'].sum()):,} of {subsets.height:,} subsets selected in {graphs.height:,} classes, "
+        f"{n_images:,} images"
+    )
+    return Description(metadata, summary, tuple(manifest.get("warnings", [])))
+
+
+def describe_task(staged: StagedVersion) -> Description:
+    manifest = staged.manifest()
+    summary = pl.read_parquet(staged.table_path("metashift_tasks")).row(0, named=True)
+    communities = pl.read_parquet(staged.table_path("metashift_task_communities"))
+    query = f"SELECT split, \"group\", count(*) FROM examples WHERE benchmark = '{staged.benchmark}' GROUP BY ALL"
+    distance = summary["distance"]
+    plot = staged.attachment(TASK_FIGURE)
+    metadata: dict[str, Any] = {
+        "dataset": str(manifest["sources"].get("dataset")),
+        "distance": float(distance) if distance is not None else "NULL",
+        "distance_status": summary["distance_status"],
+        "scaled_down": summary["scaled_down"],
+        "communities": Table(
+            communities.select("community", "role", "split", "n_available", "n_selected", "distance_status")
+        ),
+        **({"distances_plot": Figure(plot, "distances to the reference community")} if plot else {}),
+        "duckdb_query": Markdown(query),
+    }
+    line = (
+        f"{manifest['n_examples']:,} examples, d={distance:.3f}"
+        if distance is not None
+        else (f"{manifest['n_examples']:,} examples, d=NULL ({summary['distance_status']})")
+    )
+    return Description(metadata, line, tuple(manifest.get("warnings", [])))
+
+
+SCENES = Input(
+    key=("metashift", "scene_tables"),
+    description="Scene graphs parsed into objects (image, object, name, attributes) and images "
+    "(location, weather, general tags), cached as Parquet.",
+    build=scene_tables,
+    summary=lambda a: (
+        f"annotations: {a.meta['dataset']}, {a.meta['n_images']:,} images, {a.meta['n_objects']:,} objects"
+    ),
+    rows="n_objects",
+    sources=("metashift_annotations",),
+    kinds=frozenset({"duckdb", "parquet"}),
+    warnings=lambda a: (
+        ["no SHIFTBENCH_GQA_SCENE_GRAPHS or SHIFTBENCH_TAGS_TABLE: using the GENERATED scene sample"]
+        if a.meta["dataset"] == generated_scenes.DATASET
+        else []
+    ),
+)
+MAX_FIGURES = 40
+
+
+COLLECTION = Kind(
+    family=build.FAMILY,
+    name="collection",
+    plural="collections",
+    description="A subset collection: candidate subsets, per-class meta-graphs (sparse overlap), communities, "
+    "spectral embeddings and distances.",
+    tables=COLLECTION_TABLES,
+    inputs=(SCENES.name,),
+    spec_model=CollectionSpec,
+    specs=lambda settings: load_specs(settings.metashift_specs).collections,
+    stage=stage_collection,
+    describe=describe_collection,
+    trainable=False,
+    code_version=CODE_VERSION,
+    kinds=frozenset({"scipy", "networkx", "parquet"}),
+    spec_source="metashift_specs",
+    spec_context=lambda settings, spec: load_specs(settings.metashift_specs).general_contexts,
+)
+TASK = Kind(
+    family=build.FAMILY,
+    name="task",
+    plural="tasks",
+    description="One MetaShift shift task (leakage-free pools, sampled WILDS splits, distance d).",
+    tables=TASK_TABLES,
+    inputs=(SCENES.name,),
+    spec_model=TaskSpec,
+    specs=lambda settings: load_specs(settings.metashift_specs).tasks,
+    stage=stage_task,
+    describe=describe_task,
+    code_version=CODE_VERSION,
+    spec_source="metashift_specs",
+    spec_context=lambda settings, spec: load_specs(settings.metashift_specs).general_contexts,
+)
+
+
+def _training_unavailable(settings: Settings) -> str | None:
+    if settings.gqa_images_dir is None and (settings.gqa_scene_graphs or settings.tags_table is not None):
+        return "MetaShift tasks train on Visual Genome / GQA images: set SHIFTBENCH_GQA_IMAGES_DIR"
+    return None  # the generated sample trains on stand-in images
+
+
+METASHIFT = Family(
+    name=build.FAMILY,
+    title="MetaShift",
+    description="MetaShift (Liang & Zou, ICLR 2022): subsets of images by context, meta-graphs and shift tasks.",
+    raw_sources=(
+        RawSource(
+            "metashift_annotations",
+            "SHIFTBENCH_GQA_SCENE_GRAPHS files, or SHIFTBENCH_TAGS_TABLE, or the generated scene sample.",
+            annotations_fingerprint,
+        ),
+    ),
+    inputs=(SCENES,),
+    kinds=(COLLECTION, TASK),
+    training_unavailable=_training_unavailable,
+)

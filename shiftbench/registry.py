@@ -1,0 +1,44 @@
+"""The registry of benchmark families: one line per family (DomainBed-style, explicit, no lookup by string).
+
+The Dagster asset factory, the CLI and the tests loop over :data:`FAMILIES`; nothing else names a
+family. To add one: a package that builds a :class:`~shiftbench.family.Family`, and a line here.
+"""
+
+from __future__ import annotations
+
+from shiftbench.breeds.family import BREEDS
+from shiftbench.conds.family import CONDS
+from shiftbench.errors import InputError
+from shiftbench.family import Family, Kind
+from shiftbench.metashift.family import METASHIFT
+from shiftbench.settings import Settings
+from shiftbench.variants import load_variants, suggest
+
+FAMILIES: dict[str, Family] = {family.name: family for family in (BREEDS, METASHIFT, CONDS)}
+
+
+def family(name: str) -> Family:
+    if name not in FAMILIES:
+        raise InputError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}", parameter="family")
+    return FAMILIES[name]
+
+
+def kinds() -> list[Kind]:
+    return [kind for family in FAMILIES.values() for kind in family.kinds]
+
+
+def spec_owners(settings: Settings) -> dict[str, str]:
+    """Every spec name of every family, with the family that defines it (names are global)."""
+    return {name: f"a {kind.family} {kind.name} spec" for kind in kinds() for name in kind.specs(settings)}
+
+
+def kind_of(settings: Settings, benchmark: str) -> Kind:
+    """The kind a benchmark name belongs to (a spec or a registered variant); unknown names suggest close ones."""
+    for kind in kinds():
+        if benchmark in kind.specs(settings):
+            return kind
+    variant = load_variants(settings).get(benchmark)
+    if variant is not None:
+        return FAMILIES[variant.family].kind(variant.kind)
+    names = [*spec_owners(settings), *load_variants(settings)]
+    raise InputError(f"unknown benchmark {benchmark!r}{suggest(benchmark, names)}", parameter="benchmark")
