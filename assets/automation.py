@@ -31,7 +31,8 @@ def rebuild() -> dg.AutomationCondition:
     """Build what a changed input, spec or code reaches; build what was never built at the nightly tick."""
     changed = C.any_deps_match(C.data_version_changed()).with_label("a dependency's data version changed")
     never_built = (C.missing() & C.cron_tick_passed(NIGHTLY_CRON)).with_label("never built, at the nightly tick")
-    wanted = (changed | never_built).since_last_handled() | C.code_version_changed()
+    either: dg.AutomationCondition = changed | never_built
+    wanted = either.since_last_handled() | C.code_version_changed()
     return (wanted & _settled()).with_label("rebuild when inputs, spec or code changed")
 
 

@@ -34,12 +34,12 @@ warnings.filterwarnings("ignore")
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from shiftbench.breeds import pipeline  # noqa: E402
-from shiftbench.breeds.specs import BreedsSpec, load_specs  # noqa: E402
+from shiftbench import building, variants  # noqa: E402
+from shiftbench.breeds.family import BENCHMARK, BREEDS, CALIBRATED, IMAGES  # noqa: E402
+from shiftbench.breeds.specs import BreedsSpec  # noqa: E402
 from shiftbench.publishing import stage_check_publish  # noqa: E402
 from shiftbench.settings import Settings  # noqa: E402
 from shiftbench.sources.imagenet import imagenet_classes, list_train_images  # noqa: E402
-from shiftbench.store import Store  # noqa: E402
 
 BREEDS_FIXTURE = PROJECT.parent / "shared" / "fixtures" / "breeds" / "modified"
 # ILSVRC-2012 has 732 to 1300 training images per class, 1,281,167 in all; spread them the same way.
@@ -114,7 +114,7 @@ def main() -> None:
     # Warm the WordNet cache once (reading it through nltk takes ~10 s and is cached for good).
     warm = work / "warm"
     share_wordnet_cache(warm, cache)
-    pipeline.imagenet_hierarchy(Settings.from_env(env_for(warm)))
+    building.build_inputs(Settings.from_env(env_for(warm)), BREEDS, ["sources/imagenet_hierarchy"])
 
     counter = iter(range(10_000))
     homes: list[Path] = []
@@ -133,12 +133,9 @@ def main() -> None:
 
     def library_all() -> None:
         settings = Settings.from_env(env_for(homes[-1], **hierarchy_env))
-        h = pipeline.imagenet_hierarchy(settings)
-        im = pipeline.imagenet_images(settings)
-        cal = pipeline.calibrated_hierarchy(settings, h, im)
-        for spec in load_specs().values():
-            staged = pipeline.stage_benchmark(settings, spec, cal, im)
-            Store(settings.store_dir).publish(staged)
+        targets = [(BENCHMARK, t) for t in variants.targets(settings, BENCHMARK).values()]
+        outcomes = building.build(settings, BREEDS, targets)
+        assert all(o.publication is not None for o in outcomes)
 
     results["build_all_library"] = timed(library_all, args.runs, fresh_home)
 
@@ -153,10 +150,9 @@ def main() -> None:
         def examples_all() -> None:
             # WordNet calibration reaches all 1000 classes: level 0 (the root), all classes, no split.
             settings = Settings.from_env(env_for(homes[-1], SHIFTBENCH_IMAGENET_DIR=str(fake)))
-            h = pipeline.imagenet_hierarchy(settings)
-            im = pipeline.imagenet_images(settings)
-            cal = pipeline.calibrated_hierarchy(settings, h, im)
-            spec = BreedsSpec("all1000", level=0, n_subclasses=1000, split="none", seed=0)
+            inputs = building.build_inputs(settings, BREEDS)
+            cal, im = inputs[CALIBRATED.name], inputs[IMAGES.name]
+            spec = BreedsSpec(name="all1000", level=0, n_subclasses=1000, split="none", seed=0)
             import polars as pl
 
             from shiftbench.breeds.build import build_tables

@@ -52,21 +52,20 @@ def make_celeba(path: Path, rows: int) -> None:
 
 
 def run_cases(settings: Any, dataset: str) -> dict[str, float]:
-    from shiftbench.conds import pipeline as cp
-    from shiftbench.conds.specs import load_specs
+    from shiftbench import building, variants
+    from shiftbench.conds.family import CASE, CONDS
     from shiftbench.contracts import failures
     from shiftbench.publishing import check_staged
 
-    specs = load_specs()
     t0 = time.perf_counter()
-    source = cp.attribute_source(settings, specs.datasets[dataset])
+    inputs = building.build_inputs(settings, CONDS)
     t1 = time.perf_counter()
     stage_s = check_s = 0.0
-    for case in [c for c in specs.cases.values() if c.dataset == dataset]:
+    for target in [t for t in variants.targets(settings, CASE).values() if t.spec.dataset == dataset]:
         a = time.perf_counter()
-        staged = cp.stage_case(settings, case, source)
+        staged = CASE.stage(settings, target, inputs)
         b = time.perf_counter()
-        assert not failures(check_staged(staged)), case.name
+        assert not failures(check_staged(staged)), target.benchmark
         stage_s += b - a
         check_s += time.perf_counter() - b
     return {"source_s": t1 - t0, "stage_34_s": stage_s, "checks_34_s": check_s, "total_s": time.perf_counter() - t0}

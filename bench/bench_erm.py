@@ -35,16 +35,19 @@ import polars as pl  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from shiftbench.conds import pipeline as cp  # noqa: E402
+from shiftbench import building  # noqa: E402
+from shiftbench.conds.family import CASE, CONDS  # noqa: E402
 from shiftbench.conds.specs import load_specs  # noqa: E402
 from shiftbench.erm import launch  # noqa: E402
-from shiftbench.erm.data import SplitDataset, normalize, read_split  # noqa: E402
-from shiftbench.images import image_paths  # noqa: E402
-from shiftbench.erm.models import build_model  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
+from shiftbench.erm.data import SplitDataset, normalize, read_split  # noqa: E402
+from shiftbench.erm.models import build_model  # noqa: E402
 from shiftbench.erm.train import resolve_device, train  # noqa: E402
-from shiftbench.publishing import publish_staged  # noqa: E402
+from shiftbench.family import Target  # noqa: E402
+from shiftbench.images import image_paths  # noqa: E402
+from shiftbench.publishing import check_version, publish_staged  # noqa: E402
 from shiftbench.settings import Settings  # noqa: E402
+from shiftbench.store import Store  # noqa: E402
 
 WARMUP = 3
 
@@ -146,8 +149,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as home:
         settings = Settings.from_env({"SHIFTBENCH_HOME": home, "SHIFTBENCH_SPRITES_PER_COMBINATION": "20"})
         specs = load_specs()
-        source = cp.attribute_source(settings, specs.datasets["sprites"])
-        staged = cp.stage_case(settings, specs.cases["sprites-uniform"].with_overrides({"train_size": 500}), source)
+        spec = specs.cases["sprites-uniform"].with_overrides({"train_size": 500})
+        inputs = building.build_inputs(settings, CONDS)
+        staged = CASE.stage(settings, Target("sprites-uniform", spec, {"train_size": 500}), inputs)
+        check_version(Store(settings.store_dir), staged)
         publish_staged(settings, staged)
         # Only the training split, so the job's final evaluation stays short at 224 on a CPU.
         examples = pl.read_parquet(staged.table_path("examples")).filter(pl.col("split") == "train")

@@ -332,12 +332,13 @@ class Store:
         return CheckRecord(**json.loads(path.read_text("utf-8")))
 
     def valid_check(self, staged: StagedVersion) -> CheckRecord | None:
-        """The recorded check if it still describes exactly these files under today's contracts.
+        """The recorded *passing* check if it still describes exactly these files under today's contracts.
 
-        Call after :meth:`verify` (which re-hashes the files against the manifest).
+        Call after :meth:`verify` (which re-hashes the files against the manifest). A failed check is
+        never reused: checking again costs little and says the same unless something changed.
         """
         record = self.check_record(staged)
-        if record is None or not record.results:
+        if record is None or not record.results or not record.passed:
             return None
         files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
         if record.files != files or record.contracts != contracts_fingerprint(sorted(files)):

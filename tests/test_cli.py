@@ -115,8 +115,10 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
      "dataset_class_info.json:2: invalid JSON"),
     ("no superclass at level", {}, None, ["--set", "level=9", "--name", "toy-l9"],
      "parameter 'level': no node at level 9"),
-    ("N too large", {}, None, ["--set", "n_subclasses=50", "--name", "toy-n50"], "parameter 'n_subclasses': N=50 exceeds"),
-    ("unknown ancestor", {}, None, ["--set", "ancestor=n42424242", "--name", "toy-a"], "parameter 'ancestor': unknown node"),
+    ("N too large", {}, None, ["--set", "n_subclasses=50", "--name", "toy-n50"],
+     "parameter 'n_subclasses': N=50 exceeds"),
+    ("unknown ancestor", {}, None, ["--set", "ancestor=n42424242", "--name", "toy-a"],
+     "parameter 'ancestor': unknown node"),
     ("unknown parameter", {}, None, ["--set", "sead=3", "--name", "toy-s"], "parameter 'sead'"),
     ("bad value", {}, None, ["--set", "seed=three", "--name", "toy-s"], "parameter 'seed': must be a valid integer"),
     ("sexagesimal value", {}, None, ["--set", "seed=1:20", "--name", "toy-s"], "got '1:20'"),
@@ -203,5 +205,5 @@ def test_bad_settings_and_spec_files_are_one_line(
     cli_env(SHIFTBENCH_ERM_PRESETS=str(presets))
     from shiftbench.erm.launch import load_presets
 
-    with pytest.raises(Exception, match="preset 'smoke' is already defined in shiftbench/specs/erm.yaml"):
+    with pytest.raises(Exception, match=r"preset 'smoke' is already defined in shiftbench/specs/erm\.yaml"):
         load_presets(Settings.from_env().erm_presets)

@@ -400,10 +400,7 @@ def test_cli_builds_conds_cases_on_generated_sprites(
     blue = {r.split(",")[1]: (int(r.split(",")[2]), int(r.split(",")[3])) for r in rows if "sprites-uniform-150," in r}
     assert blue["train"][1] == 120 and blue["id_val"][1] == 30
     assert abs(blue["train"][0] - 40) <= 3 and abs(blue["id_val"][0] - 10) <= 3  # a third, up to rounding
-    unseen = (
-        "SELECT count(*) FROM conds_examples WHERE benchmark = 'sc-uds-150' "
-        "AND split <> 'test' AND size = 'big'"
-    )
+    unseen = "SELECT count(*) FROM conds_examples WHERE benchmark = 'sc-uds-150' AND split <> 'test' AND size = 'big'"
     assert main(["sql", unseen, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "0"
     too_big = ["build", "--benchmark", "sprites-uniform", "--set", "train_size=100000", "--name", "sprites-huge"]

@@ -1,5 +1,6 @@
-"""The Dagster code location: graph snapshot, end-to-end runs on the real BREEDS hierarchy,
-blocking contract checks, overrides, and the nightly automation."""
+"""The Dagster code location: one asset factory over the registry, batched runs with per-partition results,
+publishing guarded whatever is selected, named variants as their own partitions, ERM under its split,
+and the automation (three nights that request nothing that fails; a changed spec and its results)."""
 
 from __future__ import annotations
 
@@ -14,20 +15,25 @@ from typing import Any
 
 import dagster as dg
 import duckdb
-import polars as pl
 import pytest
 
 from shiftbench.settings import Settings
 
-from .conftest import BREEDS_FIXTURE, PROJECT, PUBLISHED_SPLITS
+from .conftest import BREEDS_FIXTURE, FIXTURES, PROJECT, PUBLISHED_SPLITS
 
-warnings.filterwarnings("ignore", message=".*is currently in beta.*")
+warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
-from assets import breeds as breeds_assets  # noqa: E402
-from pipelines.definitions import defs  # noqa: E402
+from assets import erm as erm_assets  # noqa: E402
+from assets.factory import spec_source_key  # noqa: E402
+from pipelines.definitions import build_definitions, defs  # noqa: E402
 from pipelines.resources import ShiftbenchSettings  # noqa: E402
+from pipelines.sensors import partitions_sensor  # noqa: E402
+from shiftbench import registry  # noqa: E402
+from shiftbench.family import Kind  # noqa: E402
+from shiftbench.store import Store  # noqa: E402
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
+RANGE = ("dagster/asset_partition_range_start", "dagster/asset_partition_range_end")
 
 
 def _describe(condition: dg.AutomationCondition | None) -> str | None:
@@ -39,15 +45,16 @@ def _describe(condition: dg.AutomationCondition | None) -> str | None:
     return f"{label}({', '.join(c for c in children if c)})" if children else label
 
 
-def graph_summary() -> dict[str, Any]:
-    graph = defs.resolve_asset_graph()
+def graph_summary(definitions: dg.Definitions) -> dict[str, Any]:
+    graph = definitions.resolve_asset_graph()
     assets = {}
     for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
         node = graph.get(key)
+        partitions = node.partitions_def
         assets[key.to_user_string()] = {
             "group": node.group_name,
             "materializable": node.is_materializable,
-            "partitions": node.partitions_def.get_partition_keys() if node.partitions_def else None,
+            "partitions": type(partitions).__name__ if partitions else None,
             "deps": sorted(k.to_user_string() for k in node.parent_keys),
             "code_version": node.code_version,
             "automation": _describe(node.automation_condition),
@@ -55,24 +62,52 @@ def graph_summary() -> dict[str, Any]:
         }
     return {
         "assets": assets,
-        "jobs": sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__")),
-        "schedules": sorted((s.name, s.cron_schedule) for s in defs.schedules or []),  # type: ignore[union-attr]
-        "sensors": sorted(s.name for s in defs.sensors or []),  # type: ignore[union-attr]
+        "jobs": sorted(job.name for job in definitions.resolve_all_job_defs() if not job.name.startswith("__")),
+        "sensors": sorted(s.name for s in definitions.sensors or []),  # type: ignore[union-attr]
     }
 
 
 def test_asset_graph_snapshot(snapshot: Any) -> None:
-    assert graph_summary() == snapshot
+    assert graph_summary(defs) == snapshot
 
 
-def test_checks_are_blocking_and_automation_sensor_runs_by_default() -> None:
+def test_one_factory_for_every_family_with_guards_batches_and_lineage() -> None:
     graph = defs.resolve_asset_graph()
-    specs = list(graph.get(dg.AssetKey(["breeds", "staged_benchmark"])).check_keys)
-    assert len(specs) == 4
-    staged = breeds_assets.staged_benchmark
-    assert all(spec.blocking for spec in staged.check_specs)
-    sensor = defs.resolve_sensor_def("shiftbench_automation")
-    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    for kind in registry.kinds():
+        staged = graph.get(dg.AssetKey(list(kind.staged_key)))
+        publish = graph.get(dg.AssetKey(list(kind.publish_key)))
+        assert {c.name for c in staged.check_keys} == {f"contract_{t}" for t in kind.tables}
+        assets_def = defs.resolve_assets_def(staged.key)
+        assert all(spec.blocking for spec in assets_def.check_specs)
+        assert assets_def.backfill_policy == dg.BackfillPolicy.single_run()  # N partitions = one run
+        assert isinstance(staged.partitions_def, dg.DynamicPartitionsDefinition)
+        assert staged.partitions_def.name == kind.qualified
+        assert staged.key in publish.parent_keys and spec_source_key(kind) in staged.parent_keys
+    # Results live under their split: every ERM asset has the split's publish asset upstream.
+    erm_keys = [k for k in graph.get_all_asset_keys() if k.path[0] == "erm" and "staged_" in k.path[1]]
+    assert erm_keys
+    for key in erm_keys:
+        kind = next(k for k in registry.kinds() if key == erm_assets.baseline_keys(k)[0])
+        assert dg.AssetKey(list(kind.publish_key)) in graph.get(key).parent_keys
+    for name in ("shiftbench_partitions", "shiftbench_automation"):
+        assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING
+    assert not defs.schedules  # observation is driven by the automation, not by wall-clock schedules
+
+
+def test_erm_assets_exist_only_where_images_are(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("SHIFTBENCH_IMAGENET_DIR", raising=False)
+    monkeypatch.delenv("SHIFTBENCH_GQA_SCENE_GRAPHS", raising=False)
+    keys = {k.to_user_string() for k in build_definitions().resolve_asset_graph().get_all_asset_keys()}
+    assert "erm/conds_case_baseline" in keys and "erm/metashift_task_baseline" in keys  # sprites, stand-ins
+    assert "erm/breeds_benchmark_baseline" not in keys  # BREEDS trains on ImageNet's train images
+    monkeypatch.setenv("SHIFTBENCH_IMAGENET_DIR", str(tmp_path))
+    keys = {k.to_user_string() for k in build_definitions().resolve_asset_graph().get_all_asset_keys()}
+    assert "erm/breeds_benchmark_baseline" in keys
+
+
+def test_the_code_location_imports_without_torch() -> None:
+    code = "import sys, pipelines.definitions; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=PROJECT, timeout=120).returncode == 0
 
 
 @pytest.mark.slow
@@ -90,112 +125,201 @@ def test_definitions_validate_from_the_command_line(tmp_path: Path) -> None:
     assert "Validation successful" in proc.stdout + proc.stderr
 
 
-@pytest.fixture
-def real_settings(make_settings: Callable[..., Settings], fixtures: Path) -> Settings:
-    return make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
-
-
+# -- running the code location -------------------------------------------------------------------------
 @pytest.fixture
 def instance() -> Iterator[dg.DagsterInstance]:
     with dg.instance_for_test() as inst:
         yield inst
 
 
-def run_inputs(settings: Settings, instance: dg.DagsterInstance) -> dg.ExecuteInProcessResult:
-    job = defs.resolve_job_def("breeds_inputs")
-    resources = {
-        "settings": ShiftbenchSettings(
-            home=str(settings.home), offline=True, breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir)
-        )
-    }
-    return job.execute_in_process(instance=instance, run_config=QUIET, resources=resources)
+def settings_resource(settings: Settings) -> Any:
+    fields = {name: str(value) for name, value in settings.model_dump().items() if value not in (None, (), False)}
+    fields["gqa_scene_graphs"] = ",".join(str(p) for p in settings.gqa_scene_graphs) or None
+    fields["offline"] = "1" if settings.offline else None
+    return ShiftbenchSettings(**{k: v for k, v in fields.items() if v is not None})
 
 
-def run_benchmark(
-    settings: Settings, instance: dg.DagsterInstance, name: str, config: dict[str, Any] | None = None
+def sync(instance: dg.DagsterInstance, settings: Settings, cursor: str | None = None) -> str | None:
+    """One tick of the partition sensor, applied as the daemon applies it; returns the new cursor."""
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"settings": settings_resource(settings)}
+    )
+    result = partitions_sensor(context)
+    assert isinstance(result, dg.SensorResult) and result.skip_reason is None, result
+    for request in result.dynamic_partitions_requests or []:
+        if isinstance(request, dg.AddDynamicPartitionsRequest):
+            instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+        else:
+            for key in request.partition_keys:
+                instance.delete_dynamic_partition(request.partitions_def_name, key)
+    for event in result.asset_events or []:
+        instance.report_runless_asset_event(event)
+    return result.cursor
+
+
+def location(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> dg.Definitions:
+    """The code location as ``dagster dev`` would load it with ``settings`` in the environment."""
+    import os
+
+    from shiftbench.settings import variable
+
+    for key in list(os.environ):
+        if key.startswith("SHIFTBENCH_"):
+            monkeypatch.delenv(key)
+    defaults = Settings.parse({})
+    for name, value in settings.model_dump().items():
+        if value != getattr(defaults, name):
+            text = ",".join(map(str, value)) if isinstance(value, tuple) else "1" if value is True else str(value)
+            monkeypatch.setenv(variable(name), text)
+    return build_definitions()
+
+
+def run_kind(
+    definitions: dg.Definitions,
+    instance: dg.DagsterInstance,
+    kind: Kind,
+    names: list[str],
+    *,
+    assets: list[dg.AssetKey] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> dg.ExecuteInProcessResult:
-    job = defs.resolve_job_def("breeds_benchmarks")
-    resources = {
-        "settings": ShiftbenchSettings(
-            home=str(settings.home), offline=True, breeds_hierarchy_dir=str(settings.breeds_hierarchy_dir)
-        )
-    }
-    run_config = {**QUIET, "ops": {"breeds__staged_benchmark": {"config": config or {}}}}
+    """One run of the kind's job over ``names`` (contiguous in the partitions' order)."""
+    job = definitions.resolve_job_def(kind.qualified)
+    run_config = {**QUIET, **({"ops": {f"{kind.family}__{kind.plural}": {"config": config}}} if config else {})}
     return job.execute_in_process(
         instance=instance,
-        partition_key=name,
+        tags=dict(zip(RANGE, (names[0], names[-1]), strict=True)),
         run_config=run_config,
-        resources=resources,
+        asset_selection=assets,
         raise_on_error=False,
     )
 
 
-@pytest.mark.slow
-def test_end_to_end_publishes_the_published_living17(real_settings: Settings, instance: dg.DagsterInstance) -> None:
-    inputs = run_inputs(real_settings, instance)
-    assert inputs.output_for_node("breeds__calibrated_hierarchy").meta["kind"] == "breeds-published"
-    result = run_benchmark(real_settings, instance, "living17")
-    assert result.success
-    checks = result.get_asset_check_evaluations()
-    assert sorted(c.check_name for c in checks) == [f"contract_{t}" for t in sorted(breeds_assets.BREEDS_TABLES)]
-    assert all(c.passed for c in checks)
-    meta = result.asset_materializations_for_node("breeds__benchmark")[0].metadata
-    version = meta["version"].value
-    assert meta["became_latest"].value is True
-    assert meta["dagster/row_count"].value == 17 * 4 * 50  # val images only
-    assert "data:image/png;base64," in meta["subclasses_per_superclass"].value
-    assert "breeds_subpopulations" in meta["duckdb_query"].value
-    preview = meta["preview"].value
-    assert [c.name for c in preview.schema.columns][:3] == ["y", "superclass_name", "domain"]
-    assert len(meta["subclasses_per_domain"].value.records) == 17
+def published(result: dg.ExecuteInProcessResult, key: tuple[str, str]) -> list[str]:
+    """The partitions of ``key`` the run materialized."""
+    found = []
+    for event in result.get_asset_materialization_events():
+        materialization = event.event_specific_data.materialization  # type: ignore[union-attr]
+        if materialization.asset_key == dg.AssetKey(list(key)):
+            found.append(str(materialization.partition))
+    return found
 
-    published = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]["living17"]["superclasses"]
+
+def latest_metadata(instance: dg.DagsterInstance, key: tuple[str, str], partition: str) -> Any:
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=dg.AssetKey(list(key)), asset_partitions=[partition]), limit=1
+    ).records
+    return records[0].event_log_entry.asset_materialization
+
+
+@pytest.fixture
+def real_settings(make_settings: Callable[..., Settings], fixtures: Path) -> Settings:
+    return make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
+
+
+@pytest.mark.slow
+def test_one_run_publishes_every_breeds_benchmark_with_results_per_partition(
+    real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loc = location(monkeypatch, real_settings)
+    sync(instance, real_settings)
+    kind = registry.family("breeds").kind("benchmark")
+    names = instance.get_dynamic_partitions(kind.qualified)
+    assert len(names) == 16
+    result = run_kind(loc, instance, kind, names)
+    assert result.success
+    assert instance.get_runs_count() == 1
+    assert sorted(published(result, kind.publish_key)) == sorted(names)
+    checks = result.get_asset_check_evaluations()
+    assert len(checks) == 16 * 4 and all(c.passed for c in checks)
+    assert {c.partition for c in checks} == set(names)
+    living17 = latest_metadata(instance, kind.publish_key, "living17")
+    meta = living17.metadata
+    assert meta["became_latest"].value is True and meta["dagster/row_count"].value == 17 * 4 * 50
+    assert "data:image/png;base64," in meta["subclasses_per_superclass"].value
+    assert len(meta["subclasses_per_domain"].value.records) == 17
+    assert living17.tags["dagster/data_version"] == meta["version"].value
+
+    published_splits = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]["living17"]["superclasses"]
     with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
         rows = con.execute(
             "SELECT y, domain, list(subclass_wnid ORDER BY rank) FROM breeds_subpopulations "
             "WHERE benchmark = 'living17' GROUP BY ALL ORDER BY y, domain"
         ).fetchall()
-        assert con.execute("SELECT version FROM benchmarks WHERE benchmark='living17'").fetchone() == (version,)
-        splits = dict(con.execute("SELECT split, count(*) FROM examples GROUP BY split").fetchall())
-    expected = [(s["label"], d, s[d]) for s in published for d in ("source", "target")]
-    assert rows == expected
-    assert splits == {"id_test": 1700, "test": 1700}
+    assert rows == [(s["label"], d, s[d]) for s in published_splits for d in ("source", "target")]
 
-    # Same inputs again: same version, nothing new written, still latest.
-    again = run_benchmark(real_settings, instance, "living17")
-    meta2 = again.asset_materializations_for_node("breeds__benchmark")[0].metadata
-    assert meta2["version"].value == version
-    assert meta2["became_latest"].value is False
+    assert run_kind(loc, instance, kind, ["living17"]).success  # unchanged: same version
+    again = latest_metadata(instance, kind.publish_key, "living17").metadata
+    assert again["version"].value == meta["version"].value and again["became_latest"].value is False
 
 
-@pytest.mark.slow
-def test_overrides_and_new_name_are_recorded(real_settings: Settings, instance: dg.DagsterInstance) -> None:
-    run_inputs(real_settings, instance)
-    result = run_benchmark(real_settings, instance, "living17", {"seed": 3, "publish_as": "living17-seed3"})
-    assert result.success
-    with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
-        row = con.execute(
-            "SELECT spec, params->>'seed', params->'overrides' FROM benchmarks WHERE benchmark='living17-seed3'"
-        ).fetchone()
-        assert con.execute("SELECT count(*) FROM benchmarks WHERE benchmark='living17'").fetchone() == (0,)
-    assert row is not None
-    assert row[0] == "living17"
-    assert row[1] == "3"
-    assert json.loads(row[2]) == {"seed": 3}
+def _failing_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every contract check reports a broken rule (a version that must never be published)."""
+    import shiftbench.publishing as publishing
+    from shiftbench.contracts import RuleResult
+
+    def broken(tables: Any, only: Any = None) -> dict[str, list[RuleResult]]:
+        return {t: [RuleResult(t, "forced_failure", False, 1, "0")] for t in tables}
+
+    monkeypatch.setattr(publishing, "check_tables", broken)
+
+
+CHEAP = {"breeds/benchmark": "living17", "metashift/collection": "metashift-attributes",
+         "metashift/task": "cat-dog-dg-cabinet-bed", "conds/case": "celeba-uniform"}  # fmt: skip
 
 
 @pytest.mark.slow
-def test_a_failed_contract_blocks_publication(
+@pytest.mark.parametrize("kind_name", sorted(CHEAP))
+def test_materializing_only_the_publish_asset_after_failed_checks_publishes_nothing(
+    make_settings: Callable[..., Settings],
+    instance: dg.DagsterInstance,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    kind_name: str,
+) -> None:
+    celeba = tmp_path / "celeba"
+    celeba.mkdir()
+    (celeba / "list_attr_celeba.txt").write_text((FIXTURES / "celeba" / "list_attr_celeba_first20000.txt").read_text())
+    settings = make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_CELEBA_DIR=str(celeba))
+    loc = location(monkeypatch, settings)
+    sync(instance, settings)
+    family, _, name = kind_name.partition("/")
+    kind = registry.family(family).kind(name)
+    benchmark = CHEAP[kind_name]
+    with monkeypatch.context() as patch:
+        _failing_checks(patch)
+        staged_run = run_kind(loc, instance, kind, [benchmark])
+    assert not staged_run.success
+    assert published(staged_run, kind.staged_key) == [benchmark]
+    assert published(staged_run, kind.publish_key) == []
+    assert {c.passed for c in staged_run.get_asset_check_evaluations()} == {False}
+
+    # What "Materialize selected" on the publish asset does in the UI: it must publish nothing.
+    only_publish = run_kind(loc, instance, kind, [benchmark], assets=[dg.AssetKey(list(kind.publish_key))])
+    assert not only_publish.success
+    assert published(only_publish, kind.publish_key) == []
+    assert Store(settings.store_dir).latest(benchmark) is None
+    errors = [str(e.event_specific_data.error.message) for e in only_publish.all_events if e.is_step_failure]  # type: ignore[union-attr]
+    assert any("failed its contract checks" in e and "forced_failure" in e for e in errors), errors
+
+    healthy = run_kind(loc, instance, kind, [benchmark])  # the same build with working contracts
+    assert healthy.success and published(healthy, kind.publish_key) == [benchmark]
+
+
+@pytest.mark.slow
+def test_a_broken_table_blocks_publication_and_the_previous_version_stays(
     real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run_inputs(real_settings, instance)
-    assert run_benchmark(real_settings, instance, "living17").success
-    good = instance.get_latest_materialization_event(dg.AssetKey(["breeds", "benchmark"]))
-    assert good is not None
+    import polars as pl
 
-    from shiftbench.breeds import pipeline
+    from shiftbench.breeds import family as breeds_family
 
-    original = pipeline.build_tables
+    loc = location(monkeypatch, real_settings)
+    sync(instance, real_settings)
+    kind = registry.family("breeds").kind("benchmark")
+    assert run_kind(loc, instance, kind, ["living17"]).success
+    good = Store(real_settings.store_dir).latest("living17")
+    original = breeds_family.build_tables
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, pl.DataFrame]:
         tables = original(*args, **kwargs)
@@ -204,68 +328,171 @@ def test_a_failed_contract_blocks_publication(
         tables["breeds_subpopulations"] = pl.concat([sub, extra])
         return tables
 
-    monkeypatch.setattr(pipeline, "build_tables", broken)
-    result = run_benchmark(real_settings, instance, "living17", {"seed": 5})
+    monkeypatch.setattr(breeds_family, "build_tables", broken)
+    result = run_kind(loc, instance, kind, ["living17"])
     assert not result.success
     failed = {c.check_name for c in result.get_asset_check_evaluations() if not c.passed}
     assert "contract_breeds_subpopulations" in failed
-    assert result.asset_materializations_for_node("breeds__benchmark") == []
-    with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
-        params = con.execute("SELECT params->>'seed' FROM benchmarks WHERE benchmark='living17'").fetchone()
-    assert params == ("2",)  # the previous version is still the latest
+    assert published(result, kind.publish_key) == []
+    assert Store(real_settings.store_dir).latest("living17") == good
 
 
 @pytest.mark.slow
-def test_nightly_rebuild_only_when_a_spec_or_source_changed(
+def test_launchpad_overrides_need_a_new_name_and_build_it_as_its_own_partition(
     real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dagster._core.definitions.observe import observe  # not exported in 1.13 (DAGSTER.md)
+    loc = location(monkeypatch, real_settings)
+    sync(instance, real_settings)
+    kind = registry.family("breeds").kind("benchmark")
+    refused = run_kind(loc, instance, kind, ["living17"], config={"seed": 3})
+    assert not refused.success
+    assert Store(real_settings.store_dir).latest("living17") is None
+    variant = run_kind(loc, instance, kind, ["living17"], config={"seed": 3, "publish_as": "living17-s3"})
+    assert variant.success
+    assert published(variant, kind.publish_key) == ["living17-s3"]  # recorded under its own name
+    assert "living17-s3" in instance.get_dynamic_partitions(kind.qualified)
+    assert Store(real_settings.store_dir).latest("living17") is None  # the paper's name untouched
+    with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
+        row = con.execute("SELECT spec, params->>'seed' FROM benchmarks WHERE benchmark = 'living17-s3'").fetchone()
+    assert row == ("living17", "3")
 
-    resources = {
-        "settings": ShiftbenchSettings(
-            home=str(real_settings.home),
-            offline=True,
-            breeds_hierarchy_dir=str(real_settings.breeds_hierarchy_dir),
-        )
-    }
-    sources = [a for a in breeds_assets.raw_sources if a.key != breeds_assets.breeds_specs.key]
-    observe(sources, instance=instance, resources=resources)
-    observe([breeds_assets.breeds_specs], instance=instance)
-    run_inputs(real_settings, instance)
-    for name in breeds_assets.BREEDS_PARTITIONS.get_partition_keys():
-        assert run_benchmark(real_settings, instance, name).success
 
+# -- automation ------------------------------------------------------------------------------------------
+def requested(result: Any) -> dict[str, list[str] | None]:
+    found: dict[str, list[str] | None] = {}
+    for item in result.results:
+        if isinstance(item.key, dg.AssetKey) and item.true_subset.size:
+            subset = item.true_subset
+            found[item.key.to_user_string()] = (
+                sorted(str(k) for k in subset.expensively_compute_partition_keys()) if subset.is_partitioned else None
+            )
+    return found
+
+
+def execute(
+    definitions: dg.Definitions, instance: dg.DagsterInstance, wanted: dict[str, list[str] | None]
+) -> list[bool]:
+    """Run what the automation requested, the way the daemon groups it (one run per kind's range)."""
+    from dagster._core.definitions.observe import observe  # not exported in 1.13
+
+    outcomes = []
+    graph = definitions.resolve_asset_graph()
+    sources = [k for k in wanted if not graph.get(dg.AssetKey.from_user_string(k)).is_materializable]
+    if sources:
+        observed = [
+            a
+            for a in definitions.assets or []
+            if isinstance(a, dg.SourceAsset) and a.key.to_user_string() in sources  # type: ignore[union-attr]
+        ]
+        outcomes.append(observe(observed, instance=instance, resources=definitions.resources).success)
+    inputs = [k for k in wanted if k not in sources and wanted[k] is None and not k.startswith("erm/")]
+    for family in registry.FAMILIES.values():
+        mine = [k for k in inputs if any(k == i.name for i in family.inputs)]
+        if mine:
+            job = definitions.resolve_job_def(f"{family.name}_inputs")
+            keys = [dg.AssetKey.from_user_string(k) for k in mine]
+            run = job.execute_in_process(
+                instance=instance, asset_selection=keys, run_config=QUIET, raise_on_error=False
+            )
+            outcomes.append(run.success)
+    for kind in registry.kinds():
+        keys = [k for k in ("/".join(kind.staged_key), "/".join(kind.publish_key)) if k in wanted]
+        names = sorted({n for k in keys for n in wanted[k] or []})
+        order = instance.get_dynamic_partitions(kind.qualified)
+        from pipelines.runs import contiguous_blocks
+
+        for block in contiguous_blocks(names, order) if names else []:
+            selection = [dg.AssetKey.from_user_string(k) for k in keys]
+            outcomes.append(run_kind(definitions, instance, kind, block, assets=selection).success)
+    return outcomes
+
+
+@pytest.mark.slow
+def test_three_nights_without_celeba_request_nothing_that_fails(
+    real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loc = location(monkeypatch, real_settings)
     start = datetime(2030, 1, 1, 2, 0)
-    breeds_only = dg.AssetSelection.groups("breeds", "sources") - dg.AssetSelection.key_prefixes("metashift")
-    first = dg.evaluate_automation_conditions(
-        defs=defs, instance=instance, evaluation_time=start, asset_selection=breeds_only
+    cursor = sync(instance, real_settings)
+    assert not any(name.startswith("celeba") for name in instance.get_dynamic_partitions("conds_cases")), (
+        "CelebA without its folder has no partitions"
     )
-    tick = start + timedelta(hours=1, minutes=5)  # past 03:00
-    quiet = dg.evaluate_automation_conditions(
-        defs=defs, instance=instance, evaluation_time=tick, cursor=first.cursor, asset_selection=breeds_only
+    evaluation = dg.evaluate_automation_conditions(defs=loc, instance=instance, evaluation_time=start)
+    assert evaluation.total_requested == 0  # nothing before the first nightly tick
+    runs: list[bool] = []
+    built: set[str] = set()
+    for night in range(3):
+        tick = start + timedelta(days=night, hours=1, minutes=1)
+        for step in range(4):  # the tick, then the evaluations after each round of runs
+            cursor = sync(instance, real_settings, cursor)
+            evaluation = dg.evaluate_automation_conditions(
+                defs=loc, instance=instance, evaluation_time=tick + timedelta(minutes=step), cursor=evaluation.cursor
+            )
+            wanted = requested(evaluation)
+            assert not any("celeba" in str(v) for v in wanted.values())
+            if night > 0:  # later nights only observe the unchanged sources
+                assert all(key.startswith("raw/") for key in wanted), wanted
+            built |= set(wanted)
+            runs += execute(loc, instance, wanted)
+    assert runs and all(runs), "a run the automation requested failed"
+    for kind in registry.kinds():
+        assert "/".join(kind.publish_key) in built
+    assert not [k for k in built if k.startswith("erm/")]  # baselines are never started by automation
+
+
+@pytest.mark.slow
+def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_on_it(
+    make_settings: Callable[..., Settings],
+    instance: dg.DagsterInstance,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    spec_file = tmp_path / "mine.yaml"
+    spec_file.write_text(
+        "family: breeds\nbenchmarks:\n  mine:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"
     )
-    assert quiet.total_requested == 0
+    from shiftbench.sources.imagenet import imagenet_classes
 
-    # Change one spec: only that benchmark's partitions are requested the next night.
-    from shiftbench.breeds import specs as specs_module
+    imagenet = tmp_path / "imagenet"  # an ImageNet-style root: train/<wnid>/ listed, never opened
+    for wnid in imagenet_classes()["wnid"].to_list():
+        (imagenet / "train" / wnid).mkdir(parents=True)
+        (imagenet / "train" / wnid / f"{wnid}_0.JPEG").touch()
+    settings = make_settings(
+        SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE),
+        SHIFTBENCH_BREEDS_SPECS=str(spec_file),
+        SHIFTBENCH_IMAGENET_DIR=str(imagenet),
+    )
+    loc = location(monkeypatch, settings)
+    cursor = sync(instance, settings)
+    kind = registry.family("breeds").kind("benchmark")
+    assert run_kind(loc, instance, kind, instance.get_dynamic_partitions(kind.qualified)).success
 
-    changed = dict(specs_module.load_specs())
-    changed["living17"] = changed["living17"].with_overrides({"seed": 9})
-    monkeypatch.setattr(breeds_assets, "load_specs", lambda: changed)
-    observe([breeds_assets.breeds_specs], instance=instance)
-    night = dg.evaluate_automation_conditions(
-        defs=defs,
+    # A baseline trained on the split (stand-in images, a few iterations); its asset exists here
+    # because SHIFTBENCH_IMAGENET_DIR is set.
+    staged_erm, publish_erm = erm_assets.baseline_keys(kind)
+    job = loc.resolve_job_def(erm_assets.baseline_job_name(kind))
+    config = {"image_root": "standin", "preset": "smoke", "max_iters": 20, "eval_every": 10, "in_process": True}
+    trained = job.execute_in_process(
         instance=instance,
-        evaluation_time=tick + timedelta(days=1),
-        cursor=quiet.cursor,
-        asset_selection=breeds_only,
+        partition_key=dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}),
+        run_config={**QUIET, "ops": {"erm__breeds_benchmark_baseline": {"config": config}}},
     )
-    requested = {
-        (key.to_user_string(), partition)
-        for result in night.results
-        for key in [result.key]
-        if isinstance(key, dg.AssetKey)
-        for partition in (result.true_subset.expensively_compute_partition_keys() if result.true_subset.size else [])
-    }
-    assert ("breeds/staged_benchmark", "living17") in requested
-    assert all(partition == "living17" for _, partition in requested)
+    assert trained.success
+    with_erm = loc
+    evaluation = dg.evaluate_automation_conditions(
+        defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12)
+    )
+    assert requested(evaluation) == {}
+
+    spec_file.write_text(spec_file.read_text().replace("n_subclasses: 4", "n_subclasses: 4\n    seed: 3"))
+    cursor = sync(instance, settings, cursor)
+    evaluation = dg.evaluate_automation_conditions(
+        defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 1), cursor=evaluation.cursor
+    )
+    assert requested(evaluation) == {"breeds/staged_benchmark": ["mine"], "breeds/benchmark": ["mine"]}
+    assert all(execute(loc, instance, requested(evaluation)))
+    evaluation = dg.evaluate_automation_conditions(
+        defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 2), cursor=evaluation.cursor
+    )
+    key = str(dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}))
+    assert requested(evaluation) == {staged_erm.to_user_string(): [key], publish_erm.to_user_string(): [key]}

@@ -1,4 +1,4 @@
-"""`dagster dev` from the repository root serves the graph, partitions and checks (GraphQL)."""
+"""`dagster dev` from the repository root serves the graph, and runs the CLI made show under their jobs."""
 
 from __future__ import annotations
 
@@ -10,13 +10,19 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from .conftest import PROJECT
+from shiftbench.settings import Settings
 
-QUERY = "{ assetNodes { assetKey { path } groupName isPartitioned hasAssetChecks partitionKeys } }"
+from .conftest import BREEDS_FIXTURE, PROJECT
+
+ASSETS = "{ assetNodes { assetKey { path } groupName isPartitioned hasAssetChecks partitionKeys } }"
+JOB_RUNS = """{ pipelineOrError(params: {repositoryLocationName: "shiftbench", repositoryName: "__repository__",
+  pipelineName: "breeds_benchmarks"}) { ... on Pipeline { runs { runId status tags { key value } } } } }"""
 
 
 def _free_port() -> int:
@@ -25,14 +31,40 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _query(port: int, query: str) -> Any:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["data"]
+
+
 @pytest.mark.slow
-def test_dagster_dev_serves_the_asset_graph(tmp_path: Path) -> None:
+def test_dagster_dev_serves_the_graph_and_lists_cli_runs_under_their_job(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
     home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\nnux:\n  enabled: false\n")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SHIFTBENCH_")},
+        "DAGSTER_HOME": str(home),
+        "SHIFTBENCH_HOME": str(settings.home),
+        "SHIFTBENCH_OFFLINE": "1",
+        "SHIFTBENCH_BREEDS_HIERARCHY_DIR": str(BREEDS_FIXTURE),
+    }
+    cli = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "build", "--benchmark", "living17"],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert cli.returncode == 0, cli.stderr
     port = _free_port()
-    env = {**os.environ, "DAGSTER_HOME": str(home), "SHIFTBENCH_HOME": str(tmp_path / "warehouse")}
-    # Popen restores default signal handling, so SIGTERM stops dagster dev cleanly (DAGSTER.md).
+    # Popen restores default signal handling, so SIGTERM stops dagster dev cleanly.
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "dev", "-h", "127.0.0.1", "-p", str(port)],
         cwd=PROJECT,
@@ -43,28 +75,24 @@ def test_dagster_dev_serves_the_asset_graph(tmp_path: Path) -> None:
     )
     try:
         nodes = None
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline and nodes is None:
             time.sleep(1)
             try:
-                request = urllib.request.Request(
-                    f"http://127.0.0.1:{port}/graphql",
-                    data=json.dumps({"query": QUERY}).encode(),
-                    headers={"Content-Type": "application/json"},
-                )
-                with urllib.request.urlopen(request, timeout=5) as response:
-                    data = json.loads(response.read())
-                nodes = (data.get("data") or {}).get("assetNodes") or None
+                nodes = (_query(port, ASSETS) or {}).get("assetNodes") or None
             except OSError:
                 continue
-        assert nodes, "dagster dev did not serve the asset graph in 90 s"
+        assert nodes, "dagster dev did not serve the asset graph in 120 s"
         by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
         staged = by_key["breeds/staged_benchmark"]
-        assert staged["isPartitioned"]
-        assert staged["hasAssetChecks"]
-        assert len(staged["partitionKeys"]) == 16
+        assert staged["isPartitioned"] and staged["hasAssetChecks"]
+        assert "living17" in staged["partitionKeys"]  # added by the CLI (the sensor adds the rest)
         assert by_key["breeds/benchmark"]["groupName"] == "breeds"
-        assert by_key["raw/breeds_specs"]["groupName"] == "sources"
+        assert by_key["raw/breeds_benchmark_specs"]["groupName"] == "sources"
+        runs = _query(port, JOB_RUNS)["pipelineOrError"]["runs"]
+        assert len(runs) == 1 and runs[0]["status"] == "SUCCESS"  # the CLI's run, under its job
+        tags = {t["key"]: t["value"] for t in runs[0]["tags"]}
+        assert tags["dagster/asset_partition_range_start"] == "living17"
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:

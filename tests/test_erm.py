@@ -23,7 +23,7 @@ from shiftbench.erm.metrics import gap_metrics, split_metrics
 from shiftbench.erm.models import build_model, load_checkpoint
 from shiftbench.erm.train import resolve_device
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_staged, check_version, publish_staged
+from shiftbench.publishing import check_version, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

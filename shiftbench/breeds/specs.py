@@ -71,9 +71,11 @@ def parse_specs(text: str, source: str) -> dict[str, BreedsSpec]:
             if change is not None and not isinstance(change, dict):
                 raise InputError(f"variant {suffix}: expected a mapping", path=source, line=line_of(data, "variants"))
             variant = {**values, **(change or {}), "name": f"{base.name}-{suffix}"}
-            specs[variant["name"]] = build(
-                BreedsSpec, variant, source, lambda p, s=suffix: line_of(data, "variants", s, p)
-            )
+
+            def variant_lines(parameter: str, suffix: Any = suffix) -> int | None:
+                return line_of(data, "variants", suffix, parameter)
+
+            specs[variant["name"]] = build(BreedsSpec, variant, source, variant_lines)
     return specs
 
 
