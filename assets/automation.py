@@ -3,10 +3,10 @@
 - Raw file sources are observed at the nightly tick (their data version is a content fingerprint,
   so unchanged files change nothing downstream). Spec sources are observed by the partition sensor
   (``pipelines/sensors.py``), which reads the spec files anyway, whenever a spec changes.
-- Inputs and staged benchmarks rebuild when a dependency's *data version* changed since they
-  were last handled (requested or built), at once after a ``code_version`` bump, and, at the
-  nightly tick, when they were never built. A rebuild with identical content changes no data
-  version, so it requests nothing further.
+- Inputs and staged benchmarks that were built before rebuild when a dependency's *data
+  version* changed since they were last handled (requested or built), and at once after a
+  ``code_version`` bump; those never built are built at the nightly tick. A rebuild with
+  identical content changes no data version, so it requests nothing further.
 - Publishing follows a rebuild in the same run, or later once the blocking checks passed; the
   store refuses anything else anyway.
 - ERM baselines are never started by automation; a baseline that was trained is retrained when
@@ -28,8 +28,15 @@ def _settled() -> dg.AutomationCondition:
 
 
 def rebuild() -> dg.AutomationCondition:
-    """Build what a changed input, spec or code reaches; build what was never built at the nightly tick."""
-    changed = C.any_deps_match(C.data_version_changed()).with_label("a dependency's data version changed")
+    """Rebuild what a changed input, spec or code reaches; build what was never built at the nightly tick.
+
+    Only a partition that was built before rebuilds at once: a new benchmark (a spec added to a
+    user's file, or every benchmark of a fresh instance, whose specs are observed for the first
+    time) waits for the nightly tick, so starting ``dagster dev`` never starts a full build.
+    """
+    changed = (C.any_deps_match(C.data_version_changed()) & ~C.missing()).with_label(
+        "a dependency's data version changed"
+    )
     never_built = (C.missing() & C.cron_tick_passed(NIGHTLY_CRON)).with_label("never built, at the nightly tick")
     either: dg.AutomationCondition = changed | never_built
     wanted = either.since_last_handled() | C.code_version_changed()

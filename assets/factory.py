@@ -268,11 +268,13 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
         for key in keys:
             if key in known:
                 targets.append((kind, known[key]))
-            else:
-                try:
-                    variants.resolve(resolved, kind, key)
-                except InputError as exc:
-                    errors.append(f"{key}: {exc}")
+                continue
+            try:  # a partition whose spec is gone or whose source is not configured: say which
+                variants.resolve(resolved, kind, key)
+            except InputError as exc:
+                errors.append(f"{key}: {exc}")
+                missing = building.Outcome(kind, key, error=str(exc))
+                progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
         inputs = {name: load_input(context.instance, family.input(name)) for name in kind.inputs} if stage else {}
         published = False
         for outcome in building.iter_build(

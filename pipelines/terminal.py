@@ -46,6 +46,10 @@ class Reporter:
             if event.status == "done":
                 self.line(f"[inputs] {event.name}: {event.detail}")
             return
+        if event.stage == "read":
+            self._advance(event, done=True)
+            self.line(f"[read] {event.name} ({event.index}/{event.total})")
+            return
         if event.stage == "train":
             self._advance(event)
             return
@@ -78,7 +82,9 @@ class Reporter:
             self._tasks[key] = self._progress.add_task(f"{event.stage}s", total=event.total)
         task = self._tasks[key]
         if event.fraction is not None:
-            self._progress.update(task, completed=event.fraction * event.total, description=event.name)
+            self._progress.update(
+                task, completed=event.fraction * event.total, description=f"{event.stage} {event.name}"
+            )
         elif done:
             self._progress.update(task, completed=event.index, description=f"{event.stage}s")
         else:

@@ -17,10 +17,10 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
 # Quick ERM baselines on CPU (preset smoke: an MLP, 300 iterations): the spurious correlation of colour
-# and shape vs uniform training, and a MetaShift task on stand-in images (no GQA images here).
+# and shape vs uniform training, and a MetaShift task of the generated scene sample (stand-in images).
 .venv/bin/shiftbench train sprites-sc-object_color --preset smoke
 .venv/bin/shiftbench train sprites-uniform --preset smoke
-.venv/bin/shiftbench train cat-dog-dg-cabinet-bed --preset smoke --image-root standin
+.venv/bin/shiftbench train cat-dog-dg-cabinet-bed --preset smoke
 
 query="SELECT family, benchmark, version, coalesce(params->>'hierarchy', sources->>'dataset') AS source, n_examples FROM benchmarks ORDER BY family, benchmark"
 echo

@@ -10,5 +10,5 @@ echo "[test] ruff"
 echo "[test] mypy (--strict on the library)"
 .venv/bin/mypy --strict shiftbench
 .venv/bin/mypy assets pipelines
-echo "[test] pytest"
-.venv/bin/python -m pytest -q "$@"
+echo "[test] pytest (on every core: pytest-xdist)"
+.venv/bin/python -m pytest -q -n "${SHIFTBENCH_TEST_WORKERS:-auto}" --durations=5 "$@"

@@ -2,7 +2,9 @@
 
 Views are created from the SQL files in ``sql/catalog/``: ``create_base_views.sql``
 (publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for every
-table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``).
+table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
+``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
+were trained on is still the latest) and show only current results.
 Views read the Parquet files through globs, so a publish never needs to rewrite them; the
 catalog is refreshed after each publish only so that a table's first version replaces the
 empty placeholder relation. A catalog held open by another process (DuckDB allows one writer)
@@ -59,10 +61,12 @@ def render_catalog_sql(store: Path) -> list[str]:
             "{{benchmarks}}", _table_source(store, all_contracts["benchmarks"])
         )
     ]
-    template = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
+    tables = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
+    results = (SQL_DIR / "catalog" / "create_result_views.sql").read_text("utf-8")
     for name, contract in sorted(all_contracts.items()):
         if name == "benchmarks":
             continue
+        template = tables if contract.store_key == "benchmark" else results
         statements.append(
             template.replace("{{table}}", name)
             .replace("{{key}}", contract.store_key)

@@ -5,20 +5,27 @@ from __future__ import annotations
 import base64
 import io
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: no display on build machines
-
-import matplotlib.pyplot as plt
 import polars as pl
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+
+def _pyplot() -> Any:
+    """matplotlib, imported when a figure is drawn: the CLI and the code location start faster without it."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # headless: no display on build machines
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes:
     """Stacked bars: number of subclasses of each superclass in each domain."""
+    plt = _pyplot()
     counts = subpopulations.group_by("y", "superclass_name", "domain").agg(pl.len().alias("n")).sort("y", "domain")
     labels = counts.select("y", "superclass_name").unique().sort("y")
     height = max(2.5, 0.28 * labels.height + 1.2)
@@ -52,6 +59,7 @@ def png_markdown(png: bytes, alt: str) -> str:
 
 
 def _png(fig: Figure) -> bytes:
+    plt = _pyplot()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=90, metadata={"Software": None})
     plt.close(fig)
@@ -90,6 +98,7 @@ def metagraph_figure(
     seed: int = 0,
 ) -> bytes:
     """A class's meta-graph as in MetaShift's Figure 2: subsets coloured by community, edge width = overlap."""
+    plt = _pyplot()
     import networkx as nx
 
     graph = nx.Graph()
@@ -121,6 +130,9 @@ def metagraph_figure(
 
 def task_distances(communities: pl.DataFrame, title: str) -> bytes:
     """Distance of each community to its reference (test or minority) community, by role."""
+    plt = _pyplot()
+    from matplotlib.patches import Rectangle
+
     rows = communities.filter(pl.col("reference").is_not_null()).sort("class", "role", "community")
     fig, ax = plt.subplots(figsize=(7, max(2.5, 0.3 * rows.height + 1.2)))
     roles = sorted(set(rows["role"].to_list()))
@@ -149,6 +161,7 @@ def task_distances(communities: pl.DataFrame, title: str) -> bytes:
 
 def conds_cell_counts(cells: pl.DataFrame, title: str) -> bytes:
     """Train (and id_val) vs test examples per cell: the shape of a ConDS case at a glance."""
+    plt = _pyplot()
     ordered = cells.sort("cell")
     fig, ax = plt.subplots(figsize=(9, 3.6))
     x = list(range(ordered.height))
@@ -169,6 +182,7 @@ def conds_cell_counts(cells: pl.DataFrame, title: str) -> bytes:
 
 def conds_value_shares(value_counts: pl.DataFrame, attributes: pl.DataFrame, title: str) -> bytes:
     """Per attribute: share of each value in train vs test, with the shift and association."""
+    plt = _pyplot()
     names = attributes["attribute"].to_list()
     fig, axes = plt.subplots(1, len(names), figsize=(2.6 * len(names), 2.8), squeeze=False)
     for ax, row in zip(axes[0], attributes.iter_rows(named=True), strict=True):
@@ -190,6 +204,7 @@ def conds_value_shares(value_counts: pl.DataFrame, attributes: pl.DataFrame, tit
 
 def erm_learning_curve(curve: pl.DataFrame, best_iteration: int, title: str) -> bytes:
     """Training loss and the selection split's accuracy per evaluation, with the selected iterate."""
+    plt = _pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3))
     for (split, metric), part in sorted(curve.group_by("split", "metric"), key=lambda kv: str(kv[0])):
         part = part.sort("iteration")
@@ -208,6 +223,7 @@ def erm_learning_curve(curve: pl.DataFrame, best_iteration: int, title: str) -> 
 
 def erm_id_vs_ood(results: pl.DataFrame, title: str) -> bytes:
     """Average and worst-group accuracy on every evaluated split (ID splits first, OOD after)."""
+    plt = _pyplot()
     order = ["train", "ood_train", "id_val", "id_test", "val", "test"]
     accuracy = results.filter(pl.col("metric").is_in(["acc_avg", "acc_wg"]))
     splits = [s for s in order if s in set(accuracy["eval_split"].to_list())]

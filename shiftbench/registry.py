@@ -37,8 +37,10 @@ def kind_of(settings: Settings, benchmark: str) -> Kind:
     for kind in kinds():
         if benchmark in kind.specs(settings):
             return kind
-    variant = load_variants(settings).get(benchmark)
+    variants = load_variants(settings)
+    variant = variants.get(benchmark)
     if variant is not None:
         return FAMILIES[variant.family].kind(variant.kind)
-    names = [*spec_owners(settings), *load_variants(settings)]
-    raise InputError(f"unknown benchmark {benchmark!r}{suggest(benchmark, names)}", parameter="benchmark")
+    owners = {**spec_owners(settings), **{v.name: f"a {v.family} variant of {v.base}" for v in variants.values()}}
+    close = suggest(benchmark, owners)
+    raise InputError(f"unknown benchmark {benchmark!r}{close}", parameter="benchmark")

@@ -160,6 +160,9 @@ def resolve(settings: Settings, kind: Kind, name: str) -> Target:
     raise InputError(f"unknown {kind.family} {kind.name} {name!r}{suggest(name, list(found))}", parameter="benchmark")
 
 
-def suggest(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    return f"; did you mean {', '.join(close)}?" if close else ""
+def suggest(name: str, candidates: list[str] | Mapping[str, str]) -> str:
+    """ "; did you mean ...?" with up to three close names (and what they are, given a mapping)."""
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    what = candidates if isinstance(candidates, Mapping) else {}
+    shown = [f"{c} ({what[c].removeprefix('a ')})" if c in what else c for c in close]
+    return f"; did you mean {', '.join(shown)}?" if close else ""

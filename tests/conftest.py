@@ -94,11 +94,11 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
     def make(**env: str) -> Settings:
         values = {"SHIFTBENCH_HOME": str(tmp_path / "home"), "SHIFTBENCH_OFFLINE": "1", **env}
         settings = Settings.from_env(values)
-        # Share the WordNet cache between tests; everything else stays in the test's home.
+        # Share the WordNet cache and the generated sprites (content-addressed) between tests.
         TEST_CACHE.mkdir(parents=True, exist_ok=True)
         cache = settings.cache_dir
         cache.mkdir(parents=True, exist_ok=True)
-        for name in ("wordnet", "nltk_data"):
+        for name in ("wordnet", "nltk_data", "sprites"):
             link = cache / name
             if not link.exists():
                 (TEST_CACHE / name).mkdir(parents=True, exist_ok=True)

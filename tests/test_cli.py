@@ -14,7 +14,7 @@ from pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, ToyDir
+from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, PROJECT, ToyDir
 
 Env = Callable[..., Settings]
 
@@ -200,6 +200,21 @@ def test_bad_settings_and_spec_files_are_one_line(
     shadow.write_text("family: breeds\nbenchmarks:\n  mine:\n    level: five\n    n_subclasses: 3\n")
     assert main(["build", "--list"]) == 2
     assert_one_line(capsys.readouterr().err, f"{shadow}:4, parameter 'level': must be a valid integer")
+    for family, variable, text in (
+        (
+            "metashift",
+            "SHIFTBENCH_METASHIFT_SPECS",
+            "family: metashift\ncollections:\n  metashift:\n    context_kinds: [object]\n",
+        ),
+        ("conds", "SHIFTBENCH_CONDS_SPECS", (PROJECT / "shiftbench/specs/conds.yaml").read_text()),
+    ):
+        mine = tmp_path / f"{family}.yaml"
+        mine.write_text(text)
+        cli_env(**{variable: str(mine)})
+        assert main(["build", family, "--list"]) == 2
+        err = capsys.readouterr().err
+        assert_one_line(err, f"is already defined in shiftbench/specs/{family}.yaml")
+        assert str(mine) in err
     presets = tmp_path / "presets.yaml"
     presets.write_text("presets:\n  smoke:\n    model: mlp\n")
     cli_env(SHIFTBENCH_ERM_PRESETS=str(presets))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import numpy as np
@@ -207,6 +208,35 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         assert error.cls_name == "InputError"
         assert Store(warehouse.store_dir).versions() == before
 
+        # Results take the guarded path too: failed checks block publishing, and so does a later
+        # run that materializes only the publish asset (what "Materialize selected" does).
+        import shiftbench.publishing as publishing
+        from shiftbench.contracts import RuleResult
+
+        third = dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "3"})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(
+                publishing,
+                "check_tables",
+                lambda tables, only=None: {t: [RuleResult(t, "forced", False, 1, "0")] for t in tables},
+            )
+            blocked = dg.materialize(
+                [baseline], resources=resources, partition_key=third, run_config=run_config, instance=instance,
+                raise_on_error=False,
+            )  # fmt: skip
+        assert not blocked.success
+        assert [e.asset_key for e in blocked.asset_materializations_for_node("erm__conds_case_baseline")] == [
+            staged_key
+        ]
+        assert {c.passed for c in blocked.get_asset_check_evaluations()} == {False}
+        publish_only = dg.materialize(
+            [baseline], resources=resources, partition_key=third, run_config=run_config, instance=instance,
+            selection=[publish_key], raise_on_error=False,
+        )  # fmt: skip
+        assert not publish_only.success
+        assert publish_only.asset_materializations_for_node("erm__conds_case_baseline") == []
+        assert Store(warehouse.store_dir).latest("sprites-sc-object_color.smoke.mlp.seed3") is None
+
 
 def test_cli_trains_with_progress_and_exports_an_imagefolder(
     warehouse: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -323,3 +353,63 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift, "m"), log=print)
     runs = pl.read_parquet(result.staged.table_path("erm_runs"))
     assert runs.select("family", "image_source", "selection_split").row(0) == ("metashift", "standin", "val")
+
+
+@pytest.mark.slow
+def test_a_named_variant_trains_and_its_results_go_stale_when_the_split_is_republished(
+    make_settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import main
+
+    settings = make_settings()
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "20")
+    assert main(["build", "--benchmark", "sprites-uniform", "--set", "train_size=150", "--name", "u150"]) == 0
+    capsys.readouterr()
+    train = ["train", "u150", "--preset", "smoke", "--set", "max_iters=20", "--set", "eval_every=10"]
+    assert main([*train, "--set", "init_checkpoint=null"]) == 0, capsys.readouterr().err  # null means null
+    assert "u150.smoke.mlp.seed0 version" in capsys.readouterr().out
+    count = "SELECT count(*) FROM erm_results WHERE benchmark = 'u150'"
+    assert main(["sql", count, "--csv"]) == 0
+    assert int(capsys.readouterr().out.splitlines()[1]) > 0
+
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_SEED", "1")  # other images: the split gets a new version
+    assert main(["build", "--benchmark", "u150"]) == 0
+    assert "now latest" in capsys.readouterr().out
+    assert main(["sql", count, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "0"  # results of the old split are not current
+    history = "SELECT DISTINCT is_current FROM erm_results_history WHERE benchmark = 'u150'"
+    assert main(["sql", history, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == ["false"]
+
+
+@pytest.mark.slow
+def test_metashift_tasks_train_on_real_layout_gqa_images(make_settings: Any, tmp_path: Path) -> None:
+    """Example ids already carry ``.jpg``: the image is ``<root>/<example_id>`` (never ``.jpg.jpg``)."""
+    from PIL import Image
+
+    from .conftest import FIXTURES
+
+    scenes = FIXTURES / "metashift" / "gqa_scene_graphs_from_attributes.json"
+    images = tmp_path / "gqa_images"
+    images.mkdir()
+    settings = make_settings(SHIFTBENCH_GQA_SCENE_GRAPHS=str(scenes), SHIFTBENCH_GQA_IMAGES_DIR=str(images))
+    staged = stage_one(settings, "metashift/task", "cat-dog-dg-cabinet-bed", {"allow_scale_down": True})
+    check_version(Store(settings.store_dir), staged)
+    publish_staged(settings, staged)
+    assert staged.manifest()["images"] == {
+        "source": "gqa",
+        "template": "{}",
+        "root": str(images),
+        "root_setting": "gqa_images_dir",
+    }
+    ids = pl.read_parquet(staged.table_path("examples"))["example_id"].to_list()
+    assert all(i.endswith(".jpg") and not i.endswith(".jpg.jpg") for i in ids)
+    for example_id in ids:  # the layout of Visual Genome's image folders: <image_id>.jpg
+        Image.new("RGB", (8, 8), (len(example_id) * 9 % 255, 90, 160)).save(images / example_id)
+    plan = launch.plan_run(settings, "cat-dog-dg-cabinet-bed", preset="smoke", overrides=FAST)
+    assert plan.images.kind == "gqa" and plan.images.root == images
+    outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "g"), log=print)
+    runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))
+    assert runs["image_source"].to_list() == ["gqa"]

@@ -123,7 +123,9 @@ def attribute_source(settings: Settings, dataset: DatasetSpec) -> CachedArtifact
     raw, origin, image_root, first_line = _raw_table(settings, dataset)
     path = Path(origin["path"]) if "path" in origin else None
     table = attribute_table(raw, dataset, path=path, first_line=first_line)
-    fingerprint = sha256_text(f"{dataset.name}|{sha256_table(table)}")
+    # Generated images are part of what a split is: another sprites seed is another source.
+    images = f"|{origin['generator']}|{origin['n_per_combination']}|{origin['seed']}" if "generator" in origin else ""
+    fingerprint = sha256_text(f"{dataset.name}|{sha256_table(table)}{images}")
     target = settings.cache_dir / "conds_attributes" / fingerprint[:32]
     meta = {
         "dataset": dataset.name,

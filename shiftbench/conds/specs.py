@@ -10,6 +10,8 @@ Overrides (CLI ``--set``, Dagster config) make a new validated case and are reco
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 import os
 import re
@@ -380,7 +382,21 @@ def parse_specs(text: str, source: str) -> CondsSpecs:
 
 
 def load_specs(extra: Path | None = None) -> CondsSpecs:
-    """Shipped specs, plus datasets of ``extra`` (``SHIFTBENCH_CONDS_SPECS``, same format)."""
+    """Shipped specs, plus datasets of ``extra`` (``SHIFTBENCH_CONDS_SPECS``, same format).
+
+    Parsed once per version of the files (every case of every dataset is built and validated: a
+    few milliseconds that callers looping over cases would otherwise pay per case).
+    """
+    stamp = None
+    if extra is not None:
+        with contextlib.suppress(OSError):
+            info = extra.stat()
+            stamp = (info.st_mtime_ns, info.st_size)
+    return _load_specs(extra, stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _load_specs(extra: Path | None, stamp: tuple[int, int] | None) -> CondsSpecs:
     parsed = [
         (parse_specs(text, source), source) for text, source in spec_texts("conds", extra, "SHIFTBENCH_CONDS_SPECS")
     ]

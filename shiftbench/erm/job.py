@@ -1,6 +1,6 @@
 """The training job's entry point: ``python -m shiftbench.erm.job`` (under Dagster Pipes or by hand).
 
-Lean on purpose (ARCHITECTURE "Scale plan"): it imports torch, numpy, pyarrow, Pillow and,
+Lean on purpose (docs/architecture.md, "Training"): it imports torch, numpy, pyarrow, Pillow and,
 when launched by Dagster, ``dagster-pipes`` (no dependencies of its own), so it runs in a plain
 GPU image. Everything dataset-specific (where images are, which preset) is resolved by the
 launcher and arrives as one JSON job description:

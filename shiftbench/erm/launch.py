@@ -137,6 +137,13 @@ def plan_run(
     values["seed"] = seed
     train_split = str(values.get("train_split", "train"))
     n_train = split.examples.filter(pl.col("split") == train_split).height
+    if n_train == 0:
+        hint = " (BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time)"
+        raise InputError(
+            f"{benchmark} version {split.version} has no {train_split!r} examples to train on"
+            f"{hint if split.family == 'breeds' else ''}",
+            parameter="benchmark",
+        )
     config = resolve_config(values, n_train)
     images = resolve_images(settings, split, image_root, path_template)
     run = f"{benchmark}.{name}.{config['model']}.seed{seed}"

@@ -1,7 +1,7 @@
 """Models in plain torch: ResNet-18/50, a small CNN and an MLP for tiny images.
 
 Written here rather than imported from torchvision because torchvision does not load against the
-CPU torch wheel of these machines (SOURCES.md). The ResNets follow torchvision's architecture and
+CPU torch wheel of these machines (docs/sources.md). The ResNets follow torchvision's architecture and
 parameter names (``conv1``, ``bn1``, ``layer1.0.conv1`` ..., ``fc``), so a torchvision or
 ``robustness`` checkpoint loads into them unchanged. Every model names its last layer
 ``fc``: the linear-probe mode retrains only that layer.

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from shiftbench import progress
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import (
     ImageCache,
@@ -254,6 +255,11 @@ def train(
         log(
             f"iteration {iteration}/{config.max_iters}: train loss {train_loss:.4f}, "
             f"{selection} {config.selection_metric} {score if score is not None else math.nan:.4f}"
+        )
+        progress.report(
+            progress.Event(
+                "train", table.benchmark, iteration, config.max_iters, "progress", fraction=iteration / config.max_iters
+            )
         )
         eval_time += time.perf_counter() - t_eval_start
         if score is not None and score > best_score:

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import re
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import polars as pl
 
+from shiftbench import progress
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 
@@ -177,7 +178,10 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
         raise InputError("no scene-graph file given", parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
     workers = workers or min(len(paths), os.cpu_count() or 1)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(read_gqa_scene_graph_file, paths))  # in path order; the first error wins
+        futures = {pool.submit(read_gqa_scene_graph_file, path): path for path in paths}
+        for done, future in enumerate(as_completed(futures), start=1):
+            progress.report(progress.Event("read", futures[future].name, done, len(paths), "done"))
+        parts = [future.result() for future in futures]  # in path order; the first error wins
     images = pl.concat([file_images.with_columns(pl.lit(i).alias("file")) for i, (_, file_images) in enumerate(parts)])
     twice = images.filter(pl.col("image_id").is_duplicated()).sort("image_id", "file")
     if twice.height:
