@@ -116,15 +116,22 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         automation_condition=rebuild(),
         description=item.description,
     )
-    def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> dg.MaterializeResult:
+    def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> Iterator[Any]:
+        resolved = settings.get()
+        # Record what was read: the raw sources' versions now, so that their next observation (nightly)
+        # sees no change unless the files did change.
+        for name in item.sources:
+            source = next(s for s in family.raw_sources if s.name == name)
+            version = source.fingerprint(resolved)
+            yield dg.AssetObservation(asset_key=dg.AssetKey(["raw", name]), tags=data_version_tags(version))
         upstream = {name: load_input(context.instance, family.input(name)) for name in item.inputs}
         progress.report(progress.Event("input", item.name, status="start"))
-        artifact = item.build(settings.get(), upstream)
+        artifact = item.build(resolved, upstream)
         summary = item.summary(artifact)
         for warning in item.warnings(artifact):
             context.log.warning(warning)
         progress.report(progress.Event("input", item.name, status="done", detail=summary))
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
             data_version=dg.DataVersion(artifact.fingerprint),
             metadata=artifact_metadata(artifact, int(artifact.meta.get(item.rows, 0)), summary),
         )
@@ -309,7 +316,13 @@ def _events(
     if outcome.staged is None:
         context.log.error(f"{name}: {outcome.error}")
         return
-    if staged_here:
+    if staged_here and outcome.target is not None:
+        # The spec this build read, as the partition sensor would observe it: no spurious "change" later.
+        yield dg.AssetObservation(
+            asset_key=spec_source_key(kind),
+            partition=name,
+            tags=data_version_tags(kind.fingerprint(settings, outcome.target)),
+        )
         yield dg.AssetMaterialization(
             asset_key=staged_key,
             partition=name,

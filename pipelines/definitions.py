@@ -57,7 +57,7 @@ def build_definitions() -> dg.Definitions:
     )
     automation_sensor = dg.AutomationConditionSensorDefinition(
         "shiftbench_automation",
-        target=dg.AssetSelection.all(),
+        target=dg.AssetSelection.all(include_sources=True),  # the raw sources are observed by it
         default_status=dg.DefaultSensorStatus.RUNNING,
         minimum_interval_seconds=30,
     )

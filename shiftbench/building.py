@@ -62,6 +62,7 @@ class Outcome:
 
     kind: Kind
     benchmark: str
+    target: Target | None = None  # what was built (None: publishing what was staged earlier)
     staged: StagedVersion | None = None
     results: dict[str, list[RuleResult]] = field(default_factory=dict)  # empty when not checked here
     failed_rules: list[str] = field(default_factory=list)
@@ -102,7 +103,7 @@ def build_inputs(settings: Settings, family: Family, names: Iterable[str] | None
 def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapping[str, CachedArtifact]) -> Outcome:
     """Stage one benchmark and record its contract check; a bad input is the outcome, not a raise."""
     started = time.perf_counter()
-    outcome = Outcome(kind, target.benchmark)
+    outcome = Outcome(kind, target.benchmark, target)
     try:
         outcome.staged = kind.stage(settings, target, inputs)
         results = check_version(Store(settings.store_dir), outcome.staged)

@@ -91,6 +91,9 @@ def test_one_factory_for_every_family_with_guards_batches_and_lineage() -> None:
         assert dg.AssetKey(list(kind.publish_key)) in graph.get(key).parent_keys
     for name in ("shiftbench_partitions", "shiftbench_automation"):
         assert defs.resolve_sensor_def(name).default_status == dg.DefaultSensorStatus.RUNNING
+    automated = defs.resolve_sensor_def("shiftbench_automation").asset_selection.resolve(graph)  # type: ignore[union-attr]
+    raw = {k for k in graph.get_all_asset_keys() if k.path[0] == "raw" and not k.path[1].endswith("_specs")}
+    assert raw and raw <= automated  # the nightly observation of raw files runs under the daemon too
     assert not defs.schedules  # observation is driven by the automation, not by wall-clock schedules
 
 
@@ -496,3 +499,23 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     )
     key = str(dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}))
     assert requested(evaluation) == {staged_erm.to_user_string(): [key], publish_erm.to_user_string(): [key]}
+
+
+@pytest.mark.slow
+def test_starting_the_automation_after_a_build_requests_nothing(
+    real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A build records the spec and source versions it read, so the sensor's first observations of
+    them (when `dagster dev` starts) are no change: nothing is rebuilt for nothing."""
+    loc = location(monkeypatch, real_settings)
+    kind = registry.family("breeds").kind("benchmark")
+    instance.add_dynamic_partitions(kind.qualified, ["living17"])
+    assert run_kind(loc, instance, kind, ["living17"]).success
+    evaluation = dg.evaluate_automation_conditions(defs=loc, instance=instance, evaluation_time=datetime(2030, 1, 1, 9))
+    cursor = sync(instance, real_settings)  # the partition sensor's first tick observes every spec
+    for minute in (1, 2):
+        evaluation = dg.evaluate_automation_conditions(
+            defs=loc, instance=instance, evaluation_time=datetime(2030, 1, 1, 9, minute), cursor=evaluation.cursor
+        )
+        assert requested(evaluation) == {}
+        cursor = sync(instance, real_settings, cursor)
