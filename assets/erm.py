@@ -24,7 +24,7 @@ from pydantic import Field, create_model
 
 from assets.automation import publish, retrain
 from assets.factory import partitions_of
-from assets.metadata import contract_evaluations, published_metadata, render
+from assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from pipelines.resources import ShiftbenchSettings
 from shiftbench.catalog import refresh_catalog
 from shiftbench.erm import launch
@@ -147,16 +147,7 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
                 description="Publishes the staged results once their contracts passed (the store refuses others).",
             ),
         ],
-        check_specs=[
-            dg.AssetCheckSpec(
-                f"contract_{table}",
-                asset=staged_key,
-                blocking=True,
-                partitions_def=partitions,
-                description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
-            )
-            for table in TABLES
-        ],
+        check_specs=contract_check_specs(staged_key, TABLES, partitions),
         partitions_def=partitions,
         can_subset=True,
         pool="gpu",

@@ -28,6 +28,7 @@ from pydantic import Field, create_model
 from assets.automation import observe_nightly, publish, rebuild
 from assets.metadata import (
     artifact_metadata,
+    contract_check_specs,
     contract_evaluations,
     data_version_tags,
     published_metadata,
@@ -180,11 +181,7 @@ def config_overrides(kind: Kind, config: Any) -> dict[str, Any]:
 
 def inputs_read(family: Family, kind: Kind) -> list[dg.AssetKey]:
     """The family inputs a kind reads, with what they read, in build order."""
-    wanted = set(kind.inputs)
-    for item in reversed(family.inputs):
-        if item.name in wanted:
-            wanted |= set(item.inputs)
-    return [dg.AssetKey(list(item.key)) for item in family.inputs if item.name in wanted]
+    return [dg.AssetKey(list(item.key)) for item in family.inputs_for(kind.inputs)]
 
 
 @dataclass(frozen=True)
@@ -206,13 +203,11 @@ def _register_variant(context: dg.AssetExecutionContext, settings: Settings, kin
         )
     if len(keys) != 1:
         raise InputError("publish_as needs a run of exactly one partition", parameter="publish_as")
-    base, merged = keys[0], overrides
-    existing = variants.load_variants(settings).get(base)
-    if existing is not None:  # a variant of a variant: the same base with both sets of overrides
-        base, merged = existing.base, {**existing.overrides, **overrides}
-    variant = variants.register(settings, kind, config.publish_as, base, merged, registry.spec_owners(settings))
+    variant = registry.register_variant(settings, kind, config.publish_as, keys[0], overrides)
     context.instance.add_dynamic_partitions(kind.qualified, [variant.name])
-    context.log.info(f"registered {variant.name} = {base} + {merged}; it is built and recorded as its own partition")
+    context.log.info(
+        f"registered {variant.name} = {variant.base} + {variant.overrides}; built and recorded as its own partition"
+    )
     return [variant.name]
 
 
@@ -249,16 +244,7 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
                 "refuses any other) and refreshes the catalog once per run.",
             ),
         ],
-        check_specs=[
-            dg.AssetCheckSpec(
-                f"contract_{table}",
-                asset=staged_key,
-                blocking=True,
-                partitions_def=partitions,
-                description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
-            )
-            for table in kind.tables
-        ],
+        check_specs=contract_check_specs(staged_key, kind.tables, partitions),
         partitions_def=partitions,
         can_subset=True,
         backfill_policy=dg.BackfillPolicy.single_run(),

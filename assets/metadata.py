@@ -121,3 +121,19 @@ def contract_evaluations(
             )
         )
     return evaluations
+
+
+def contract_check_specs(
+    asset_key: dg.AssetKey, tables: tuple[str, ...], partitions: dg.PartitionsDefinition
+) -> list[dg.AssetCheckSpec]:
+    """One blocking check per contract table of a staged asset, evaluated per partition."""
+    return [
+        dg.AssetCheckSpec(
+            f"contract_{table}",
+            asset=asset_key,
+            blocking=True,
+            partitions_def=partitions,
+            description=f"Blocking: the staged {table} table satisfies data_contracts/{table}.yaml.",
+        )
+        for table in tables
+    ]

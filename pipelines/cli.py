@@ -80,12 +80,8 @@ def _plan(settings: Settings, args: argparse.Namespace) -> tuple[Any, dict[Any, 
     if args.name:
         if len(names) != 1:
             raise InputError("--name needs exactly one --benchmark (the spec it varies)", parameter="--name")
-        base, merged = names[0], overrides
-        existing = variants.load_variants(settings).get(base)
-        if existing is not None:  # a variant of a variant: the same base with both sets of overrides
-            base, merged = existing.base, {**existing.overrides, **overrides}
         known = args.name in variants.load_variants(settings)
-        variant = variants.register(settings, kinds[0], args.name, base, merged, registry.spec_owners(settings))
+        variant = registry.register_variant(settings, kinds[0], args.name, names[0], overrides)
         plan[kinds[0]] = [variant.name]
         registered = None if known else variant.name
     elif overrides:

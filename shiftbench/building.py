@@ -87,16 +87,11 @@ class Outcome:
 
 def build_inputs(settings: Settings, family: Family, names: Iterable[str] | None = None) -> dict[str, CachedArtifact]:
     """The family's inputs (or only ``names`` and what they read), each built once, in order."""
-    wanted = set(names) if names is not None else {i.name for i in family.inputs}
-    for item in reversed(family.inputs):  # inputs are listed after what they read
-        if item.name in wanted:
-            wanted |= set(item.inputs)
     built: dict[str, CachedArtifact] = {}
-    for item in family.inputs:
-        if item.name in wanted:
-            progress.report(progress.Event("input", item.name, status="start"))
-            built[item.name] = item.build(settings, {name: built[name] for name in item.inputs})
-            progress.report(progress.Event("input", item.name, status="done", detail=item.summary(built[item.name])))
+    for item in family.inputs_for(names if names is not None else [i.name for i in family.inputs]):
+        progress.report(progress.Event("input", item.name, status="start"))
+        built[item.name] = item.build(settings, {name: built[name] for name in item.inputs})
+        progress.report(progress.Event("input", item.name, status="done", detail=item.summary(built[item.name])))
     return built
 
 

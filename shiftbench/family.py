@@ -15,7 +15,7 @@ package that builds a :class:`Family` and one line in the registry.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,3 +174,11 @@ class Family:
 
     def input(self, name: str) -> Input:
         return next(i for i in self.inputs if i.name == name)
+
+    def inputs_for(self, names: Iterable[str]) -> list[Input]:
+        """The inputs ``names`` and everything they read, in build order (each is listed after what it reads)."""
+        wanted = set(names)
+        for item in reversed(self.inputs):
+            if item.name in wanted:
+                wanted |= set(item.inputs)
+        return [item for item in self.inputs if item.name in wanted]

@@ -6,13 +6,16 @@ family. To add one: a package that builds a :class:`~shiftbench.family.Family`, 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from shiftbench.breeds.family import BREEDS
 from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.metashift.family import METASHIFT
 from shiftbench.settings import Settings
-from shiftbench.variants import load_variants, suggest
+from shiftbench.variants import Variant, load_variants, register, suggest
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (BREEDS, METASHIFT, CONDS)}
 
@@ -44,3 +47,12 @@ def kind_of(settings: Settings, benchmark: str) -> Kind:
     owners = {**spec_owners(settings), **{v.name: f"a {v.family} variant of {v.base}" for v in variants.values()}}
     close = suggest(benchmark, owners)
     raise InputError(f"unknown benchmark {benchmark!r}{close}", parameter="benchmark")
+
+
+def register_variant(settings: Settings, kind: Kind, name: str, source: str, overrides: Mapping[str, Any]) -> Variant:
+    """Name ``source`` (a spec, or a variant: then its base with both sets of overrides) + ``overrides``."""
+    base, merged = source, dict(overrides)
+    existing = load_variants(settings).get(source)
+    if existing is not None:
+        base, merged = existing.base, {**existing.overrides, **overrides}
+    return register(settings, kind, name, base, merged, spec_owners(settings))
