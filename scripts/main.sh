@@ -22,7 +22,10 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 .venv/bin/shiftbench train sprites-uniform --preset smoke
 .venv/bin/shiftbench train cat-dog-dg-cabinet-bed --preset smoke
 
-query="SELECT family, benchmark, version, coalesce(params->>'hierarchy', sources->>'dataset') AS source, n_examples FROM benchmarks ORDER BY family, benchmark"
+query="SELECT b.family, b.benchmark, b.version, coalesce(b.params->>'hierarchy', b.sources->>'dataset') AS source,
+  coalesce(s.n_selected || ' subsets', b.n_examples || ' examples') AS size
+FROM benchmarks AS b LEFT JOIN (SELECT benchmark, count(*) FILTER (selected) AS n_selected FROM metashift_subsets GROUP BY ALL) AS s USING (benchmark)
+ORDER BY b.family, b.benchmark"
 echo
 echo "Published benchmarks (DuckDB catalog):"
 .venv/bin/shiftbench sql "$query"
