@@ -26,7 +26,7 @@ from assets.automation import publish, retrain
 from assets.factory import partitions_of
 from assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from pipelines.resources import ShiftbenchSettings
-from shiftbench.catalog import refresh_catalog
+from shiftbench.catalog import refresh_and_report
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import ContractViolation, InputError
@@ -200,7 +200,7 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
             staged = latest
         if publish_key in context.selected_asset_keys:
             publication = store.publish(staged)
-            refresh_catalog(resolved.catalog_path, resolved.store_dir)
+            refresh_and_report(resolved.catalog_path, resolved.store_dir)
             yield dg.MaterializeResult(
                 asset_key=publish_key,
                 metadata={**published_metadata(resolved, staged, publication), **_describe(resolved, plan, staged)},

@@ -20,6 +20,7 @@ spec file appears without reloading the code location, and a dataset that is not
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -38,7 +39,7 @@ from assets.metadata import (
 from pipelines.resources import ShiftbenchSettings
 from shiftbench import building, progress, registry, variants
 from shiftbench.cache import CachedArtifact
-from shiftbench.catalog import refresh_catalog
+from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource
 from shiftbench.settings import Settings
@@ -64,8 +65,6 @@ def load_input(instance: dg.DagsterInstance, item: Input) -> CachedArtifact:
     path = materialization.metadata.get("path") if materialization is not None else None
     if path is None:
         raise InputError(f"{item.name} has not been built yet: materialize it (job {item.key[0]}_inputs) first")
-    from pathlib import Path
-
     return CachedArtifact.load(Path(str(path.value)))
 
 
@@ -191,8 +190,20 @@ class KindAssets:
     job: Any
 
 
-def _register_variant(context: dg.AssetExecutionContext, settings: Settings, kind: Kind, config: Any) -> list[str]:
-    """Launchpad overrides: record the named variant, add its partition, build it under its own name."""
+def forget_variant(instance: dg.DagsterInstance, settings: Settings, kind: Kind, name: str) -> None:
+    """A name registered by a build that then published nothing stays free: forget it and its partition."""
+    variants.unregister(settings, name)
+    if name in instance.get_dynamic_partitions(kind.qualified):
+        instance.delete_dynamic_partition(kind.qualified, name)
+
+
+def _register_variant(
+    context: dg.AssetExecutionContext, settings: Settings, kind: Kind, config: Any
+) -> tuple[list[str], str | None]:
+    """Launchpad overrides: record the named variant, add its partition, build it under its own name.
+
+    Returns the partitions to build and the name if it is new (forgotten again if nothing publishes).
+    """
     overrides = config_overrides(kind, config)
     keys = list(context.partition_keys)
     if not config.publish_as:
@@ -203,12 +214,13 @@ def _register_variant(context: dg.AssetExecutionContext, settings: Settings, kin
         )
     if len(keys) != 1:
         raise InputError("publish_as needs a run of exactly one partition", parameter="publish_as")
+    new = config.publish_as not in variants.load_variants(settings)
     variant = registry.register_variant(settings, kind, config.publish_as, keys[0], overrides)
     context.instance.add_dynamic_partitions(kind.qualified, [variant.name])
     context.log.info(
         f"registered {variant.name} = {variant.base} + {variant.overrides}; built and recorded as its own partition"
     )
-    return [variant.name]
+    return [variant.name], variant.name if new else None
 
 
 def kind_assets(family: Family, kind: Kind) -> KindAssets:
@@ -251,9 +263,9 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
     )
     def _build(context: dg.AssetExecutionContext, config: Config, settings: ShiftbenchSettings) -> Iterator[Any]:  # type: ignore[valid-type]
         resolved = settings.get()
-        keys = list(context.partition_keys)
+        keys, registered = list(context.partition_keys), None
         if config_overrides(kind, config) or config.publish_as:  # type: ignore[attr-defined]
-            keys = _register_variant(context, resolved, kind, config)
+            keys, registered = _register_variant(context, resolved, kind, config)
         stage = staged_key in context.selected_asset_keys
         publish_selected = publish_key in context.selected_asset_keys
         known = variants.targets(resolved, kind)
@@ -270,15 +282,23 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
                 progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
         inputs = {name: load_input(context.instance, family.input(name)) for name in kind.inputs} if stage else {}
         published = False
-        for outcome in building.iter_build(
-            resolved, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
-        ):
-            yield from _events(context, resolved, kind, outcome, stage)
-            published |= outcome.publication is not None
-            if outcome.error is not None:
-                errors.append(f"{outcome.benchmark}: {outcome.error}")
-        if published:
-            refresh_catalog(resolved.catalog_path, resolved.store_dir)
+        try:
+            for outcome in building.iter_build(
+                resolved, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
+            ):
+                yield from _events(context, resolved, kind, outcome, stage)
+                published |= outcome.publication is not None
+                if outcome.error is not None:
+                    errors.append(f"{outcome.benchmark}: {outcome.error}")
+        finally:  # whatever stopped the loop, what was published reaches the catalog
+            if published:
+                catalog = refresh_and_report(resolved.catalog_path, resolved.store_dir)
+                if not catalog.ok:
+                    context.log.warning(f"{catalog.reason}: the versions are published; run `shiftbench catalog`")
+                for problem in catalog.problems:
+                    context.log.warning(f"left out of the catalog: {problem}")
+            if registered is not None and not published:
+                forget_variant(context.instance, resolved, kind, registered)
         if errors:
             raise dg.Failure(
                 description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),

@@ -8,7 +8,7 @@ import polars as pl
 
 from shiftbench.cache import CachedArtifact
 from shiftbench.contracts import RuleResult
-from shiftbench.family import Figure, FilePath, Json, Markdown, Metadata, Table
+from shiftbench.family import Figure, FilePath, Markdown, Metadata, Table
 from shiftbench.plots import png_markdown
 from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion
@@ -45,8 +45,6 @@ def render(metadata: Metadata, settings: Settings) -> dict[str, Any]:
             rendered[key] = dg.MetadataValue.md(f"```sql\n-- duckdb {settings.catalog_path}\n{value.text};\n```")
         elif isinstance(value, Markdown):
             rendered[key] = dg.MetadataValue.md(value.text)
-        elif isinstance(value, Json):
-            rendered[key] = dg.MetadataValue.json(value.value)
         elif isinstance(value, FilePath):
             rendered[key] = dg.MetadataValue.path(str(value.path))
         elif isinstance(value, float):

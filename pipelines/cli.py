@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shiftbench.errors import InputError, ShiftbenchError
+from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, StoreError
 from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
@@ -77,7 +77,7 @@ def _plan(settings: Settings, args: argparse.Namespace) -> tuple[Any, dict[Any, 
     plan: dict[Any, list[str]] = {}
     skipped: list[str] = []
     registered = None
-    if args.name:
+    if args.name is not None:
         if len(names) != 1:
             raise InputError("--name needs exactly one --benchmark (the spec it varies)", parameter="--name")
         known = args.name in variants.load_variants(settings)
@@ -110,7 +110,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         return _list(args)
     settings = Settings.from_env()
     family, plan, skipped, registered = _plan(settings, args)
-    from assets.factory import inputs_read
+    from assets.factory import forget_variant, inputs_read
     from pipelines import runs
     from pipelines.terminal import Reporter
 
@@ -119,7 +119,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     for line in skipped:
         reporter.line(line)
     first = True
-    code = 0
+    run_failures: list[bool] = []  # per failed run not explained by its benchmarks: was it a bad input?
     with reporter.listening():
         for kind, names in plan.items():
             known = set(instance.get_dynamic_partitions(kind.qualified))
@@ -131,35 +131,28 @@ def cmd_build(args: argparse.Namespace) -> int:
                 first = False
                 before = len(reporter.outcomes)
                 run = runs.run_job(instance, kind.qualified, assets=selection, partitions=block)
-                if not run.is_success and len(reporter.outcomes) == before:  # failed before any benchmark
+                reported = {o.benchmark for o in reporter.outcomes[before:] if o is not None}
+                unreported = [name for name in block if name not in reported]
+                if not run.is_success and unreported:  # the run stopped before these: say so, count them
                     message, is_input = runs.run_error(instance, run)
-                    reporter.line(f"error: {message}; nothing published, previous versions are unchanged", error=True)
-                    if registered is not None:
-                        from shiftbench import variants
-
-                        variants.unregister(settings, registered)
-                    return 2 if is_input else 1
+                    shown = ", ".join(unreported) if len(unreported) <= 3 else f"{len(unreported)} {kind.plural}"
+                    reporter.line(f"error: {message}; nothing published for {shown}", error=True)
+                    run_failures.append(is_input)
     for outcome in reporter.outcomes:
-        if outcome.description is not None and outcome.publication is not None:
+        if outcome is not None and outcome.description is not None and outcome.publication is not None:
             for warning in outcome.description.warnings:
                 reporter.warn(f"{outcome.benchmark}: {warning}")
-    failed = reporter.failed_checks + reporter.errors
-    total = len(reporter.outcomes)
-    if registered is not None and failed:  # a new name whose build failed stays free
-        from shiftbench import variants
-
-        variants.unregister(settings, registered)
-        for kind in plan:
-            if registered in instance.get_dynamic_partitions(kind.qualified):
-                instance.delete_dynamic_partition(kind.qualified, registered)
-    summary = f"{total - failed} of {total} published" if failed else f"{total} published"
+    published = sum(1 for o in reporter.outcomes if o is not None and o.publication is not None)
+    failed = reporter.failed_checks + reporter.errors + len(run_failures)
+    if registered is not None and not published:  # a new name whose build failed stays free
+        forget_variant(instance, settings, next(iter(plan)), registered)
+    total = published + reporter.failed_checks + reporter.errors
+    summary = f"{published} of {total} published" if failed else f"{published} published"
     print(f"\n{summary} in {time.monotonic() - reporter.started:.1f}s")
     print(f"Store:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
-    if reporter.errors:
-        code = 2
-    elif reporter.failed_checks:
-        code = 1
-    return code
+    if reporter.user_errors or any(run_failures):
+        return 2
+    return 1 if failed else 0
 
 
 def _key(path: tuple[str, ...]) -> Any:
@@ -245,9 +238,12 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {message}", file=sys.stderr)
         print("nothing was published; previous versions are unchanged", file=sys.stderr)
         return 2 if is_input else 1
-    event = instance.get_latest_materialization_event(publish_key)
-    assert event is not None and event.asset_materialization is not None
-    meta = {k: v.value for k, v in event.asset_materialization.metadata.items()}
+    records = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    materialized = [r.asset_materialization for r in records if r.asset_materialization is not None]
+    mine = [m for m in materialized if m.asset_key == publish_key]
+    if not mine:
+        raise StoreError(f"run {run.run_id} published no results (see it in the UI)")
+    meta = {k: v.value for k, v in mine[-1].metadata.items()}
     _print_training(meta, time.monotonic() - started)
     return 0
 
@@ -257,7 +253,7 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import fields
 
     from assets.erm import NULLABLE
-    from shiftbench.erm.config import TrainConfig, _coerce
+    from shiftbench.erm.config import TrainConfig, coerce_value
     from shiftbench.spec_files import format_value
 
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
@@ -269,7 +265,7 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
         if key in NULLABLE:
             typed[key] = format_value(value)
             continue
-        coerced = _coerce(value, types[key], key)
+        coerced = coerce_value(value, types[key], key)
         typed[key] = list(coerced) if isinstance(coerced, tuple) else coerced
     TrainConfig.from_mapping(overrides)  # validates every value now
     return typed
@@ -331,12 +327,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
 
-    from shiftbench.catalog import refresh_catalog
+    from shiftbench.catalog import open_catalog
 
     settings = Settings.from_env()
-    if not settings.catalog_path.exists():
-        refresh_catalog(settings.catalog_path, settings.store_dir)
-    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+    con, refreshed = open_catalog(settings.catalog_path, settings.store_dir)
+    if refreshed is not None and not refreshed.ok:
+        print(f"warning: {refreshed.reason}", file=sys.stderr)
+    with con:
         try:
             relation = con.sql(args.query)
         except duckdb.Error as exc:
@@ -356,7 +353,10 @@ def cmd_versions(args: argparse.Namespace) -> int:
     from shiftbench.store import Store
 
     settings = Settings.from_env()
-    versions = Store(settings.store_dir).versions(args.benchmark)
+    store = Store(settings.store_dir)
+    versions = store.versions(args.benchmark)
+    for problem in sorted(store.problems):
+        print(f"warning: {problem}", file=sys.stderr)
     if not versions:
         print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
         return 1 if args.benchmark else 0
@@ -377,22 +377,36 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Re-verify the latest versions: every file against the manifest's checksums, then every contract."""
     from shiftbench.publishing import check_version
     from shiftbench.store import Store
 
     settings = Settings.from_env()
     store = Store(settings.store_dir)
     latest = [v for v in store.versions() if v.is_latest and (not args.benchmark or v.benchmark in args.benchmark)]
+    unpublished = sorted(set(args.benchmark or []) - {v.benchmark for v in latest})
+    if unpublished:
+        raise InputError(f"{unpublished[0]!r} has no published version", parameter="BENCHMARK")
     bad = 0
     for info in latest:
         staged = store.staged(info.family, info.benchmark, info.version)
+        damage = store.damage(staged)
+        if damage is not None:  # name the damaged file; the other versions are still checked
+            print(f"{info.benchmark} {info.version}: DAMAGED: {damage} (rebuild it to repair)")
+            bad += 1
+            continue
         results = check_version(store, staged, reuse=False)
         failed = [r for rules in results.values() for r in rules if not r.passed]
         total = sum(len(r) for r in results.values())
-        print(f"{info.benchmark} {info.version}: {total - len(failed)}/{total} rules hold")
+        files = len(staged.manifest()["tables"])
+        held = f"{total - len(failed)}/{total} rules hold"
+        print(f"{info.benchmark} {info.version}: {files} files match their checksums, {held}")
         for rule in failed:
-            print(f"  {rule.table}.{rule.rule}: observed {rule.observed}, expected {rule.expected}")
+            print(f"  {rule.line()}")
         bad += bool(failed)
+    for problem in sorted(store.problems):
+        print(f"DAMAGED: {problem}")
+        bad += 1
     return 1 if bad else 0
 
 
@@ -400,13 +414,15 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     from shiftbench.catalog import refresh_catalog
 
     settings = Settings.from_env()
-    ok = refresh_catalog(settings.catalog_path, settings.store_dir)
-    print(f"{settings.catalog_path}: {'views refreshed' if ok else 'locked, not refreshed'}")
-    return 0 if ok else 1
+    result = refresh_catalog(settings.catalog_path, settings.store_dir)
+    for problem in result.problems:
+        print(f"left out (damaged): {problem}")
+    print(f"{settings.catalog_path}: {'views refreshed' if result.ok else result.reason}")
+    return 0 if result.ok else 1
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
-    from shiftbench.catalog import refresh_catalog
+    from shiftbench.catalog import refresh_and_report
     from shiftbench.store import Store
 
     settings = Settings.from_env()
@@ -416,7 +432,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
     if not removed:
         print(f"nothing to delete: every benchmark has at most {args.keep} published version(s) and nothing stale")
     if not args.dry_run and removed:
-        refresh_catalog(settings.catalog_path, settings.store_dir)
+        refresh_and_report(settings.catalog_path, settings.store_dir)
     return 0
 
 
@@ -477,6 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
+    except ContractViolation as exc:  # results that failed their contracts: not the input's fault
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except ShiftbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

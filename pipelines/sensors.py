@@ -25,7 +25,7 @@ SYNC_INTERVAL_S = 30
 
 
 def partition_changes(
-    settings: Settings, instance: dg.DagsterInstance, kind: Kind, seen: dict[str, str]
+    settings: Settings, instance: dg.DagsterInstance, kind: Kind
 ) -> tuple[list[str], list[str], dict[str, str]]:
     """(names to add, names to delete, fingerprints now) for one kind's partitions."""
     wanted = spec_fingerprints(settings, kind)
@@ -44,7 +44,7 @@ def sync_requests(
     new_cursor: dict[str, dict[str, str]] = {}
     for kind in registry.kinds():
         seen = cursor.get(kind.qualified, {})
-        added, removed, wanted = partition_changes(settings, instance, kind, seen)
+        added, removed, wanted = partition_changes(settings, instance, kind)
         partitions = dg.DynamicPartitionsDefinition(name=kind.qualified)
         if added:
             requests.append(partitions.build_add_request(added))

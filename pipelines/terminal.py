@@ -46,6 +46,9 @@ class Reporter:
             if event.status == "done":
                 self.line(f"[inputs] {event.name}: {event.detail}")
             return
+        if event.stage == "catalog":
+            self.warn(event.detail if event.status == "stale" else f"left out of the catalog: {event.detail}")
+            return
         if event.stage == "read":
             self._advance(event, done=True)
             self.line(f"[read] {event.name} ({event.index}/{event.total})")
@@ -115,6 +118,11 @@ class Reporter:
     @property
     def errors(self) -> int:
         return sum(1 for o in self.outcomes if o is not None and o.status == "error")
+
+    @property
+    def user_errors(self) -> int:
+        """Errors of the input (exit code 2), as opposed to failures of shiftbench itself (1)."""
+        return sum(1 for o in self.outcomes if o is not None and o.status == "error" and o.user_error)
 
 
 def table(rows: list[tuple[Any, ...]], header: tuple[str, ...]) -> str:

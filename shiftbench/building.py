@@ -18,9 +18,9 @@ import polars as pl
 
 from shiftbench import progress
 from shiftbench.cache import CachedArtifact
-from shiftbench.catalog import refresh_catalog
+from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import ContractViolation, InputError, ShiftbenchError
 from shiftbench.family import Description, Family, Kind, Target
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
@@ -68,7 +68,8 @@ class Outcome:
     failed_rules: list[str] = field(default_factory=list)
     rules: int = 0
     publication: Publication | None = None
-    error: str | None = None  # a bad input, named by file and line or parameter
+    error: str | None = None  # one line: the file and line or parameter at fault, or what failed
+    user_error: bool = True  # the error is the input's (exit code 2), not a failure of shiftbench (1)
     seconds: float = 0.0
     description: Description | None = None  # how the staged version reads (set once it is staged)
 
@@ -101,18 +102,17 @@ def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapp
     outcome = Outcome(kind, target.benchmark, target)
     try:
         outcome.staged = kind.stage(settings, target, inputs)
-        results = check_version(Store(settings.store_dir), outcome.staged)
-    except InputError as exc:
+        results = check_version(Store(settings.store_dir), outcome.staged, verify=False)  # stage just verified
+    except ShiftbenchError as exc:  # bad input, a damaged store: this benchmark's outcome, one line
         outcome.error = str(exc)
+        outcome.user_error = isinstance(exc, InputError)
+    except Exception as exc:  # a failure of shiftbench itself: still only this benchmark's, and said so
+        outcome.error = f"{type(exc).__name__}: {exc}"
+        outcome.user_error = False
     else:
         outcome.results = results
         outcome.rules = sum(len(r) for r in results.values())
-        outcome.failed_rules = [
-            f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}"
-            for rules in results.values()
-            for r in rules
-            if not r.passed
-        ]
+        outcome.failed_rules = [r.line() for rules in results.values() for r in rules if not r.passed]
     outcome.seconds = time.perf_counter() - started
     return outcome
 
@@ -128,7 +128,7 @@ def publish(settings: Settings, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def publish_staged(settings: Settings, kind: Kind, benchmark: str) -> Outcome:
+def publish_last_staged(settings: Settings, kind: Kind, benchmark: str) -> Outcome:
     """Publish the version staged last for ``benchmark`` (what "materialize only the publish asset" does)."""
     outcome = Outcome(kind, benchmark)
     staged = Store(settings.store_dir).latest_staged(kind.family, benchmark)
@@ -167,9 +167,12 @@ def iter_build(
             if publish_checked and outcome.checked:
                 publish(settings, outcome)
         else:
-            outcome = publish_staged(settings, kind, target.benchmark)
+            outcome = publish_last_staged(settings, kind, target.benchmark)
         if outcome.staged is not None and outcome.error is None:
-            outcome.description = kind.describe(outcome.staged)
+            try:
+                outcome.description = kind.describe(outcome.staged)
+            except Exception as exc:  # describing is for people: it never costs a published version
+                outcome.description = Description({}, f"(not described: {type(exc).__name__}: {exc})")
         detail = (
             outcome.error
             or "; ".join(outcome.failed_rules[:3])
@@ -192,5 +195,5 @@ def build(
     """Stage, check and (when they pass) publish ``targets``; refresh the catalog once at the end."""
     outcomes = list(iter_build(settings, family, targets, inputs=inputs, publish_checked=publish_checked))
     if any(o.publication is not None for o in outcomes):
-        refresh_catalog(settings.catalog_path, settings.store_dir)
+        refresh_and_report(settings.catalog_path, settings.store_dir)
     return outcomes

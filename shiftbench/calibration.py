@@ -33,6 +33,7 @@ import networkx as nx
 
 from shiftbench.errors import InputError
 from shiftbench.hierarchy import Hierarchy
+from shiftbench.textio import read_text
 
 OPS: dict[str, tuple[int, bool]] = {
     # op name -> (number of node ids, whether a free-text name follows)
@@ -79,10 +80,7 @@ def parse_edits(text: str, source: str = "<edits>") -> list[Edit]:
 
 
 def read_edit_file(path: Path) -> list[Edit]:
-    try:
-        return parse_edits(path.read_text(encoding="utf-8"), str(path))
-    except FileNotFoundError:
-        raise InputError("edit file not found", path=path) from None
+    return parse_edits(read_text(path, what="edit file", parameter="SHIFTBENCH_BREEDS_CALIBRATION"), str(path))
 
 
 def format_edits(edits: Iterable[Edit]) -> str:

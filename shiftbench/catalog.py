@@ -5,16 +5,31 @@ Views are created from the SQL files in ``sql/catalog/``: ``create_base_views.sq
 table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
 were trained on is still the latest) and show only current results.
-Views read the Parquet files through globs, so a publish never needs to rewrite them; the
-catalog is refreshed after each publish only so that a table's first version replaces the
-empty placeholder relation. A catalog held open by another process (DuckDB allows one writer)
-is retried, then left as is with a warning: the store, not the catalog, is the truth.
+
+The catalog is derived from the store and rebuilt after every publish:
+
+- **Readers never block a refresh, and never see half of one.** A refresh writes a new catalog in a
+  temporary file and renames it over ``catalog.duckdb`` (atomic); a reader that had the old file open
+  keeps its consistent view, the next one opens the new file. Writers take turns (a lock file).
+- **One damaged version never takes the others down.** Views list the files of intact versions
+  explicitly (manifest readable, every file present with its recorded size) and the publication
+  events that parse; what was left out is recorded in ``catalog_problems`` and returned.
+- **A moved home is noticed.** ``catalog_info`` records the store the views read; shiftbench rebuilds
+  a catalog whose store is elsewhere before reading it (a DuckDB shell opened on a moved catalog
+  should run ``shiftbench catalog`` first).
+- **A refresh that cannot be written** (a full disk) leaves the previous catalog as it was and says
+  why: the store, not the catalog, is the truth, and ``shiftbench catalog`` rebuilds it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import time
-import warnings
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
@@ -22,6 +37,7 @@ import duckdb
 from shiftbench.contracts import Contract, contracts, empty_relation
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+LOCK_TIMEOUT_S = 120.0
 _PUBLICATION_COLUMNS = {
     "family": "VARCHAR",
     "benchmark": "VARCHAR",
@@ -30,35 +46,76 @@ _PUBLICATION_COLUMNS = {
 }
 
 
+@dataclass(frozen=True)
+class CatalogRefresh:
+    """What a refresh did: whether the catalog now reflects the store, and what it left out."""
+
+    ok: bool
+    reason: str = ""  # why it was not refreshed
+    problems: list[str] = field(default_factory=list)  # damaged versions or events left out
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class StoreContents:
+    tables: dict[str, list[Path]]  # table -> files of intact versions
+    publications: list[tuple[str, str, str, str]]  # (family, benchmark, version, published_at)
+    problems: list[str]
+
+
+def scan_store(store: Path) -> StoreContents:
+    """The intact versions' files and the readable publication events (a cheap check: sizes, not hashes)."""
+    from shiftbench.store import StagedVersion, Store
+
+    reader = Store(store)
+    tables: dict[str, list[Path]] = {}
+    publications: list[tuple[str, str, str, str]] = []
+    problems: list[str] = []
+    if not store.is_dir():
+        return StoreContents(tables, publications, problems)
+    for family_dir in sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for bench_dir in sorted(p for p in family_dir.iterdir() if p.is_dir()):
+            intact: set[str] = set()
+            versions_dir = bench_dir / "versions"
+            for version_dir in sorted(versions_dir.iterdir() if versions_dir.is_dir() else []):
+                if version_dir.name.startswith(".") or not (version_dir / "manifest.json").exists():
+                    continue
+                staged = StagedVersion(family_dir.name, bench_dir.name, version_dir.name, version_dir, False)
+                problem = reader.damage(staged, checksums=False)
+                if problem is not None:
+                    problems.append(problem)
+                    continue
+                intact.add(version_dir.name)
+                for path in sorted(version_dir.glob("*.parquet")):
+                    tables.setdefault(path.stem, []).append(path)
+            for event in reader.publications(family_dir.name, bench_dir.name):
+                if event["version"] in intact:
+                    publications.append((family_dir.name, bench_dir.name, event["version"], event["published_at"]))
+    problems.extend(sorted(reader.problems))
+    return StoreContents(tables, publications, problems)
+
+
 def _literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def table_glob(store: Path, table: str) -> str:
-    return str(store / "*" / "*" / "versions" / "*" / f"{table}.parquet")
-
-
-def _table_source(store: Path, contract: Contract) -> str:
-    if any(store.glob(f"*/*/versions/*/{contract.table}.parquet")):
-        return f"read_parquet({_literal(table_glob(store, contract.table))}, union_by_name = true)"
+def _table_source(contents: StoreContents, contract: Contract) -> str:
+    files = contents.tables.get(contract.table)
+    if files:
+        listed = ", ".join(_literal(str(path)) for path in files)
+        return f"read_parquet([{listed}], union_by_name = true)"
     return empty_relation(contract.columns)
 
 
-def _publications_source(store: Path) -> str:
-    if any(store.glob("*/*/publications/*.json")):
-        pattern = str(store / "*" / "*" / "publications" / "*.json")
-        columns = "{" + ", ".join(f"{k}: '{v}'" for k, v in _PUBLICATION_COLUMNS.items()) + "}"
-        return f"read_json({_literal(pattern)}, columns = {columns}, format = 'auto')"
-    return empty_relation(_PUBLICATION_COLUMNS)
-
-
-def render_catalog_sql(store: Path) -> list[str]:
-    """The statements that (re)create every view, with the store's paths filled in."""
+def render_catalog_sql(contents: StoreContents) -> list[str]:
+    """The statements that create every view over the listed files (after ``publications_data`` exists)."""
     all_contracts = contracts()
     base = (SQL_DIR / "catalog" / "create_base_views.sql").read_text("utf-8")
     statements = [
-        base.replace("{{publications}}", _publications_source(store)).replace(
-            "{{benchmarks}}", _table_source(store, all_contracts["benchmarks"])
+        base.replace("{{publications}}", "publications_data").replace(
+            "{{benchmarks}}", _table_source(contents, all_contracts["benchmarks"])
         )
     ]
     tables = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
@@ -70,28 +127,103 @@ def render_catalog_sql(store: Path) -> list[str]:
         statements.append(
             template.replace("{{table}}", name)
             .replace("{{key}}", contract.store_key)
-            .replace("{{source}}", _table_source(store, contract))
+            .replace("{{source}}", _table_source(contents, contract))
         )
     return statements
 
 
-def refresh_catalog(catalog_path: Path, store: Path, *, attempts: int = 5) -> bool:
-    """(Re)create the views; returns False if the catalog stayed locked by another process."""
-    catalog_path.parent.mkdir(parents=True, exist_ok=True)
-    statements = render_catalog_sql(store)
-    for attempt in range(attempts):
+@contextlib.contextmanager
+def _writer_lock(catalog_path: Path, timeout_s: float) -> Iterator[bool]:
+    """One catalog writer at a time (readers never wait); yields False if the lock was not had in time."""
+    with catalog_path.with_name(f".{catalog_path.name}.lock").open("w") as handle:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    yield False
+                    return
+                time.sleep(0.05)
         try:
-            with duckdb.connect(str(catalog_path)) as con:
-                for sql in statements:
-                    con.execute(sql)
-            return True
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower():
-                raise
-            time.sleep(0.2 * (attempt + 1))
-    warnings.warn(
-        f"{catalog_path} is locked by another process; its views were not refreshed "
-        "(run `shiftbench catalog` later; existing views still read the store)",
-        stacklevel=2,
-    )
-    return False
+            yield True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _write(path: Path, contents: StoreContents, store: Path) -> None:
+    columns = ", ".join(f"{name} {kind}" for name, kind in _PUBLICATION_COLUMNS.items())
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"CREATE TABLE publications_data ({columns})")
+        if contents.publications:
+            con.executemany("INSERT INTO publications_data VALUES (?, ?, ?, ?)", contents.publications)
+        for sql in render_catalog_sql(contents):
+            con.execute(sql)
+        con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
+        info = {"store": str(store.resolve()), "refreshed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
+        con.execute("CREATE TABLE catalog_problems (problem VARCHAR)")
+        if contents.problems:
+            con.executemany("INSERT INTO catalog_problems VALUES (?)", [(p,) for p in contents.problems])
+        con.execute("CHECKPOINT")
+
+
+def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> CatalogRefresh:
+    """Rebuild the catalog from the store; never raises for a catalog it could not write (says why)."""
+    try:
+        catalog_path.parent.mkdir(parents=True, exist_ok=True)
+        contents = scan_store(store)
+        with _writer_lock(catalog_path, lock_timeout_s) as locked:
+            if not locked:
+                return CatalogRefresh(False, f"another refresh held {catalog_path} for {lock_timeout_s:.0f} s")
+            tmp = catalog_path.with_name(f".{catalog_path.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                _write(tmp, contents, store)
+                tmp.replace(catalog_path)
+                # A write-ahead log left by a crashed writer of an older catalog must not replay onto this one.
+                catalog_path.with_name(catalog_path.name + ".wal").unlink(missing_ok=True)
+            finally:
+                tmp.unlink(missing_ok=True)
+                tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+    except (OSError, duckdb.Error) as exc:
+        reason = "the disk is full" if _disk_full(exc) else str(exc).splitlines()[0]
+        return CatalogRefresh(False, f"{catalog_path} not refreshed: {reason}")
+    return CatalogRefresh(True, problems=contents.problems)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    return getattr(exc, "errno", None) == 28 or "no space left" in str(exc).lower() or "disk is full" in str(exc)
+
+
+def catalog_store(catalog_path: Path) -> str | None:
+    """The store a catalog's views read (None when the file is missing or not a catalog)."""
+    if not catalog_path.is_file():
+        return None
+    try:
+        with duckdb.connect(str(catalog_path), read_only=True) as con:
+            row = con.execute("SELECT value FROM catalog_info WHERE key = 'store'").fetchone()
+    except duckdb.Error:
+        return None
+    return str(row[0]) if row else None
+
+
+def open_catalog(catalog_path: Path, store: Path) -> tuple[duckdb.DuckDBPyConnection, CatalogRefresh | None]:
+    """A read-only connection to a catalog of ``store``, rebuilt first when missing, damaged or moved."""
+    refreshed = None
+    if catalog_store(catalog_path) != str(store.resolve()):
+        refreshed = refresh_catalog(catalog_path, store)
+    return duckdb.connect(str(catalog_path), read_only=True), refreshed
+
+
+def refresh_and_report(catalog_path: Path, store: Path) -> CatalogRefresh:
+    """Refresh, and tell whoever listens (the CLI, a Dagster run's log) when it could not or left things out."""
+    from shiftbench import progress
+
+    result = refresh_catalog(catalog_path, store)
+    if not result.ok:
+        detail = f"{result.reason}; the versions are published (the store is the truth): run `shiftbench catalog`"
+        progress.report(progress.Event("catalog", str(catalog_path), status="stale", detail=detail))
+    for problem in result.problems:
+        progress.report(progress.Event("catalog", str(catalog_path), status="damaged", detail=problem))
+    return result

@@ -57,6 +57,7 @@ class Contract:
     table: str
     path: Path
     model: OpenDataContractStandard
+    sha256: str = ""  # of the file as it was loaded: a check is tied to the rules it ran
 
     @property
     def schema(self) -> SchemaObject:
@@ -111,10 +112,15 @@ class RuleResult:
     expected: str
     description: str = ""
 
+    def line(self) -> str:
+        """``table.rule: observed X, expected Y``: how every report names a rule's outcome."""
+        return f"{self.table}.{self.rule}: observed {self.observed}, expected {self.expected}"
+
 
 def load_contract(path: Path) -> Contract:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        raw = yaml.safe_load(text)
     except FileNotFoundError:
         raise InputError("contract not found", path=path) from None
     except yaml.YAMLError as exc:
@@ -128,7 +134,7 @@ def load_contract(path: Path) -> Contract:
         raise InputError("expected kind DataContract and an ODCS v3 apiVersion", path=path)
     if not model.schema_ or len(model.schema_) != 1 or not model.schema_[0].name:
         raise InputError("expected exactly one schema object (the table)", path=path)
-    contract = Contract(str(model.schema_[0].name), path, model)
+    contract = Contract(str(model.schema_[0].name), path, model, hashlib.sha256(text.encode("utf-8")).hexdigest())
     for prop in contract.properties:
         if not prop.name or not prop.physicalType:
             raise InputError(f"property {prop.name!r} needs a name and a physicalType", path=path)
@@ -136,13 +142,16 @@ def load_contract(path: Path) -> Contract:
 
 
 @cache
-def _load_all(directory: Path) -> dict[str, Contract]:
+def _load_all(directory: Path, stamp: tuple[tuple[str, int, int], ...]) -> dict[str, Contract]:
     contracts = [load_contract(p) for p in sorted(directory.glob("*.yaml"))]
     return {c.table: c for c in contracts}
 
 
 def contracts(directory: Path = CONTRACTS_DIR) -> dict[str, Contract]:
-    return _load_all(directory.resolve())
+    """Every contract, loaded again when a file changed (a long-lived process checks today's rules)."""
+    directory = directory.resolve()
+    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(directory.glob("*.yaml")))
+    return _load_all(directory, stamp)
 
 
 def contract_for(table: str, directory: Path = CONTRACTS_DIR) -> Contract:
@@ -325,8 +334,8 @@ def failures(results: Mapping[str, list[RuleResult]]) -> list[RuleResult]:
 def contracts_fingerprint(tables: Sequence[str], directory: Path = CONTRACTS_DIR) -> str:
     """Hash of the contract files of ``tables``: a check is valid only under the contracts it ran."""
     digest = hashlib.sha256()
+    loaded = contracts(directory)
     for table in sorted(tables):
-        contract = contracts(directory).get(table)
-        text = contract.path.read_bytes() if contract is not None else b"(no contract)"
-        digest.update(f"{table}\0".encode() + hashlib.sha256(text).digest())
+        contract = loaded.get(table)
+        digest.update(f"{table}\0{contract.sha256 if contract is not None else '(no contract)'}\n".encode())
     return digest.hexdigest()

@@ -51,11 +51,6 @@ class Markdown:
 
 
 @dataclass(frozen=True)
-class Json:
-    value: Any
-
-
-@dataclass(frozen=True)
 class FilePath:
     path: Path
 

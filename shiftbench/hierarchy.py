@@ -21,6 +21,7 @@ import networkx as nx
 import polars as pl
 
 from shiftbench.errors import InputError
+from shiftbench.textio import read_text
 
 ROOT_WNID = "n00001740"  # WordNet "entity"
 _NODE_ID = re.compile(r"^[A-Za-z0-9_.:-]+$")
@@ -155,12 +156,8 @@ def read_edge_file(path: Path, names: Mapping[str, str] | None = None) -> list[t
     With ``names``, every id must be named there: catches typos in hand-edited files.
     """
     edges: list[tuple[str, str]] = []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", path=path) from None
+    lines: dict[tuple[str, str], int] = {}
+    text = read_text(path)
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -176,20 +173,22 @@ def read_edge_file(path: Path, names: Mapping[str, str] | None = None) -> list[t
             if names is not None and token not in names:
                 raise InputError(f"unknown id {token} (not in the names file)", path=path, line=line_no)
         edges.append((parts[0], parts[1]))
+        lines.setdefault((parts[0], parts[1]), line_no)
     if not edges:
         raise InputError("no edges", path=path)
+    graph = nx.DiGraph(edges)
+    if not nx.is_directed_acyclic_graph(graph):  # name the file and the line that closes a cycle
+        cycle = nx.find_cycle(graph)
+        shown = " -> ".join(edge[0] for edge in cycle) + f" -> {cycle[0][0]}"
+        line_no = max(lines[(edge[0], edge[1])] for edge in cycle)
+        raise InputError(f"the hierarchy has a cycle: {shown}", path=path, line=line_no)
     return edges
 
 
 def read_names_file(path: Path) -> dict[str, str]:
     """Parse ``id<TAB>name`` lines (ImageNet ``words.txt``, BREEDS ``node_names.txt``)."""
     names: dict[str, str] = {}
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text ({exc.reason})", path=path) from None
+    text = read_text(path)
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue

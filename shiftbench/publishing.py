@@ -16,7 +16,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.catalog import refresh_catalog
+from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult, check_tables, failures
 from shiftbench.errors import ContractViolation
 from shiftbench.settings import Settings
@@ -47,13 +47,17 @@ def check_staged(staged: StagedVersion, only: list[str] | None = None) -> dict[s
     return check_tables({t: staged.table_path(t) for t in staged.tables}, only)
 
 
-def check_version(store: Store, staged: StagedVersion, *, reuse: bool = True) -> dict[str, list[RuleResult]]:
+def check_version(
+    store: Store, staged: StagedVersion, *, reuse: bool = True, verify: bool = True
+) -> dict[str, list[RuleResult]]:
     """Run every contract of the version and record the outcome: what publishing requires.
 
-    With ``reuse``, a recorded check of exactly these files (checksums verified now) under today's
-    contracts is returned instead of running the rules again: an unchanged rebuild costs a hash.
+    The files are first verified against the manifest's checksums (``verify=False`` only right after
+    ``Store.stage``, which just wrote or verified them). With ``reuse``, a recorded passing check of
+    exactly these files under today's contracts is returned instead of running the rules again.
     """
-    store.verify(staged)
+    if verify:
+        store.verify(staged)
     record = store.valid_check(staged) if reuse else None
     if record is not None:
         return {table: [RuleResult(**rule) for rule in rules] for table, rules in record.results.items()}
@@ -63,7 +67,7 @@ def check_version(store: Store, staged: StagedVersion, *, reuse: bool = True) ->
         staged,
         passed=not failed,
         rules=sum(len(r) for r in results.values()),
-        failed=[f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}" for r in failed],
+        failed=[r.line() for r in failed],
         results={table: [_rule_record(r) for r in rules] for table, rules in results.items()},
     )
     return results
@@ -75,13 +79,13 @@ def _rule_record(rule: RuleResult) -> dict[str, Any]:
 
 
 def describe_failures(results: Mapping[str, list[RuleResult]]) -> str:
-    return "; ".join(f"{r.table}.{r.rule}: observed {r.observed}, expected {r.expected}" for r in failures(results))
+    return "; ".join(r.line() for r in failures(results))
 
 
 def publish_staged(settings: Settings, staged: StagedVersion) -> Publication:
     """Publish a checked version and refresh the catalog (the store refuses an unchecked one)."""
     publication = Store(settings.store_dir).publish(staged)
-    refresh_catalog(settings.catalog_path, settings.store_dir)
+    refresh_and_report(settings.catalog_path, settings.store_dir)
     return publication
 
 

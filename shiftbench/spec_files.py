@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Self, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
 from shiftbench.errors import InputError
+from shiftbench.store import benchmark_name_problem
+from shiftbench.textio import read_text
 
 T = TypeVar("T")
 S = TypeVar("S", bound=BaseModel)
@@ -128,16 +130,7 @@ def line_of(data: Any, *path: Any) -> int | None:
 
 def read_spec_file(path: Path, parameter: str) -> str:
     """The text of a user's spec file; a missing, unreadable or non-UTF-8 file is one clear error."""
-    try:
-        return path.read_text("utf-8")
-    except FileNotFoundError:
-        raise InputError("spec file not found", path=path, parameter=parameter) from None
-    except IsADirectoryError:
-        raise InputError("is a directory, not a spec file", path=path, parameter=parameter) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"not UTF-8 text (byte {exc.start})", path=path, parameter=parameter) from None
-    except OSError as exc:
-        raise InputError(f"cannot read: {exc.strerror}", path=path, parameter=parameter) from None
+    return read_text(path, what="spec file", parameter=parameter)
 
 
 def spec_texts(family: str, extra: Path | None, parameter: str) -> list[tuple[str, str]]:
@@ -174,6 +167,14 @@ class Spec(BaseModel):
     NULLABLE: ClassVar[tuple[str, ...]] = ()
 
     name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, name: str) -> str:
+        problem = benchmark_name_problem(name)
+        if problem is not None:  # a name becomes a directory of the store: check it where it is written
+            raise ValueError(problem)
+        return name
 
     def params(self) -> dict[str, Any]:
         """The parameters recorded with every version (``benchmarks.params``)."""

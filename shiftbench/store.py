@@ -51,14 +51,22 @@ _STALE_STAGING_S = 24 * 3600
 # An unpublished version younger than this may still be waiting for its checks: gc keeps it.
 _PENDING_GRACE_S = 3600
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+MAX_NAME_LENGTH = 100  # names become directories (and parts of run names): keep them well under NAME_MAX
+
+
+def benchmark_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a benchmark (it becomes a directory of the store), or None."""
+    if not name or not set(name) <= _NAME_OK or name.startswith((".", "-")):
+        return f"invalid benchmark name {name!r}: use lower-case letters, digits, '-', '_' and '.'"
+    if len(name) > MAX_NAME_LENGTH:
+        return f"a benchmark name has at most {MAX_NAME_LENGTH} characters, got {len(name)}"
+    return None
 
 
 def check_benchmark_name(name: str, parameter: str = "benchmark") -> str:
-    if not name or not set(name) <= _NAME_OK or name.startswith((".", "-")):
-        raise InputError(
-            f"invalid benchmark name {name!r}: use lower-case letters, digits, '-', '_' and '.'",
-            parameter=parameter,
-        )
+    problem = benchmark_name_problem(name)
+    if problem is not None:
+        raise InputError(problem, parameter=parameter)
     return name
 
 
@@ -160,6 +168,7 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.problems: set[str] = set()  # damage met while reading (damaged files are skipped, not fatal)
 
     # -- layout ---------------------------------------------------------------------------
     def benchmark_dir(self, family: str, benchmark: str) -> Path:
@@ -218,7 +227,11 @@ class Store:
         version = version_id(family, benchmark, hashes)
         final = self.version_dir(family, benchmark, version)
         if (final / "manifest.json").exists():
-            return self._mark_staged(StagedVersion(family, benchmark, version, final, created=False))
+            existing = StagedVersion(family, benchmark, version, final, created=False)
+            if self.damage(existing) is None:
+                return self._mark_staged(existing)
+            with self._lock(family, benchmark):  # damaged: the rebuild writes the same content again
+                self._set_aside(final)
 
         self._clean_stale_staging()
         staging = self.staging_dir / f"{benchmark}-{version}-{uuid.uuid4().hex[:8]}"
@@ -233,6 +246,7 @@ class Store:
                 self._write_table(with_version, path)
                 files[name] = {
                     "file": path.name,
+                    "bytes": path.stat().st_size,
                     "rows": with_version.height,
                     "sha256": sha256_file(path),
                     "content_sha256": hashes[name],
@@ -305,10 +319,9 @@ class Store:
     ) -> CheckRecord:
         """Record the outcome of the version's contract checks with the checksums of the files checked.
 
-        The checksums are read from the manifest after :meth:`verify` re-hashed every file, so a
-        record can only describe the bytes that are on disk now.
+        Call right after :meth:`verify` (``check_version`` does): the checksums recorded are the
+        manifest's, which the files on disk were just shown to match.
         """
-        self.verify(staged)
         manifest = staged.manifest()
         record = CheckRecord(
             version=staged.version,
@@ -322,7 +335,8 @@ class Store:
         )
         path = self._check_path(staged)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, json.dumps(asdict(record), indent=2, sort_keys=True))
+        with self._lock(staged.family, staged.benchmark):  # never between a publish's check and its event
+            write_atomic(path, json.dumps(asdict(record), indent=2, sort_keys=True))
         return record
 
     def check_record(self, staged: StagedVersion) -> CheckRecord | None:
@@ -338,10 +352,7 @@ class Store:
         never reused: checking again costs little and says the same unless something changed.
         """
         record = self.check_record(staged)
-        if record is None or not record.results or not record.passed:
-            return None
-        files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
-        if record.files != files or record.contracts != contracts_fingerprint(sorted(files)):
+        if record is None or not record.results or _record_problem(record, staged) is not None:
             return None
         return record
 
@@ -351,17 +362,9 @@ class Store:
         name = f"{staged.benchmark} version {staged.version}"
         if record is None:
             raise ContractViolation(f"{name} has not been checked against its contracts: not published")
-        if not record.passed:
-            shown = "; ".join(record.failed[:3]) + (
-                f"; ... ({len(record.failed)} rules)" if len(record.failed) > 3 else ""
-            )
-            raise ContractViolation(f"{name} failed its contract checks ({shown}): not published")
-        manifest = staged.manifest()
-        files = {name: entry["sha256"] for name, entry in manifest["tables"].items()}
-        if record.files != files:
-            raise ContractViolation(f"{name}: the files checked are not the files published: check it again")
-        if record.contracts != contracts_fingerprint(sorted(files)):
-            raise ContractViolation(f"{name} was checked against other contracts than today's: check it again")
+        problem = _record_problem(record, staged)
+        if problem is not None:
+            raise ContractViolation(f"{name} {problem}: not published")
 
     @staticmethod
     def _canonical(frame: pl.DataFrame, benchmark: str) -> pl.DataFrame:
@@ -393,9 +396,9 @@ class Store:
 
         Raises :class:`ContractViolation` unless a passing check of exactly these files is recorded.
         """
-        self.verify(staged)
-        self._require_passing_check(staged)
-        with self._lock(staged.family, staged.benchmark):
+        with self._lock(staged.family, staged.benchmark):  # the check cannot change between these lines
+            self.verify(staged)
+            self._require_passing_check(staged)
             current = self.latest(staged.benchmark, family=staged.family)
             if current is not None and current.version == staged.version:
                 return Publication(staged.family, staged.benchmark, staged.version, current.published_at, False)
@@ -415,29 +418,63 @@ class Store:
     # -- reading ----------------------------------------------------------------------------
     def verify(self, staged: StagedVersion) -> None:
         """Check every file against the manifest's checksums before it can be published."""
-        manifest_path = staged.path / "manifest.json"
-        if not manifest_path.exists():
-            raise StoreError(f"{staged.path}: incomplete version (no manifest)")
-        manifest = staged.manifest()
-        for name, entry in manifest["tables"].items():
-            path = staged.path / entry["file"]
-            if not path.exists() or sha256_file(path) != entry["sha256"]:
-                raise StoreError(f"{path}: checksum mismatch with the manifest of version {staged.version}")
-            if name != path.stem:
-                raise StoreError(f"{manifest_path}: table {name} points at {entry['file']}")
+        problem = self.damage(staged)
+        if problem is not None:
+            raise StoreError(problem)
 
-    def _publications(self, family: str, benchmark: str) -> list[dict[str, Any]]:
+    def damage(self, staged: StagedVersion, *, checksums: bool = True) -> str | None:
+        """What is wrong with a version's files (naming the file), or None when they match the manifest.
+
+        Without ``checksums`` only what is cheap is compared (the manifest parses, files exist with
+        the recorded size): enough to keep a truncated file out of the catalog.
+        """
+        manifest_path = staged.path / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text("utf-8"))
+            tables = dict(manifest["tables"])
+        except FileNotFoundError:
+            return f"{manifest_path}: incomplete version (no manifest)"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"{manifest_path}: damaged manifest ({type(exc).__name__})"
+        for name, entry in sorted(tables.items()):
+            path = staged.path / str(entry.get("file", ""))
+            if name != path.stem:
+                return f"{manifest_path}: table {name} points at {entry.get('file')}"
+            if not path.is_file():
+                return f"{path}: missing (listed in the manifest of version {staged.version})"
+            size = entry.get("bytes")
+            if size is not None and path.stat().st_size != size:
+                return f"{path}: {path.stat().st_size} bytes, the manifest of version {staged.version} says {size}"
+            if checksums and sha256_file(path) != entry.get("sha256"):
+                return f"{path}: checksum mismatch with the manifest of version {staged.version}"
+        return None
+
+    def _set_aside(self, version_dir: Path) -> None:
+        """Move a damaged version out of the way (kept for inspection, never read again)."""
+        target = version_dir.with_name(f".damaged-{version_dir.name}-{uuid.uuid4().hex[:8]}")
+        version_dir.rename(target)
+
+    def publications(self, family: str, benchmark: str) -> list[dict[str, Any]]:
+        """The readable publication events, oldest first; a damaged one is skipped (and reported)."""
         directory = self.benchmark_dir(family, benchmark) / "publications"
         if not directory.is_dir():
             return []
-        events = [json.loads(p.read_text("utf-8")) for p in sorted(directory.glob("*.json"))]
-        return events  # file names start with a zero-padded ns timestamp: sorted == chronological
+        events = []
+        for path in sorted(directory.glob("*.json")):  # zero-padded ns timestamps: sorted == chronological
+            event = _read_event(path)
+            if event is None:
+                self.problems.add(f"{path}: damaged publication event (ignored; publish again to repair)")
+                continue
+            if not self.version_dir(family, benchmark, str(event["version"])).is_dir():
+                self.problems.add(f"{path}: publishes version {event['version']}, which is not in the store")
+            events.append(event)
+        return events
 
     def latest(self, benchmark: str, family: str | None = None) -> VersionInfo | None:
         family = family or self.family_of(benchmark)
         if family is None:
             return None
-        events = self._publications(family, benchmark)
+        events = self.publications(family, benchmark)
         if not events:
             return None
         last = events[-1]
@@ -451,7 +488,13 @@ class Store:
 
     def _info(self, family: str, benchmark: str, version: str, published_at: str, is_latest: bool) -> VersionInfo:
         manifest_path = self.version_dir(family, benchmark, version) / "manifest.json"
-        manifest = json.loads(manifest_path.read_text("utf-8")) if manifest_path.exists() else {}
+        try:
+            manifest = json.loads(manifest_path.read_text("utf-8"))
+        except (OSError, ValueError):
+            self.problems.add(f"{manifest_path}: damaged or missing manifest (run `shiftbench check`)")
+            manifest = {}
+        if not isinstance(manifest, dict):
+            manifest = {}
         return VersionInfo(
             family,
             benchmark,
@@ -471,7 +514,7 @@ class Store:
             for bench_dir in sorted(p for p in family_dir.iterdir() if p.is_dir()):
                 if benchmark is not None and bench_dir.name != benchmark:
                     continue
-                events = self._publications(family_dir.name, bench_dir.name)
+                events = self.publications(family_dir.name, bench_dir.name)
                 if not events:
                     continue
                 latest = events[-1]["version"]
@@ -497,7 +540,7 @@ class Store:
         for family_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             for bench_dir in sorted(p for p in family_dir.iterdir() if p.is_dir()):
                 with self._lock(family_dir.name, bench_dir.name):
-                    events = self._publications(family_dir.name, bench_dir.name)
+                    events = self.publications(family_dir.name, bench_dir.name)
                     recent: list[str] = []
                     for event in reversed(events):
                         if event["version"] not in recent:
@@ -523,3 +566,27 @@ class Store:
                         check.unlink(missing_ok=True)
                         shutil.rmtree(version_dir)
         return removed
+
+
+def _read_event(path: Path) -> dict[str, Any] | None:
+    """A publication event, or None when the file is damaged (truncated, not JSON, fields missing)."""
+    try:
+        event = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(event, dict) or not all(isinstance(event.get(k), str) for k in ("version", "published_at")):
+        return None
+    return event
+
+
+def _record_problem(record: CheckRecord, staged: StagedVersion) -> str | None:
+    """Why a check record does not allow publishing ``staged`` (None: it passed, on these files, today)."""
+    if not record.passed:
+        shown = "; ".join(record.failed[:3]) + (f"; ... ({len(record.failed)} rules)" if len(record.failed) > 3 else "")
+        return f"failed its contract checks ({shown})"
+    files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
+    if record.files != files:
+        return "was checked on other files than these: check it again"
+    if record.contracts != contracts_fingerprint(sorted(files)):
+        return "was checked against other contracts than today's: check it again"
+    return None

@@ -25,8 +25,6 @@ from shiftbench.fingerprint import canonical_json
 from shiftbench.settings import Settings
 from shiftbench.store import Store, check_benchmark_name, write_atomic
 
-MAX_NAME_LENGTH = 100
-
 
 class Variant(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,14 +58,6 @@ def _locked(settings: Settings) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def check_name(name: str, parameter: str = "--name") -> str:
-    if len(name) > MAX_NAME_LENGTH:
-        raise InputError(
-            f"a benchmark name has at most {MAX_NAME_LENGTH} characters, got {len(name)}", parameter=parameter
-        )
-    return check_benchmark_name(name, parameter)
-
-
 def _save(settings: Settings, variants: Mapping[str, Variant]) -> None:
     text = json.dumps({k: v.model_dump() for k, v in sorted(variants.items())}, indent=2, sort_keys=True)
     write_atomic(settings.variants_path, text)
@@ -94,7 +84,7 @@ def register(
     Registering the same definition again is a no-op; anything that would give an existing name
     other content is an error naming what already holds it.
     """
-    check_name(name)
+    check_benchmark_name(name, "--name")
     specs = kind.specs(settings)
     if base not in specs:
         raise InputError(f"{base!r} is not a {kind.family} {kind.name} spec", parameter="--benchmark")

@@ -82,9 +82,18 @@ def test_tampered_files_are_never_published(tmp_path: Path, toy_breeds_dir: ToyD
     staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir())))
     with staged.table_path("examples").open("ab") as handle:
         handle.write(b"x")
-    with pytest.raises(StoreError, match="checksum mismatch"):
+    with pytest.raises(StoreError, match=r"examples\.parquet: \d+ bytes, the manifest of version \w+ says \d+"):
         store.publish(staged)
     assert store.latest("toy") is None
+    data = bytearray(staged.table_path("examples").read_bytes()[:-1])  # same size, one byte changed
+    data[100] ^= 0xFF
+    staged.table_path("examples").write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=r"examples\.parquet: checksum mismatch"):
+        store.publish(staged)
+    again = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir())))  # a rebuild repairs it
+    assert again.version == staged.version and store.damage(again) is None
+    store.publish(again)
+    assert store.latest("toy").version == staged.version
 
 
 def test_only_a_version_that_passed_its_checks_is_published(

@@ -55,7 +55,7 @@ class TrainConfig:
         unknown = sorted(set(values) - set(known))
         if unknown:
             raise InputError(f"unknown training parameter; known: {', '.join(sorted(known))}", parameter=unknown[0])
-        cleaned = {name: _coerce(value, str(known[name].type), name) for name, value in values.items()}
+        cleaned = {name: coerce_value(value, str(known[name].type), name) for name, value in values.items()}
         config = cls(**cleaned)
         config.validate()
         return config
@@ -86,7 +86,7 @@ class TrainConfig:
         return values
 
 
-def _coerce(value: Any, kind: str, name: str) -> Any:
+def coerce_value(value: Any, kind: str, name: str) -> Any:
     """Values from YAML, ``--set`` or JSON to the field's type (``5e-5`` is a string to YAML 1.1)."""
     if value is None and "None" in kind:
         return None

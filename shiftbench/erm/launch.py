@@ -31,7 +31,7 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
-from shiftbench.errors import InputError
+from shiftbench.errors import ContractViolation, InputError
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
@@ -291,7 +291,7 @@ def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[Publi
     """Stage, check and publish the job's outputs in one call (library users, notebooks)."""
     staged, results, summary = stage_run(settings, plan, out_dir)
     if any(not r.passed for rules in results.values() for r in rules):
-        raise InputError(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
+        raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
     return PublishOutcome(staged, publish_staged(settings, staged), results), summary
 
 

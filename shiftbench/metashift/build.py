@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
@@ -81,6 +82,14 @@ def collection_tables(
     """All tables of one collection version (without ``version``), and the per-class graphs."""
     memberships = candidate_memberships(objects, images, spec.context_kinds, general_contexts, class_groups)
     subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
+    if not subsets["selected"].any():  # an empty collection would publish as a result: refuse it
+        largest = int(subsets.select(pl.col("n_images").max()).item() or 0) if subsets.height else 0
+        raise InputError(
+            f"no class has {spec.min_subsets_per_class} subsets of {spec.min_subset_size} or more images "
+            f"({subsets.height:,} candidate subsets, the largest has {largest:,}): lower min_subset_size or "
+            "min_subsets_per_class",
+            parameter="min_subset_size",
+        )
     nodes = mg.node_order(subsets.filter(pl.col("selected")))
     edges = mg.overlap_edges(memberships.select("subset", "image_id"), nodes, spec.edge_threshold)
     results = _class_results(spec, nodes, edges)

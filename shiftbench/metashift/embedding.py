@@ -41,6 +41,7 @@ from shiftbench.errors import InputError
 
 EMBEDDINGS = ("paper", "networkx")
 STATUSES = ("ok", "different_components", "degenerate_eigenvalues", "too_few_nodes")
+MAX_EMBEDDING_DIM = 64  # the paper uses 5
 _DENSE_MAX = 400  # components up to this size: dense eigh is faster and exact
 _RTOL = 1e-8
 
@@ -57,8 +58,9 @@ class Embedding:
 def check_embedding(method: str, dim: int) -> None:
     if method not in EMBEDDINGS:
         raise InputError(f"must be one of {', '.join(EMBEDDINGS)}, got {method!r}", parameter="embedding")
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 1:
-        raise InputError(f"must be a positive integer, got {dim!r}", parameter="embedding_dim")
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_EMBEDDING_DIM:
+        # The bound keeps a typo from allocating a (nodes x dim) array of many GiB.
+        raise InputError(f"must be an integer in 1..{MAX_EMBEDDING_DIM}, got {dim!r}", parameter="embedding_dim")
 
 
 def components(weights: sp.csr_array) -> np.ndarray:

@@ -19,6 +19,8 @@ from shiftbench.cache import unique_sibling
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files
 from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
+from shiftbench.sources.imagenet import imagenet_classes
+from shiftbench.textio import read_text
 
 BREEDS_FILES = ("class_hierarchy.txt", "node_names.txt", "dataset_class_info.json")
 
@@ -32,25 +34,44 @@ class BreedsHierarchyFiles:
 
 
 def read_dataset_class_info(path: Path) -> list[tuple[int, str, str]]:
+    """``[index, wnid, name]`` per class: known ImageNet wnids, each once, indices unique."""
+    text = read_text(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("file not found", path=path) from None
+        data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"invalid JSON ({exc.msg}, column {exc.colno})", path=path, line=exc.lineno) from None
     if not isinstance(data, list) or not data:
         raise InputError("expected a non-empty list of [index, wnid, name]", path=path)
+    known = set(imagenet_classes()["wnid"].to_list())
+
+    def line_of(wnid: str) -> int | None:
+        at = text.find(f'"{wnid}"')
+        return text[:at].count("\n") + 1 if at >= 0 else None
+
     rows: list[tuple[int, str, str]] = []
+    seen_wnids: set[str] = set()
+    seen_indices: set[int] = set()
     for position, item in enumerate(data):
         if (
             not isinstance(item, list)
             or len(item) != 3
             or not isinstance(item[0], int)
+            or isinstance(item[0], bool)
             or not isinstance(item[1], str)
             or not isinstance(item[2], str)
         ):
             raise InputError(f"entry {position} is not [index, wnid, name]: {str(item)[:80]}", path=path)
-        rows.append((item[0], item[1], item[2]))
+        index, wnid, name = item
+        where = f"entry {position} ({wnid})"
+        if wnid not in known:
+            raise InputError(f"{where}: not an ImageNet-1k class", path=path, line=line_of(wnid))
+        if wnid in seen_wnids:
+            raise InputError(f"{where}: the class is listed twice", path=path, line=line_of(wnid))
+        if index in seen_indices:
+            raise InputError(f"{where}: index {index} is used twice", path=path, line=line_of(wnid))
+        seen_wnids.add(wnid)
+        seen_indices.add(index)
+        rows.append((index, wnid, name))
     return rows
 
 

@@ -134,6 +134,8 @@ def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
                 raise InputError(f"invalid scene-graph JSON: {detail}", path=path, line=line) from None
             raise
         images = con.sql("SELECT * FROM image_rows").pl()
+        if images.height == 0:
+            raise InputError("no scene graphs: the file maps no image id to a scene graph", path=path)
         _fail_on(images, pl.col("image_type") != "OBJECT", path, "scene graph is not a JSON object")
         _fail_on(images, pl.col("objects_type").is_null(), path, "missing 'objects'")
         _fail_on(images, pl.col("objects_type") != "OBJECT", path, "'objects' is not a JSON object")
@@ -189,6 +191,8 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
         second_file = twice.filter(pl.col("image_id") == image_id)["file"][1]
         raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
     objects = pl.concat([file_objects for file_objects, _ in parts])
+    if objects.height == 0:
+        raise InputError("no objects in any scene graph: nothing to build subsets from", path=paths[0])
     return SceneTables.from_frames(objects, images.drop("file"), sha256_files(paths), kind="gqa-scene-graphs")
 
 
@@ -223,6 +227,8 @@ def read_tags_table(path: Path) -> SceneTables:
     missing = [c for c in ("image_id", "tag") if c not in frame.columns]
     if missing:
         raise InputError(f"missing column {missing[0]!r} (have {', '.join(frame.columns)})", path=path)
+    if frame.height == 0:
+        raise InputError("no rows: the table has no (image_id, tag) pair", path=path, parameter=parameter)
     for column in ("image_id", "tag", "kind"):
         if column in frame.columns and frame.schema[column] != pl.String:
             raise InputError(
