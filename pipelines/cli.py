@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, StoreError
+from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, StoreError, disk_full, free_bytes
 from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
@@ -43,10 +43,22 @@ def ensure_dagster_home(settings: Settings) -> Path:
 
 
 def _instance(settings: Settings) -> Any:
-    import dagster as dg
+    """The Dagster instance, created by one process at a time.
 
-    ensure_dagster_home(settings)
-    return dg.DagsterInstance.get()
+    Dagster's SQLite storages create their tables and stamp their schema version when first
+    opened; two processes doing that at once in a new home race (duplicate alembic heads leave the
+    home unusable). Opening under a lock costs milliseconds once the home exists.
+    """
+    import dagster as dg
+    from filelock import FileLock
+
+    home = ensure_dagster_home(settings)
+    with FileLock(home / ".instance.lock"):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # run storage
+        instance.get_dynamic_partitions("shiftbench")  # event log storage
+        instance.all_instigator_state()  # schedule storage
+    return instance
 
 
 def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -119,7 +131,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     for line in skipped:
         reporter.line(line)
     first = True
-    run_failures: list[bool] = []  # per failed run not explained by its benchmarks: was it a bad input?
+    run_failures: list[tuple[bool, int]] = []  # failed runs not explained by their benchmarks: (bad input?, count)
     with reporter.listening():
         for kind, names in plan.items():
             known = set(instance.get_dynamic_partitions(kind.qualified))
@@ -137,20 +149,20 @@ def cmd_build(args: argparse.Namespace) -> int:
                     message, is_input = runs.run_error(instance, run)
                     shown = ", ".join(unreported) if len(unreported) <= 3 else f"{len(unreported)} {kind.plural}"
                     reporter.line(f"error: {message}; nothing published for {shown}", error=True)
-                    run_failures.append(is_input)
+                    run_failures.append((is_input, len(unreported)))
     for outcome in reporter.outcomes:
         if outcome is not None and outcome.description is not None and outcome.publication is not None:
             for warning in outcome.description.warnings:
                 reporter.warn(f"{outcome.benchmark}: {warning}")
     published = sum(1 for o in reporter.outcomes if o is not None and o.publication is not None)
-    failed = reporter.failed_checks + reporter.errors + len(run_failures)
+    failed = reporter.failed_checks + reporter.errors + sum(count for _, count in run_failures)
     if registered is not None and not published:  # a new name whose build failed stays free
         forget_variant(instance, settings, next(iter(plan)), registered)
-    total = published + reporter.failed_checks + reporter.errors
+    total = published + failed
     summary = f"{published} of {total} published" if failed else f"{published} published"
     print(f"\n{summary} in {time.monotonic() - reporter.started:.1f}s")
     print(f"Store:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
-    if reporter.user_errors or any(run_failures):
+    if reporter.user_errors or any(is_input for is_input, _ in run_failures):
         return 2
     return 1 if failed else 0
 
@@ -330,10 +342,11 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from shiftbench.catalog import open_catalog
 
     settings = Settings.from_env()
-    con, refreshed = open_catalog(settings.catalog_path, settings.store_dir)
-    if refreshed is not None and not refreshed.ok:
-        print(f"warning: {refreshed.reason}", file=sys.stderr)
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if not this store's
     with con:
+        [(left_out,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
+        if left_out:
+            print(f"warning: {left_out} damaged file(s) left out of the catalog: see `shiftbench check`", file=sys.stderr)
         try:
             relation = con.sql(args.query)
         except duckdb.Error as exc:
@@ -499,6 +512,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ShiftbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Exception as exc:
+        home = Path(os.environ.get("SHIFTBENCH_HOME") or "warehouse").absolute()
+        if not disk_full(exc, home):
+            raise  # a bug: its traceback is what a report needs
+        print(
+            f"error: the disk holding {home} is full ({free_bytes(home) >> 10:,} KiB free): the command stopped; "
+            "a version is published whole or not at all (`shiftbench versions` lists them); free space and rerun",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

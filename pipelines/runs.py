@@ -20,6 +20,8 @@ from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, 
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 
+from shiftbench.errors import disk_full
+
 PROJECT = Path(__file__).resolve().parents[1]
 MODULE = "pipelines.definitions"
 LOCATION = "shiftbench"  # [tool.dagster] code_location_name
@@ -114,6 +116,8 @@ def run_error(instance: dg.DagsterInstance, run: DagsterRun) -> tuple[str, bool]
                 message = message.removeprefix(prefix)
             if error.cls_name in {"InputError", "Failure"}:
                 return message, True
+            if disk_full(Exception(message)):
+                return f"the disk is full ({message.splitlines()[0]})", False
             return f"{error.cls_name}: {message}", False
         message = getattr(event, "message", None)
         if message:

@@ -8,13 +8,32 @@ elsewhere (pipes, CI, tests) it prints the same lines plainly. Warnings print on
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stderr
 from typing import Any, TextIO
 
 from shiftbench import progress
+from shiftbench.errors import disk_full
 
 # Words for outcomes, as the lines print them.
 _VERDICT = {"published": "", "checked": "checked, not published", "failed_checks": "FAILED its checks, not published"}
+
+
+class _QuietDiskFull:
+    """Standard error without Dagster's two-line SQLite message per log call it could not store on a
+    full disk (the CLI says once that the disk is full); everything else passes through."""
+
+    _PREFIX = "Exception while writing logger call to event log:"
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        if text.startswith(self._PREFIX) and disk_full(Exception(text)):
+            return len(text)
+        return self._stream.write(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 class Reporter:
@@ -104,7 +123,7 @@ class Reporter:
             )
             self._progress.start()
         try:
-            with progress.listening(self):
+            with progress.listening(self), redirect_stderr(_QuietDiskFull(sys.stderr)):
                 yield self
         finally:
             if self._progress is not None:

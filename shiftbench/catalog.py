@@ -23,18 +23,16 @@ The catalog is derived from the store and rebuilt after every publish:
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import duckdb
+from filelock import FileLock, Timeout
 
 from shiftbench.contracts import Contract, contracts, empty_relation
+from shiftbench.errors import StoreError, disk_full
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LOCK_TIMEOUT_S = 120.0
@@ -132,26 +130,6 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
     return statements
 
 
-@contextlib.contextmanager
-def _writer_lock(catalog_path: Path, timeout_s: float) -> Iterator[bool]:
-    """One catalog writer at a time (readers never wait); yields False if the lock was not had in time."""
-    with catalog_path.with_name(f".{catalog_path.name}.lock").open("w") as handle:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    yield False
-                    return
-                time.sleep(0.05)
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def _write(path: Path, contents: StoreContents, store: Path) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in _PUBLICATION_COLUMNS.items())
     with duckdb.connect(str(path)) as con:
@@ -174,9 +152,8 @@ def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = 
     try:
         catalog_path.parent.mkdir(parents=True, exist_ok=True)
         contents = scan_store(store)
-        with _writer_lock(catalog_path, lock_timeout_s) as locked:
-            if not locked:
-                return CatalogRefresh(False, f"another refresh held {catalog_path} for {lock_timeout_s:.0f} s")
+        # One writer at a time; readers never wait (they keep the file they opened).
+        with FileLock(catalog_path.with_name(f".{catalog_path.name}.lock"), timeout=lock_timeout_s):
             tmp = catalog_path.with_name(f".{catalog_path.name}.{uuid.uuid4().hex}.tmp")
             try:
                 _write(tmp, contents, store)
@@ -186,14 +163,12 @@ def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = 
             finally:
                 tmp.unlink(missing_ok=True)
                 tmp.with_name(tmp.name + ".wal").unlink(missing_ok=True)
+    except Timeout:
+        return CatalogRefresh(False, f"another refresh held {catalog_path} for {lock_timeout_s:.0f} s")
     except (OSError, duckdb.Error) as exc:
-        reason = "the disk is full" if _disk_full(exc) else str(exc).splitlines()[0]
+        reason = "the disk is full" if disk_full(exc, catalog_path.parent) else str(exc).splitlines()[0]
         return CatalogRefresh(False, f"{catalog_path} not refreshed: {reason}")
     return CatalogRefresh(True, problems=contents.problems)
-
-
-def _disk_full(exc: BaseException) -> bool:
-    return getattr(exc, "errno", None) == 28 or "no space left" in str(exc).lower() or "disk is full" in str(exc)
 
 
 def catalog_store(catalog_path: Path) -> str | None:
@@ -213,6 +188,8 @@ def open_catalog(catalog_path: Path, store: Path) -> tuple[duckdb.DuckDBPyConnec
     refreshed = None
     if catalog_store(catalog_path) != str(store.resolve()):
         refreshed = refresh_catalog(catalog_path, store)
+        if not refreshed.ok:  # the file there is not this store's catalog: never read another store
+            raise StoreError(f"{refreshed.reason}; no catalog of {store} to query")
     return duckdb.connect(str(catalog_path), read_only=True), refreshed
 
 

@@ -7,7 +7,12 @@ publish nothing.
 
 from __future__ import annotations
 
+import errno
+import shutil
 from pathlib import Path
+
+_FULL_MESSAGES = ("no space left", "disk is full", "database or disk is full")
+_NEARLY_FULL_BYTES = 4 << 20  # SQLite reports a full tmpfs as "disk I/O error": check what is left
 
 
 class ShiftbenchError(Exception):
@@ -43,3 +48,34 @@ class ContractViolation(ShiftbenchError):
 
 class StoreError(ShiftbenchError):
     """The versioned store is in a state it cannot safely change (e.g. a checksum mismatch)."""
+
+
+def disk_full(exc: BaseException, where: Path | None = None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) says the disk ran out of space.
+
+    Dagster's SQLite storages and DuckDB wrap the OS error in their own types with only its text,
+    so the chain and the messages are searched; an I/O error on a nearly full ``where`` counts too.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        text = str(current).lower()
+        if any(message in text for message in _FULL_MESSAGES):
+            return True
+        if "disk i/o error" in text and where is not None and free_bytes(where) < _NEARLY_FULL_BYTES:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def free_bytes(path: Path) -> int:
+    """Free space of the disk holding ``path`` (or its nearest existing parent)."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return 0

@@ -26,20 +26,20 @@ Every family uses this module unchanged: it knows nothing about BREEDS or MetaSh
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import polars as pl
+from filelock import FileLock
 
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, InputError, StoreError
@@ -181,16 +181,11 @@ class Store:
     def staging_dir(self) -> Path:
         return self.root / ".staging"
 
-    @contextlib.contextmanager
-    def _lock(self, family: str, benchmark: str) -> Iterator[None]:
+    def _lock(self, family: str, benchmark: str) -> FileLock:
+        """One writer per benchmark (stage, publish, check records, gc), across processes."""
         directory = self.benchmark_dir(family, benchmark)
         directory.mkdir(parents=True, exist_ok=True)
-        with (directory / ".lock").open("w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return FileLock(directory / ".lock")
 
     def family_of(self, benchmark: str) -> str | None:
         if not self.root.is_dir():

@@ -10,13 +10,12 @@ variant, not a benchmark published by another family or from another spec.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
-import fcntl
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from filelock import FileLock
 from pydantic import BaseModel, ConfigDict
 
 from shiftbench.errors import InputError
@@ -47,15 +46,9 @@ def load_variants(settings: Settings) -> dict[str, Variant]:
         raise InputError(f"unreadable variants file ({exc}); fix or remove it", path=path) from None
 
 
-@contextlib.contextmanager
-def _locked(settings: Settings) -> Iterator[None]:
+def _locked(settings: Settings) -> FileLock:
     settings.home.mkdir(parents=True, exist_ok=True)
-    with (settings.home / ".variants.lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return FileLock(settings.home / ".variants.lock")
 
 
 def _save(settings: Settings, variants: Mapping[str, Variant]) -> None:

@@ -141,6 +141,28 @@ def test_a_moved_home_is_noticed_and_the_catalog_rebuilt(
     assert store == (str((moved / "store").resolve()),)
 
 
+def test_a_moved_home_whose_catalog_cannot_be_rebuilt_never_reads_the_old_store(
+    published_store: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    from shiftbench import catalog as catalog_module
+    from shiftbench.errors import StoreError
+
+    catalog, _ = published_store
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    shutil.copytree(tmp_path / "store", moved / "store")  # the old store stays where the catalog points
+    shutil.copy(catalog, moved / "catalog.duckdb")
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(catalog_module, "_write", full)
+    with pytest.raises(StoreError, match=r"not refreshed: the disk is full; no catalog of .*moved/store to query"):
+        catalog_module.open_catalog(moved / "catalog.duckdb", moved / "store")
+
+
 def test_a_catalog_that_cannot_be_written_says_so_and_keeps_the_old_one(
     published_store: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

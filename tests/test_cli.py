@@ -7,6 +7,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, PROJECT, ToyDir
+from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, PROJECT, TOY_CLASSES, ToyDir
 
 Env = Callable[..., Settings]
 
@@ -103,6 +104,21 @@ def _toy_rootless(d: Path) -> None:
         (d / name).write_text((d / name).read_text().replace("n00001740", "dummy0"))
 
 
+def _toy_latin1(d: Path) -> None:
+    (d / "node_names.txt").write_bytes((d / "node_names.txt").read_bytes() + "n09999999\tcaf\xe9\n".encode("latin-1"))
+
+
+def _toy_directory(d: Path) -> None:
+    (d / "class_hierarchy.txt").unlink()
+    (d / "class_hierarchy.txt").mkdir()
+
+
+def _class_info(rows: list[tuple[int, str]]) -> str:
+    return json.dumps([[i, w, f"class {w}"] for i, w in rows]).replace("], [", "],\n[")
+
+
+_TOY = [(i, w) for i, w in enumerate(TOY_CLASSES)]
+
 CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str], str]] = [
     # (case, files to write into the BREEDS dir, mutation, extra CLI args, expected message)
     ("malformed line", {"class_hierarchy.txt": "n00001740 dummy1 dummy2\n"}, None, [],
@@ -122,6 +138,19 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
     ("unknown parameter", {}, None, ["--set", "sead=3", "--name", "toy-s"], "parameter 'sead'"),
     ("bad value", {}, None, ["--set", "seed=three", "--name", "toy-s"], "parameter 'seed': must be a valid integer"),
     ("sexagesimal value", {}, None, ["--set", "seed=1:20", "--name", "toy-s"], "got '1:20'"),
+    ("float for an integer", {}, None, ["--set", "n_subclasses=2.5", "--name", "toy-s"],
+     "parameter 'n_subclasses': must be a valid integer, got 2.5"),
+    ("not UTF-8", {}, _toy_latin1, [], "node_names.txt:22: not UTF-8 text"),
+    ("a directory", {}, _toy_directory, [], "class_hierarchy.txt: required BREEDS hierarchy file is missing"),
+    ("unknown class", {"dataset_class_info.json": _class_info([*_TOY, (12, "n09999999")])}, None, [],
+     "dataset_class_info.json:13: entry 12 (n09999999): not an ImageNet-1k class"),
+    ("class twice", {"dataset_class_info.json": _class_info([*_TOY, (12, TOY_CLASSES[3])])}, None, [],
+     "dataset_class_info.json:13: entry 12 (n02110063): the class is listed twice"),
+    ("index twice", {"dataset_class_info.json": _class_info([*_TOY[:-1], (0, TOY_CLASSES[-1])])}, None, [],
+     "index 0 is used twice"),
+    ("empty name", {}, None, ["--set", "seed=1", "--name", ""], "parameter '--name': invalid benchmark name ''"),
+    ("path in name", {}, None, ["--set", "seed=1", "--name", "../x"], "invalid benchmark name '../x'"),
+    ("long name", {}, None, ["--set", "seed=1", "--name", "v" * 300], "at most 100 characters, got 300"),
 ]  # fmt: skip
 
 
@@ -222,3 +251,104 @@ def test_bad_settings_and_spec_files_are_one_line(
 
     with pytest.raises(Exception, match=r"preset 'smoke' is already defined in shiftbench/specs/erm\.yaml"):
         load_presets(Settings.from_env().erm_presets)
+
+
+@pytest.mark.slow
+def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_nothing_down(
+    cli_env: Callable[..., Settings], toy_breeds_dir: ToyDir, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import polars as pl
+
+    directory = toy_breeds_dir("good")
+    spec_file = directory.parent / "toy_specs.yaml"
+    spec_file.write_text(
+        "family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n"
+        "  toy2:\n    level: 1\n    n_subclasses: 4\n    seed: 1\n"
+    )
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    assert main(["build", "--benchmark", "toy", "--benchmark", "toy2"]) == 0
+    store = Store(settings.store_dir)
+    toy, toy2 = store.latest("toy"), store.latest("toy2")
+    assert toy is not None and toy2 is not None
+    assert main(["check"]) == 0
+    assert "files match their checksums" in capsys.readouterr().out
+    version_dir = store.version_dir("breeds", "toy", toy.version)
+
+    # Tampered but valid Parquet of the same size: only the checksum can tell.
+    examples = version_dir / "examples.parquet"
+    size = examples.stat().st_size
+    frame = pl.read_parquet(examples)
+    frame.with_columns(pl.col("split").reverse()).write_parquet(examples)
+    if examples.stat().st_size != size:  # keep the size: the cheap comparison must not be what finds it
+        data = examples.read_bytes()
+        examples.write_bytes(data[:size] if len(data) > size else data + b"\0" * (size - len(data)))
+    assert main(["check"]) == 1
+    out = capsys.readouterr().out
+    assert f"toy {toy.version}: DAMAGED: {examples}: checksum mismatch" in out
+    assert f"toy2 {toy2.version}: " in out and "rules hold" in out  # the other one is still checked
+
+    # Rebuilding repairs it (the damaged copy is set aside), and check passes again.
+    assert main(["build", "--benchmark", "toy"]) == 0
+    capsys.readouterr()
+    assert main(["check"]) == 0
+    capsys.readouterr()
+
+    # A truncated file, a truncated manifest, a truncated publication event: each is named, and
+    # versions, sql and build keep working for the rest of the store.
+    truncations = (
+        version_dir / "breeds_subpopulations.parquet",
+        version_dir / "manifest.json",
+        sorted((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))[-1],
+    )
+    for path in truncations:
+        original = path.read_bytes()
+        path.write_bytes(original[: len(original) // 2])
+        assert main(["check"]) == 1
+        out = capsys.readouterr().out
+        assert str(path) in out and "DAMAGED" in out, out
+        assert main(["versions"]) == 0
+        captured = capsys.readouterr()
+        assert "toy2" in captured.out
+        if path.suffix != ".parquet":
+            assert str(path) in captured.err
+        assert main(["catalog"]) == 0
+        assert main(["sql", "SELECT benchmark FROM benchmarks ORDER BY 1", "--csv"]) == 0
+        captured = capsys.readouterr()
+        assert "toy2" in captured.out.splitlines()
+        assert main(["build", "--benchmark", "toy2"]) == 0
+        capsys.readouterr()
+        path.write_bytes(original)
+    assert main(["check"]) == 0
+
+
+@pytest.mark.slow
+def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
+    cli_env: Callable[..., Settings],
+    toy_breeds_dir: ToyDir,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from shiftbench.breeds import family as breeds_family
+
+    directory = toy_breeds_dir("good")
+    spec_file = directory.parent / "toy_specs.yaml"
+    spec_file.write_text(
+        "family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n"
+        "  toy2:\n    level: 1\n    n_subclasses: 4\n    seed: 1\n"
+    )
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    real = breeds_family.build_tables
+
+    def flaky(spec: Any, *args: Any, **kwargs: Any) -> Any:
+        if spec.name == "toy":
+            raise RuntimeError("simulated crash")
+        return real(spec, *args, **kwargs)
+
+    monkeypatch.setattr(breeds_family, "build_tables", flaky)
+    assert main(["build", "--benchmark", "toy", "--benchmark", "toy2"]) == 1  # shiftbench's fault, not the input's
+    captured = capsys.readouterr()
+    assert "[1/2] toy: error: RuntimeError: simulated crash; nothing published" in captured.err
+    assert "[2/2] toy2: version" in captured.out
+    assert "1 of 2 published" in captured.out
+    store = Store(settings.store_dir)
+    assert store.latest("toy") is None and store.latest("toy2") is not None

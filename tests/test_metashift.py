@@ -265,7 +265,14 @@ def test_task_errors_name_the_task_and_the_community(generated: tuple[pl.DataFra
     ):
         with pytest.raises(InputError, match=key):
             SPECS.tasks["cat-dog-indoor-outdoor-p12"].with_overrides({key: value})
-    for key, value in (("edge_threshold", -0.1), ("community_method", "leiden"), ("context_kinds", ["colour"])):
+    for key, value in (
+        ("edge_threshold", -0.1),
+        ("community_method", "leiden"),
+        ("context_kinds", ["colour"]),
+        ("embedding_dim", 1_000_000_000),  # would allocate tens of GiB
+        ("embedding_dim", 0),
+        ("min_subset_size", "25"),  # strict: a string is not an integer
+    ):
         with pytest.raises(InputError, match=key):
             SPECS.collections["metashift"].with_overrides({key: value})
 
@@ -288,6 +295,34 @@ def test_bad_scene_graphs_are_clear_errors(tmp_path: Path, text: str, message: s
     with pytest.raises(InputError, match=message) as info:
         read_gqa_scene_graph_file(path)
     assert str(path) in str(info.value)
+
+
+def test_empty_inputs_are_errors_never_an_empty_collection(
+    tmp_path: Path, generated: tuple[pl.DataFrame, pl.DataFrame]
+) -> None:
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    with pytest.raises(InputError, match=r"empty.json: no scene graphs"):
+        read_gqa_scene_graph_file(empty)
+    bare = tmp_path / "bare.json"
+    bare.write_text('{"1": {"objects": {}}, "2": {"objects": {}}}')
+    with pytest.raises(InputError, match=r"bare.json: no objects in any scene graph"):
+        read_gqa_scene_graphs([bare])
+    (tmp_path / "header.csv").write_text("image_id,tag,kind\n")
+    (tmp_path / "blank.csv").write_text("")
+    pl.DataFrame(schema={"image_id": pl.String, "tag": pl.String}).write_parquet(tmp_path / "none.parquet")
+    for name, message in (
+        ("header.csv", "no rows"),
+        ("blank.csv", "unreadable CSV|missing column|no rows"),
+        ("none.parquet", "no rows"),
+    ):
+        with pytest.raises(InputError, match=message) as info:
+            read_tags_table(tmp_path / name)
+        assert name in str(info.value)
+    objects, images = generated
+    strict = SPECS.collections["metashift"].with_overrides({"min_subset_size": 10**6})
+    with pytest.raises(InputError, match=r"parameter 'min_subset_size': no class has \d+ subsets of 1000000 or more"):
+        build.collection_tables(strict, objects, images, SPECS.general_contexts, {})
 
 
 def test_several_scene_graph_files_read_side_by_side_as_one_source(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from shiftbench.sources.imagenet import (
 )
 from shiftbench.sources.wordnet import lexnames_text, load_wordnet, prepare_nltk_root
 
-from .conftest import IMAGENET_WORDNET_FIXTURE, TEST_CACHE, ToyDir
+from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, TEST_CACHE, ToyDir
 
 
 @pytest.mark.slow
@@ -125,6 +125,55 @@ def test_cycle_and_missing_root_are_errors(toy_breeds_dir: ToyDir) -> None:
     (rootless / "node_names.txt").write_text((rootless / "node_names.txt").read_text().replace("n00001740", "dummy0"))
     with pytest.raises(InputError, match="root n00001740 is missing"):
         read_breeds_hierarchy_dir(rootless)
+
+
+def test_a_cycle_in_wordnet_is_a_names_the_file_and_the_line_that_closes_it(tmp_path: Path) -> None:
+    directory = tmp_path / "imagenet"
+    directory.mkdir()
+    (directory / "words.txt").write_text("n00001740\tentity\nn00001930\tphysical entity\nn00002137\tabstraction\n")
+    (directory / "wordnet.is_a.txt").write_text("n00001740 n00001930\nn00001930 n00002137\nn00002137 n00001930\n")
+    with pytest.raises(InputError, match=r"wordnet\.is_a\.txt:3: the hierarchy has a cycle: n00001930 -> n00002137"):
+        read_imagenet_hierarchy_dir(directory)
+
+
+def test_only_the_release_bytes_are_called_the_published_hierarchy(fixtures: Path, tmp_path: Path) -> None:
+    """A class dropped from class_hierarchy.txt (or any edit) builds, but never as breeds-published."""
+    from shiftbench.breeds.calibrated import KIND_FILES, KIND_PUBLISHED, from_published
+
+    release = read_breeds_hierarchy_dir(BREEDS_FIXTURE)
+    assert release.is_release and from_published(release).kind == KIND_PUBLISHED
+    edited = tmp_path / "edited"
+    edited.mkdir()
+    for name in BREEDS_FILES:
+        (edited / name).write_bytes((BREEDS_FIXTURE / name).read_bytes())
+    lines = (edited / "class_hierarchy.txt").read_text().splitlines(keepends=True)
+    leaf = next(line for line in lines if line.split()[1] == "n02085620")  # Chihuahua
+    (edited / "class_hierarchy.txt").write_text("".join(line for line in lines if line != leaf))
+    files = read_breeds_hierarchy_dir(edited)
+    assert files.differs_from_release == ("class_hierarchy.txt",)
+    calibrated = from_published(files)
+    assert calibrated.kind == KIND_FILES and calibrated.sources["hierarchy"] == KIND_FILES
+    assert calibrated.origin["differs_from_release"] == ["class_hierarchy.txt"]
+    assert "n02085620" not in calibrated.classes_in_hierarchy
+
+
+@pytest.mark.parametrize(
+    ("rows", "message", "line"),
+    [
+        ([[0, "n01440764", "tench"], [1, "n09999999", "nothing"]], r"entry 1 \(n09999999\): not an ImageNet-1k", 2),
+        ([[0, "n01440764", "a"], [1, "n01443537", "b"], [2, "n01440764", "c"]], "listed twice", 3),
+        ([[0, "n01440764", "tench"], [0, "n01443537", "goldfish"]], "index 0 is used twice", 2),
+        ([[True, "n01440764", "tench"]], r"entry 0 is not \[index, wnid, name\]", None),
+    ],
+)
+def test_dataset_class_info_classes_are_known_and_unique(
+    tmp_path: Path, rows: list[list[object]], message: str, line: int | None
+) -> None:
+    path = tmp_path / "dataset_class_info.json"
+    path.write_text("[" + ",\n".join(json.dumps(row) for row in rows) + "]")
+    with pytest.raises(InputError, match=message) as info:
+        read_dataset_class_info(path)
+    assert info.value.line == line
 
 
 def test_dataset_class_info_shape_is_checked(tmp_path: Path) -> None:

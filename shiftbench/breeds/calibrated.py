@@ -2,7 +2,8 @@
 
 Order of preference (never pretending to be the published hierarchy when it is not):
 
-1. the BREEDS release from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR`` (kind ``breeds-published``);
+1. the BREEDS release from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR`` (kind ``breeds-published``; files
+   in that format whose bytes differ from the release are kind ``breeds-files``);
 2. a cached download of the BREEDS-Benchmarks files, when online (also ``breeds-published``);
 3. WordNet (nltk, or ImageNet's files from ``SHIFTBENCH_IMAGENET_HIERARCHY_DIR``) restricted to
    ancestors of the 1000 classes and turned into a tree by :func:`shiftbench.calibration.tree_edits`
@@ -28,6 +29,7 @@ from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import BreedsHierarchyFiles
 
 KIND_PUBLISHED = "breeds-published"
+KIND_FILES = "breeds-files"  # the release's format, not its bytes
 KIND_WORDNET = "wordnet-default-calibration"
 
 
@@ -83,9 +85,13 @@ def from_published(files: BreedsHierarchyFiles, edit_file: Path | None = None) -
     hierarchy, edit_sources = _apply_user_edits(files.hierarchy, edit_file)
     classes = tuple(wnid for _, wnid, _ in files.dataset_classes)
     hierarchy.validate(source=str(edit_file) if edit_file else files.origin)
-    kind = KIND_PUBLISHED + ("+edits" if edit_sources else "")
+    kind = (KIND_PUBLISHED if files.is_release else KIND_FILES) + ("+edits" if edit_sources else "")
     sources = {"hierarchy": kind, "hierarchy_sha256": files.fingerprint, **edit_sources}
-    origin = {"breeds_hierarchy": files.origin, **({"edits": str(edit_file)} if edit_file else {})}
+    origin = {
+        "breeds_hierarchy": files.origin,
+        **({"differs_from_release": list(files.differs_from_release)} if not files.is_release else {}),
+        **({"edits": str(edit_file)} if edit_file else {}),
+    }
     return CalibratedHierarchy(hierarchy, classes, kind, sources, origin)
 
 

@@ -150,6 +150,12 @@ def calibrated_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifa
 
 
 def _calibration_warnings(artifact: CachedArtifact) -> list[str]:
+    differs = artifact.meta.get("differs_from_release")
+    if differs:
+        return [
+            f"{', '.join(differs)} in {artifact.meta.get('breeds_hierarchy')} differ from the BREEDS release: "
+            f"benchmarks record hierarchy={artifact.meta['kind']} and are NOT the published BREEDS benchmarks"
+        ]
     if not str(artifact.meta["kind"]).startswith("wordnet"):
         return []
     reason = artifact.meta.get("fallback_reason", "")

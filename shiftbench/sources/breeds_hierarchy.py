@@ -17,12 +17,19 @@ from pathlib import Path
 
 from shiftbench.cache import unique_sibling
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_files
+from shiftbench.fingerprint import sha256_file, sha256_files
 from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
 from shiftbench.sources.imagenet import imagenet_classes
 from shiftbench.textio import read_text
 
 BREEDS_FILES = ("class_hierarchy.txt", "node_names.txt", "dataset_class_info.json")
+# The files of the BREEDS-Benchmarks release (imagenet_class_hierarchy/modified): only files with
+# exactly these bytes may be called the published hierarchy.
+RELEASE_SHA256 = {
+    "class_hierarchy.txt": "039cfaddf9732855b93f7899ba4b5ba6d80f8dbe15cfaad566f575b6c8ce0216",
+    "node_names.txt": "322af45711ed69a7b199f11225bd964c7dae71df3c586498bef2f7c9e031dedb",
+    "dataset_class_info.json": "be90503d57a001f95e094a81dc4de90772bfc58546ca58061d6474799829afd0",
+}
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,11 @@ class BreedsHierarchyFiles:
     dataset_classes: list[tuple[int, str, str]]
     fingerprint: str
     origin: str  # where it came from, recorded in benchmark params
+    differs_from_release: tuple[str, ...] = ()  # files whose bytes are not the BREEDS release's
+
+    @property
+    def is_release(self) -> bool:
+        return not self.differs_from_release
 
 
 def read_dataset_class_info(path: Path) -> list[tuple[int, str, str]]:
@@ -44,8 +56,12 @@ def read_dataset_class_info(path: Path) -> list[tuple[int, str, str]]:
         raise InputError("expected a non-empty list of [index, wnid, name]", path=path)
     known = set(imagenet_classes()["wnid"].to_list())
 
+    searched_from: dict[str, int] = {}
+
     def line_of(wnid: str) -> int | None:
-        at = text.find(f'"{wnid}"')
+        """The line of this entry's wnid (a repeated wnid: of its repetition)."""
+        at = text.find(f'"{wnid}"', searched_from.get(wnid, 0))
+        searched_from[wnid] = at + 1
         return text[:at].count("\n") + 1 if at >= 0 else None
 
     rows: list[tuple[int, str, str]] = []
@@ -69,6 +85,7 @@ def read_dataset_class_info(path: Path) -> list[tuple[int, str, str]]:
             raise InputError(f"{where}: the class is listed twice", path=path, line=line_of(wnid))
         if index in seen_indices:
             raise InputError(f"{where}: index {index} is used twice", path=path, line=line_of(wnid))
+        line_of(wnid)  # moves past this entry's wnid
         seen_wnids.add(wnid)
         seen_indices.add(index)
         rows.append((index, wnid, name))
@@ -89,6 +106,7 @@ def read_breeds_hierarchy_dir(directory: Path, origin: str | None = None) -> Bre
         classes,
         sha256_files([directory / n for n in BREEDS_FILES], root=directory),
         origin or f"dir:{directory}",
+        tuple(n for n in BREEDS_FILES if sha256_file(directory / n) != RELEASE_SHA256[n]),
     )
 
 
