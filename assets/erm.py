@@ -160,24 +160,22 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
     ) -> Iterator[Any]:
         keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
         resolved = settings.get()
-        plan = launch.plan_run(
-            resolved,
-            keys["benchmark"],
-            version=config.version,
-            seed=int(keys["seed"]),
-            preset=config.preset,
-            overrides=training_overrides(config),
-            image_root=config.image_root,
-            path_template=config.path_template,
-        )
         store = Store(resolved.store_dir)
-        # Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a
-        # run of one partition needs nothing else.
         if staged_key in context.selected_asset_keys:
+            if not _configured(config):  # a retrain (the automation, a click): the last run's settings
+                config = _reused_config(context, staged_key, config)
+            plan = _plan(resolved, keys, config)
             staged, results = _train_and_stage(context, resolved, plan, config, erm_pipes_client)
+            # Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a
+            # run of one partition needs nothing else.
             yield dg.MaterializeResult(
                 asset_key=staged_key,
-                metadata={"run": plan.run, "version": staged.version, "split_version": plan.split_version},
+                metadata={
+                    "run": plan.run,
+                    "version": staged.version,
+                    "split_version": plan.split_version,
+                    "launch": dg.MetadataValue.json(_launch_config(config)),
+                },
                 data_version=dg.DataVersion(staged.version),
                 check_results=[
                     dg.AssetCheckResult(
@@ -193,17 +191,20 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
             )
             if any(not r.passed for rules in results.values() for r in rules):
                 raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
-        else:
+        elif _configured(config):  # publish-only for a run the config names
+            plan = _plan(resolved, keys, config)
             latest = store.latest_staged(launch.FAMILY, plan.run)
             if latest is None:
                 raise InputError(f"{plan.run} has no staged results: train it first", parameter="benchmark")
             staged = latest
+        else:  # publish-only (the automation, a click in the UI): exactly what the staged asset recorded
+            staged = _recorded_staged(context, staged_key, store)
         if publish_key in context.selected_asset_keys:
             publication = store.publish(staged)
             refresh_and_report(resolved.catalog_path, resolved.store_dir)
             yield dg.MaterializeResult(
                 asset_key=publish_key,
-                metadata={**published_metadata(resolved, staged, publication), **_describe(resolved, plan, staged)},
+                metadata={**published_metadata(resolved, staged, publication), **_describe(resolved, staged)},
                 data_version=dg.DataVersion(staged.version),
             )
 
@@ -214,6 +215,55 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
         "(benchmark, seed) partition; backfill to sweep.",
     )
     return _train, job
+
+
+def _plan(settings: Settings, keys: dict[str, str], config: Any) -> launch.RunPlan:
+    return launch.plan_run(
+        settings,
+        keys["benchmark"],
+        version=config.version,
+        seed=int(keys["seed"]),
+        preset=config.preset,
+        overrides=training_overrides(config),
+        image_root=config.image_root,
+        path_template=config.path_template,
+    )
+
+
+def _configured(config: Any) -> bool:
+    """Whether a run's config names a run (a preset, a split version, training parameters)."""
+    return config.preset is not None or config.version is not None or bool(training_overrides(config))
+
+
+def _last_recorded(context: dg.AssetExecutionContext, staged_key: dg.AssetKey) -> dict[str, Any]:
+    """The metadata of the staged asset's last materialization of this partition ({} if none)."""
+    records = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=staged_key, asset_partitions=[context.partition_key]), limit=1
+    ).records
+    materialization = records[0].asset_materialization if records else None
+    return dict(materialization.metadata) if materialization is not None else {}
+
+
+def _launch_config(config: Any) -> dict[str, Any]:
+    """What a retrain reuses: the config that was set, except the split version (a retrain takes the latest)."""
+    return {k: v for k, v in config.model_dump().items() if v is not None and v is not False and k != "version"}
+
+
+def _reused_config(context: dg.AssetExecutionContext, staged_key: dg.AssetKey, config: Any) -> Any:
+    recorded = _last_recorded(context, staged_key).get("launch")
+    if recorded is None:
+        return config
+    context.log.info(f"retraining with the settings of the last run: {recorded.value}")
+    return type(config)(**recorded.value)
+
+
+def _recorded_staged(context: dg.AssetExecutionContext, staged_key: dg.AssetKey, store: Store) -> Any:
+    """The results version the staged asset last recorded for this partition (run name and version)."""
+    metadata = _last_recorded(context, staged_key)
+    run, version = metadata.get("run"), metadata.get("version")
+    if run is None or version is None:
+        raise InputError(f"{context.partition_key}: no staged results recorded: train it first", parameter="benchmark")
+    return store.staged(launch.FAMILY, str(run.value), str(version.value))
 
 
 def _train_and_stage(
@@ -239,7 +289,7 @@ def _train_and_stage(
     return staged, results
 
 
-def _describe(settings: Settings, plan: launch.RunPlan, staged: Any) -> dict[str, Any]:
+def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
     import polars as pl
 
     results = pl.read_parquet(staged.table_path("erm_results"))
@@ -247,8 +297,8 @@ def _describe(settings: Settings, plan: launch.RunPlan, staged: Any) -> dict[str
     files = staged.path / "files"
     manifest = staged.manifest()
     metadata: dict[str, Any] = {
-        "run": plan.run,
-        "split": plan.benchmark,
+        "run": staged.benchmark,
+        "split": runs["benchmark"],
         "split_version": runs["split_version"],
         "selection_split": str(runs["selection_split"]),
         "best_iteration": runs["best_iteration"],

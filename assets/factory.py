@@ -157,7 +157,7 @@ def overrides_config(kind: Kind) -> type[dg.Config]:
     model = kind.spec_model
     fields: dict[str, Any] = {}
     for name in model.OVERRIDABLE:
-        annotation = str | None if name in model.NULLABLE else _config_type(model.model_fields[name].annotation)
+        annotation = str | None if name in model.nullable() else _config_type(model.model_fields[name].annotation)
         fields[name] = (annotation, Field(None, description=f"override {name} (unset: the spec's value)"))
     fields["publish_as"] = (
         str | None,
@@ -173,7 +173,7 @@ def overrides_config(kind: Kind) -> type[dg.Config]:
 def config_overrides(kind: Kind, config: Any) -> dict[str, Any]:
     values = {name: getattr(config, name) for name in kind.spec_model.OVERRIDABLE if getattr(config, name) is not None}
     return {
-        name: parse_value(value) if name in kind.spec_model.NULLABLE and isinstance(value, str) else value
+        name: parse_value(value) if name in kind.spec_model.nullable() and isinstance(value, str) else value
         for name, value in values.items()
     }
 

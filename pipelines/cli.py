@@ -178,6 +178,7 @@ def _list(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     family = registry.family(args.family or "breeds")
+    registry.spec_kinds(settings)  # names clashing across families are an error here too
     for kind in family.kinds:
         missing = variants.unavailable(settings, kind)
         for name in kind.specs(settings):
@@ -231,6 +232,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
 
     config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
+    config["preset"] = plan.preset  # the run planned above, never the last run's settings
     config.update(_typed_training(overrides))
     instance = _instance(settings)
     known = set(instance.get_dynamic_partitions(kind.qualified))
@@ -346,7 +348,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     with con:
         [(left_out,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
         if left_out:
-            print(f"warning: {left_out} damaged file(s) left out of the catalog: see `shiftbench check`", file=sys.stderr)
+            warning = f"warning: {left_out} damaged file(s) left out of the catalog: see `shiftbench check`"
+            print(warning, file=sys.stderr)
         try:
             relation = con.sql(args.query)
         except duckdb.Error as exc:
@@ -506,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         code: int = args.func(args)
+    except BrokenPipeError:  # `shiftbench ... | head`: the reader left, which is not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except ContractViolation as exc:  # results that failed their contracts: not the input's fault
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -30,16 +30,37 @@ def kinds() -> list[Kind]:
     return [kind for family in FAMILIES.values() for kind in family.kinds]
 
 
+def spec_kinds(settings: Settings) -> dict[str, Kind]:
+    """Every spec name of every family with its kind; a name defined by two kinds is an error.
+
+    Names are global (the catalog, ``versions`` and ``train`` take a bare name), so a user's spec
+    file may not reuse a name another family defines.
+    """
+    owners: dict[str, Kind] = {}
+    for kind in kinds():
+        for name in kind.specs(settings):
+            other = owners.setdefault(name, kind)
+            if other is not kind:
+                given = [k.spec_source for k in (other, kind) if getattr(settings, k.spec_source)]
+                files = [f"SHIFTBENCH_{source.upper()}" for source in given]
+                raise InputError(
+                    f"benchmark name {name!r} is both a {other.family} {other.name} spec and a {kind.family} "
+                    f"{kind.name} spec: names are global, rename one",
+                    parameter=" or ".join(dict.fromkeys(files)) or None,
+                )
+    return owners
+
+
 def spec_owners(settings: Settings) -> dict[str, str]:
     """Every spec name of every family, with the family that defines it (names are global)."""
-    return {name: f"a {kind.family} {kind.name} spec" for kind in kinds() for name in kind.specs(settings)}
+    return {name: f"a {kind.family} {kind.name} spec" for name, kind in spec_kinds(settings).items()}
 
 
 def kind_of(settings: Settings, benchmark: str) -> Kind:
     """The kind a benchmark name belongs to (a spec or a registered variant); unknown names suggest close ones."""
-    for kind in kinds():
-        if benchmark in kind.specs(settings):
-            return kind
+    found = spec_kinds(settings).get(benchmark)
+    if found is not None:
+        return found
     variants = load_variants(settings)
     variant = variants.get(benchmark)
     if variant is not None:

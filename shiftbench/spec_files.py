@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -163,8 +163,6 @@ class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, arbitrary_types_allowed=True)
     # Parameters ``--set`` and the launchpad may override (the rest define the benchmark itself).
     OVERRIDABLE: ClassVar[tuple[str, ...]] = ()
-    # Parameters whose value may be null (typed launchpad config carries them as YAML text).
-    NULLABLE: ClassVar[tuple[str, ...]] = ()
 
     name: str
 
@@ -175,6 +173,12 @@ class Spec(BaseModel):
         if problem is not None:  # a name becomes a directory of the store: check it where it is written
             raise ValueError(problem)
         return name
+
+    @classmethod
+    def nullable(cls) -> frozenset[str]:
+        """Parameters whose value may be null, read from the annotations (typed launchpad config
+        carries them as YAML text)."""
+        return frozenset(name for name, f in cls.model_fields.items() if type(None) in get_args(f.annotation))
 
     def params(self) -> dict[str, Any]:
         """The parameters recorded with every version (``benchmarks.params``)."""

@@ -244,6 +244,22 @@ def test_bad_settings_and_spec_files_are_one_line(
         err = capsys.readouterr().err
         assert_one_line(err, f"is already defined in shiftbench/specs/{family}.yaml")
         assert str(mine) in err
+    # Names are global: a user's BREEDS spec may not take a ConDS case's name.
+    clash = tmp_path / "clash.yaml"
+    clash.write_text("family: breeds\nbenchmarks:\n  sprites-uniform:\n    level: 2\n    n_subclasses: 3\n")
+    cli_env(SHIFTBENCH_BREEDS_SPECS=str(clash))
+    for args in (["build", "--list"], ["build", "--benchmark", "living17"], ["versions", "sprites-uniform"]):
+        code = main(args)
+        err = capsys.readouterr().err
+        if args[0] == "versions":  # reading the store needs no specs
+            assert code == 1 and not err
+            continue
+        assert code == 2
+        assert_one_line(
+            err,
+            "parameter 'SHIFTBENCH_BREEDS_SPECS': benchmark name 'sprites-uniform' is both a breeds benchmark spec "
+            "and a conds case spec",
+        )
     presets = tmp_path / "presets.yaml"
     presets.write_text("presets:\n  smoke:\n    model: mlp\n")
     cli_env(SHIFTBENCH_ERM_PRESETS=str(presets))

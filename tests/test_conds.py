@@ -176,6 +176,9 @@ def test_published_cases_pass_contracts_and_tampering_is_caught(
     again = stage_one(settings, "conds/case", "celeba-sc-black_hair-ldd-smiling-uds-straight_hair")
     assert again.version == staged.version and not again.created
     assert sorted(staged.manifest()["attachments"]) == [cp.CELL_FIGURE, cp.SHARES_FIGURE]
+    case = "celeba-sc-black_hair-ldd-smiling-uds-straight_hair"
+    assert staged.manifest()["spec"] == case  # the case it was built from, as in every family
+    assert pl.read_parquet(staged.table_path("benchmarks"))["spec"].to_list() == [case]
 
     def tampered(edit: Callable[[pl.DataFrame], pl.DataFrame]) -> list[str]:
         for table in ("examples", "conds_examples"):

@@ -475,12 +475,23 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     staged_erm, publish_erm = erm_assets.baseline_keys(kind)
     job = loc.resolve_job_def(erm_assets.baseline_job_name(kind))
     config = {"image_root": "standin", "preset": "smoke", "max_iters": 20, "eval_every": 10, "in_process": True}
+    partition = dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"})
     trained = job.execute_in_process(
         instance=instance,
-        partition_key=dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}),
+        partition_key=partition,
+        asset_selection=[staged_erm],
         run_config={**QUIET, "ops": {"erm__breeds_benchmark_baseline": {"config": config}}},
     )
     assert trained.success
+    # Publish-only with no config (what the automation and a click in the UI launch) publishes exactly
+    # the results the staged asset recorded: a 20-iteration smoke run, named apart from the preset's.
+    recorded = trained.asset_materializations_for_node("erm__breeds_benchmark_baseline")[0].metadata
+    run, version = str(recorded["run"].value), str(recorded["version"].value)
+    assert run.startswith("mine.smoke-")
+    published = job.execute_in_process(instance=instance, partition_key=partition, asset_selection=[publish_erm])
+    assert published.success
+    latest = Store(settings.store_dir).latest(run)
+    assert latest is not None and latest.version == version
     with_erm = loc
     evaluation = dg.evaluate_automation_conditions(
         defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12)
@@ -499,6 +510,12 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     )
     key = str(dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}))
     assert requested(evaluation) == {staged_erm.to_user_string(): [key], publish_erm.to_user_string(): [key]}
+    # The retrain the automation launches has no config: it reuses the last run's settings (stand-in
+    # images, the smoke preset, 20 iterations), so it succeeds and publishes under the same run name.
+    retrained = job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=False)
+    assert retrained.success
+    again = retrained.asset_materializations_for_node("erm__breeds_benchmark_baseline")[0].metadata
+    assert str(again["run"].value) == run and str(again["version"].value) != version  # a new split, new results
 
 
 @pytest.mark.slow

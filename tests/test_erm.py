@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,20 @@ def test_a_seed_gives_the_same_results_version_on_cpu(warehouse: Settings) -> No
     assert manifest["split"]["version"] == plan.split_version and manifest["images"]["source"] == "sprites"
 
 
+def test_a_run_that_departs_from_its_preset_is_named_apart(warehouse: Settings) -> None:
+    def name(**overrides: object) -> str:
+        return launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=1, overrides=overrides).run
+
+    assert name() == "sprites-uniform.smoke.mlp.seed1"
+    assert name(device="cpu", eval_batch_size=64, decode_workers=1) == name()  # how it runs, not what it learns
+    assert name(model="small_cnn") == "sprites-uniform.smoke.small_cnn.seed1"  # the model is in the name
+    changed = name(lr=0.5)
+    assert re.fullmatch(r"sprites-uniform\.smoke-[0-9a-f]{8}\.mlp\.seed1", changed)
+    assert name(lr=0.5) == changed and name(lr=0.25) != changed  # the same changes, the same name
+    smoke_iters = launch.plan_run(warehouse, "sprites-uniform", preset="smoke").config["max_iters"]
+    assert name(max_iters=smoke_iters) == name()  # setting the preset's own value changes nothing
+
+
 def test_the_split_is_read_as_wilds_metadata(warehouse: Settings) -> None:
     split = launch.published_split(warehouse, "sprites-sc-object_color")
     table = read_split(split.path)
@@ -248,7 +263,8 @@ def test_cli_trains_with_progress_and_exports_an_imagefolder(
     args = ["train", "sprites-uniform", "--preset", "smoke", "--seed", "5", "--set", "max_iters=40"]
     assert main([*args, "--set", "eval_every=20", "--in-process"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
-    assert "sprites-uniform.smoke.mlp.seed5 version" in out and "test/acc_avg" in out
+    run = re.search(r"(sprites-uniform\.smoke-[0-9a-f]{8}\.mlp\.seed5) version", out)
+    assert run is not None and "test/acc_avg" in out  # 40 iterations are not the smoke preset's: a name of its own
     assert main(["sql", "SELECT count(DISTINCT run) FROM erm_runs WHERE seed = 5", "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "1"
 
@@ -369,7 +385,7 @@ def test_a_named_variant_trains_and_its_results_go_stale_when_the_split_is_repub
     capsys.readouterr()
     train = ["train", "u150", "--preset", "smoke", "--set", "max_iters=20", "--set", "eval_every=10"]
     assert main([*train, "--set", "init_checkpoint=null"]) == 0, capsys.readouterr().err  # null means null
-    assert "u150.smoke.mlp.seed0 version" in capsys.readouterr().out
+    assert re.search(r"u150\.smoke-[0-9a-f]{8}\.mlp\.seed0 version", capsys.readouterr().out)
     count = "SELECT count(*) FROM erm_results WHERE benchmark = 'u150'"
     assert main(["sql", count, "--csv"]) == 0
     assert int(capsys.readouterr().out.splitlines()[1]) > 0

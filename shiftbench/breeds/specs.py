@@ -20,7 +20,6 @@ SPEC_FIELDS = ("level", "n_subclasses", "split", "seed", "ancestor")
 
 class BreedsSpec(Spec):
     OVERRIDABLE: ClassVar[tuple[str, ...]] = SPEC_FIELDS
-    NULLABLE: ClassVar[tuple[str, ...]] = ("ancestor",)
 
     level: int
     n_subclasses: int

@@ -75,7 +75,7 @@ def _benchmarks_row(case: CaseSpec, params: Mapping[str, Any], sources: Mapping[
     return pl.DataFrame(
         {
             "family": [FAMILY],
-            "spec": [case.dataset],
+            "spec": [case.name],
             "params": [canonical_json(dict(params))],
             "sources": [canonical_json(dict(sources))],
             "n_examples": [n],

@@ -201,7 +201,7 @@ def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         build.FAMILY,
         benchmark,
         tables,
-        spec=case.dataset,
+        spec=case.name,
         origin={**source.meta["origin"], "image_root": source.meta["image_root"]},
         code_version=CODE_VERSION,
         images=_images(dataset, image_root),

@@ -72,7 +72,6 @@ class ColumnMapping:
 
 class CaseSpec(Spec):
     OVERRIDABLE: ClassVar[tuple[str, ...]] = CASE_PARAMS
-    NULLABLE: ClassVar[tuple[str, ...]] = ("train_size",)
 
     dataset: str
     label: Attribute

@@ -17,6 +17,13 @@ from shiftbench.errors import InputError
 MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 
 
+# Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
+EXECUTION_ONLY = frozenset(
+    {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
+    | {"decode_workers"}
+)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""

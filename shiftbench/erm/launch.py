@@ -6,7 +6,8 @@ only torch. Between them travels one JSON job description, so the same job runs 
 local subprocess or in a GPU pod. This module imports no torch.
 
 Results take the path every table takes: staged as a content-addressed version of the *run*
-``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``), checked against the contracts of
+``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``; ``<preset>-<hash>`` when its training
+parameters depart from the preset's), checked against the contracts of
 ``erm_results``, ``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the
 store, which refuses an unchecked or failed version. The run's tables carry the split's
 ``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot are
@@ -27,17 +28,18 @@ import polars as pl
 
 from shiftbench import plots
 from shiftbench.contracts import RuleResult
-from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
 from shiftbench.errors import ContractViolation, InputError
+from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.spec_files import merge_named, parse_yaml, spec_texts
-from shiftbench.store import StagedVersion, Store
+from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
 CODE_VERSION = "erm-1"
@@ -132,9 +134,8 @@ def plan_run(
 ) -> RunPlan:
     """Everything a run needs, checked before anything trains."""
     split = published_split(settings, benchmark, version)
-    name, values = _preset_for(settings, split.family, split.dataset, preset)
-    values.update(dict(overrides or {}))
-    values["seed"] = seed
+    name, preset_values = _preset_for(settings, split.family, split.dataset, preset)
+    values = {**preset_values, **dict(overrides or {}), "seed": seed}
     train_split = str(values.get("train_split", "train"))
     n_train = split.examples.filter(pl.col("split") == train_split).height
     if n_train == 0:
@@ -146,10 +147,22 @@ def plan_run(
         )
     config = resolve_config(values, n_train)
     images = resolve_images(settings, split, image_root, path_template)
-    run = f"{benchmark}.{name}.{config['model']}.seed{seed}"
+    run = run_name(benchmark, name, config, resolve_config({**preset_values, "seed": seed}, n_train))
     return RunPlan(
         run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train
     )
+
+
+def run_name(benchmark: str, preset: str, config: Mapping[str, Any], preset_config: Mapping[str, Any]) -> str:
+    """``<benchmark>.<preset>.<model>.seed<N>``; a run that departs from its preset in anything it
+    learns from is not that preset's run, so its name carries a hash of the changes: ``<preset>-<hash>``."""
+    changed = {
+        key: value
+        for key, value in config.items()
+        if key not in EXECUTION_ONLY | {"model", "seed"} and value != preset_config.get(key)
+    }
+    protocol = f"{preset}-{sha256_json(changed)[:8]}" if changed else preset
+    return check_benchmark_name(f"{benchmark}.{protocol}.{config['model']}.seed{config['seed']}", "benchmark")
 
 
 @dataclass(frozen=True)

@@ -134,7 +134,6 @@ TASK_PARAMS = (
 
 class TaskSpec(Spec):
     OVERRIDABLE: ClassVar[tuple[str, ...]] = TASK_PARAMS
-    NULLABLE: ClassVar[tuple[str, ...]] = ("test_size",)
 
     base: str
     kind: str
