@@ -13,7 +13,8 @@ Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME
 with the code location's origin, so ``dagster dev`` on the same DAGSTER_HOME lists them under their
 jobs. Building any number of benchmarks of a kind is one run. Every user error, before or inside a
 run, is one line naming the file, line or parameter, with exit code 2 (1 when a benchmark failed
-its contract checks); nothing is published then and previous versions stay latest.
+its contract checks, the store is damaged, shiftbench itself failed or the disk is full); nothing is
+published then and previous versions stay latest.
 """
 
 import argparse
@@ -512,7 +513,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `shiftbench ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except ContractViolation as exc:  # results that failed their contracts: not the input's fault
+    except (ContractViolation, StoreError) as exc:  # failed contracts, a damaged store: not the input's fault
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except ShiftbenchError as exc:

@@ -95,7 +95,35 @@ def parse_yaml(text: str, source: str | Path) -> Any:
         return yaml.load(text, Loader=_Yaml12Loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        raise InputError(f"invalid YAML: {exc}", path=source, line=mark.line + 1 if mark else None) from None
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise InputError(f"invalid YAML: {problem}", path=source, line=mark.line + 1 if mark else None) from None
+
+
+def spec_document(
+    text: str, source: str | Path, sections: Mapping[str, type], *, family: str | None = None
+) -> dict[str, Any]:
+    """The top-level mapping of a spec file: ``family: <family>`` (when given) and known sections only.
+
+    An unknown or misspelt section would otherwise be ignored without a word (a user's benchmarks
+    silently missing); a section of the wrong shape would fail later with a Python error.
+    """
+    data = parse_yaml(text, source)
+    if data is None and family is None:
+        return {}
+    if not isinstance(data, dict) or (family is not None and data.get("family") != family):
+        expected = f"family: {family} and " if family is not None else ""
+        raise InputError(f"expected a mapping with {expected}sections {', '.join(sections)}", path=source)
+    for key, value in data.items():
+        if key == "family" and family is not None:
+            continue
+        if key not in sections:
+            raise InputError(
+                f"unknown section {key!r}; expected {', '.join(sections)}", path=source, line=line_of(data, key)
+            )
+        if value is not None and not isinstance(value, sections[key]):
+            shape = "a mapping" if sections[key] is dict else f"a {sections[key].__name__}"
+            raise InputError(f"section {key!r} must be {shape}", path=source, line=line_of(data, key))
+    return data
 
 
 def parse_value(text: str) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from pipelines.cli import main
+from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -267,6 +268,10 @@ def test_bad_settings_and_spec_files_are_one_line(
 
     with pytest.raises(Exception, match=r"preset 'smoke' is already defined in shiftbench/specs/erm\.yaml"):
         load_presets(Settings.from_env().erm_presets)
+    # A preset name becomes part of a run's directory: one that could leave the store is refused.
+    presets.write_text("presets:\n  ../../escape:\n    model: mlp\n")
+    with pytest.raises(InputError, match=r"presets\.yaml: invalid preset name '\.\./\.\./escape'"):
+        load_presets(Settings.from_env().erm_presets)
 
 
 @pytest.mark.slow
@@ -368,3 +373,72 @@ def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
     assert "1 of 2 published" in captured.out
     store = Store(settings.store_dir)
     assert store.latest("toy") is None and store.latest("toy2") is not None
+
+
+@pytest.mark.slow
+def test_a_catalog_that_could_not_be_refreshed_is_reported_as_it_is(
+    cli_env: Callable[..., Settings],
+    toy_breeds_dir: ToyDir,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The version is published (the store is the truth); the derived catalog lags and the build says so."""
+    from shiftbench import catalog as catalog_module
+
+    directory = toy_breeds_dir("good")
+    spec_file = directory.parent / "toy_specs.yaml"
+    spec_file.write_text("family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n")
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    real = catalog_module._write
+
+    def full(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(catalog_module, "_write", full)
+    assert main(["build", "--benchmark", "toy"]) == 0
+    captured = capsys.readouterr()
+    assert "[1/1] toy: version" in captured.out and "1 published" in captured.out
+    assert "FAILED" not in captured.out + captured.err and "nothing published" not in captured.err
+    assert_one_line(
+        captured.err,
+        f"warning: {settings.catalog_path} not refreshed: the disk is full; the versions are published "
+        "(the store is the truth): run `shiftbench catalog`",
+    )
+    latest = Store(settings.store_dir).latest("toy")
+    assert latest is not None
+    monkeypatch.setattr(catalog_module, "_write", real)
+    assert main(["catalog"]) == 0
+    assert main(["sql", "SELECT version FROM benchmarks", "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == latest.version
+
+
+SPEC_SHAPES = [
+    # (family, file text, message): a misspelt or misshapen spec file is one line, never ignored
+    ("breeds", "family: breeds\nbenchmarks: [living99]\n", "spec.yaml:2: section 'benchmarks' must be a mapping"),
+    ("breeds", "family: breeds\nbenchmark:\n  mine: {level: 2}\n", "spec.yaml:2: unknown section 'benchmark'"),
+    ("breeds", "family: breeds\nbenchmarks:\n  mine: 5\n", "spec.yaml:3: benchmark mine: expected a mapping"),
+    ("breeds", "family: conds\n", "spec.yaml: expected a mapping with family: breeds"),
+    ("metashift", "family: metashift\ncollections: [a]\n", "spec.yaml:2: section 'collections' must be a mapping"),
+    ("metashift", "family: metashift\ntask:\n  t: {}\n", "spec.yaml:2: unknown section 'task'"),
+    ("metashift", "family: metashift\ntasks:\n  t: [1]\n", "spec.yaml:3: task t: expected a mapping"),
+    ("conds", "family: conds\ncases:\n  mine: {}\n", "spec.yaml:2: unknown section 'cases'"),
+    ("conds", "family: conds\ndatasets: 3\n", "spec.yaml:2: section 'datasets' must be a mapping"),
+    ("conds", "family: conds\ndatasets:\n  mine: 3\n", "dataset mine: expected a mapping"),
+    ("conds", "family: conds\n\x01\n", "spec.yaml: invalid YAML: unacceptable character #x0001"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("family", "text", "message"), SPEC_SHAPES)
+def test_misshapen_spec_files_are_one_line(
+    cli_env: Callable[..., Settings],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    family: str,
+    text: str,
+    message: str,
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(text)
+    cli_env(**{f"SHIFTBENCH_{family.upper()}_SPECS": str(spec)})
+    assert main(["build", family, "--list"]) == 2
+    assert_one_line(capsys.readouterr().err, message)

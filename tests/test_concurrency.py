@@ -20,6 +20,18 @@ TOY_SPECS = "family: breeds\nbenchmarks:\n" + "".join(
     f"  toy{seed}:\n    level: 1\n    n_subclasses: 4\n    seed: {seed}\n" for seed in range(4)
 )
 LIMIT_S = 240  # each command; the test fails rather than hangs
+_QUERIES = """
+import contextlib, io, pathlib
+from pipelines.cli import main
+n = 0
+while not pathlib.Path({stop!r}).exists():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["sql", "SELECT count(*) AS n FROM benchmarks", "--csv"])
+    assert code == 0 and out.getvalue().startswith("n\\n"), (code, out.getvalue())
+    n += 1
+print("queries", n)
+"""
 
 
 def _env(settings: Settings, directory: Path, specs: Path) -> dict[str, str]:
@@ -55,7 +67,19 @@ def test_four_simultaneous_first_builds_in_a_new_home(
     specs.write_text(TOY_SPECS)
     env = _env(settings, directory, specs)
     names = ["toy0", "toy1", "toy2", "toy0"]  # two processes build the same benchmark too
+    stop = settings.home.parent / "stop"
+    reader = subprocess.Popen(  # `shiftbench sql` over and over while the builds refresh the catalog
+        [sys.executable, "-c", _QUERIES.format(stop=str(stop))],
+        cwd=PROJECT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     results = [_finish(p) for p in [_cli(env, "build", "--benchmark", name) for name in names]]
+    stop.touch()
+    code, out, err = _finish(reader)
+    assert code == 0 and int(out.split()[-1]) > 0, out + err
     for code, _out, err in results:
         assert code == 0, err
         assert "Traceback" not in err and "alembic" not in err

@@ -13,7 +13,7 @@ from pydantic import ValidationInfo, model_validator
 
 from shiftbench.breeds.tasks import SPLITS, TaskParams
 from shiftbench.errors import InputError
-from shiftbench.spec_files import Spec, build, line_of, merge_named, parse_yaml, source_of, spec_texts
+from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
 
 SPEC_FIELDS = ("level", "n_subclasses", "split", "seed", "ancestor")
 
@@ -48,13 +48,11 @@ class BreedsSpec(Spec):
 
 
 def parse_specs(text: str, source: str) -> dict[str, BreedsSpec]:
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict) or data.get("family") != "breeds" or not isinstance(data.get("benchmarks"), dict):
-        raise InputError("expected a mapping with family: breeds and a benchmarks mapping", path=source)
+    data = spec_document(text, source, {"defaults": dict, "benchmarks": dict, "variants": dict}, family="breeds")
     defaults = dict(data.get("defaults") or {})
     variants = dict(data.get("variants") or {})
     specs: dict[str, BreedsSpec] = {}
-    for name, entry in data["benchmarks"].items():
+    for name, entry in (data.get("benchmarks") or {}).items():
         if entry is not None and not isinstance(entry, dict):
             raise InputError(
                 f"benchmark {name}: expected a mapping", path=source, line=line_of(data, "benchmarks", name)

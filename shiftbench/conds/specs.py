@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from shiftbench.errors import InputError
 from shiftbench.metashift.specs import at_least, fraction
-from shiftbench.spec_files import Spec, build, line_of, merge_named, parse_yaml, source_of, spec_texts
+from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
 
 SHIFTS = ("sc", "ldd", "uds")
 PAIRS = (("sc", "ldd"), ("sc", "uds"), ("ldd", "uds"))
@@ -365,9 +365,7 @@ class CondsSpecs:
 
 
 def parse_specs(text: str, source: str) -> CondsSpecs:
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict) or data.get("family") != "conds":
-        raise InputError("expected a mapping with family: conds", path=source)
+    data = spec_document(text, source, {"case_defaults": dict, "datasets": dict}, family="conds")
     defaults = dict(data.get("case_defaults") or {})
     datasets = {
         str(k): parse_dataset(str(k), v, defaults, source, line_of(data, "datasets", k))

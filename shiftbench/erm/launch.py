@@ -38,7 +38,7 @@ from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
-from shiftbench.spec_files import merge_named, parse_yaml, spec_texts
+from shiftbench.spec_files import merge_named, spec_document, spec_texts
 from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
@@ -78,11 +78,9 @@ def load_presets(extra: Path | None = None) -> tuple[dict[str, dict[str, Any]], 
     parts: list[tuple[dict[str, dict[str, Any]], str]] = []
     defaults: dict[str, str] = {}
     for text, source in spec_texts("erm", extra, "SHIFTBENCH_ERM_PRESETS"):
-        data = parse_yaml(text, source) or {}
-        if not isinstance(data, dict) or not isinstance(data.get("presets", {}), dict):
-            raise InputError("expected a mapping with 'presets' (name -> parameters) and 'defaults'", path=source)
+        data = spec_document(text, source, {"presets": dict, "defaults": dict})
         presets: dict[str, dict[str, Any]] = {}
-        for name, values in data.get("presets", {}).items():
+        for name, values in (data.get("presets") or {}).items():
             if not isinstance(values, dict):
                 raise InputError(f"preset {name!r} must be a mapping of parameters", path=source)
             check_preset_name(str(name), source)

@@ -17,7 +17,7 @@ from shiftbench.errors import InputError
 from shiftbench.metashift.embedding import check_embedding
 from shiftbench.metashift.metagraph import COMMUNITY_METHODS, check_edge_threshold
 from shiftbench.metashift.subsets import check_context_kinds, parse_subset_name
-from shiftbench.spec_files import Spec, build, line_of, merge_named, parse_yaml, source_of, spec_texts
+from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
 
 TASK_KINDS = ("domain_generalization", "subpopulation")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
@@ -355,9 +355,8 @@ class MetashiftSpecs:
 
 
 def parse_specs(text: str, source: str) -> MetashiftSpecs:
-    data = parse_yaml(text, source)
-    if not isinstance(data, dict) or data.get("family") != "metashift":
-        raise InputError("expected a mapping with family: metashift", path=source)
+    sections = {"general_contexts": dict, "collection_defaults": dict, "collections": dict}
+    data = spec_document(text, source, {**sections, "task_defaults": dict, "tasks": dict}, family="metashift")
     ontology = data.get("general_contexts") or {}
     if not isinstance(ontology, dict) or not all(isinstance(v, list) for v in ontology.values()):
         raise InputError(
