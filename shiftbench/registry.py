@@ -41,7 +41,7 @@ def spec_kinds(settings: Settings) -> dict[str, Kind]:
         for name in kind.specs(settings):
             other = owners.setdefault(name, kind)
             if other is not kind:
-                given = [k.spec_source for k in (other, kind) if getattr(settings, k.spec_source)]
+                given = [k.spec_source for k in (other, kind) if k.spec_source and getattr(settings, k.spec_source)]
                 files = [f"SHIFTBENCH_{source.upper()}" for source in given]
                 raise InputError(
                     f"benchmark name {name!r} is both a {other.family} {other.name} spec and a {kind.family} "
