@@ -38,6 +38,21 @@ def cli_env(make_settings: Env, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     return apply
 
 
+TOY_SPECS = (
+    "family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n"
+    "  toy2:\n    level: 1\n    n_subclasses: 4\n    seed: 1\n"
+)
+
+
+@pytest.fixture
+def toy_cli(cli_env: Callable[..., Settings], toy_breeds_dir: ToyDir) -> tuple[Settings, Path]:
+    """The CLI on the toy hierarchy with two fast specs of a user's file, toy and toy2: (settings, hierarchy dir)."""
+    directory = toy_breeds_dir("good")
+    spec_file = directory.parent / "toy_specs.yaml"
+    spec_file.write_text(TOY_SPECS)
+    return cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file)), directory
+
+
 def assert_one_line(err: str, message: str) -> None:
     """What the terminal shows for a user error: exactly one line, ours, never Dagster's trace."""
     assert message in err, err
@@ -158,8 +173,7 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "files", "mutate", "args", "message"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_clear_error_and_publishes_nothing(
-    cli_env: Callable[..., Settings],
-    toy_breeds_dir: ToyDir,
+    toy_cli: tuple[Settings, Path],
     capsys: pytest.CaptureFixture[str],
     case: str,
     files: dict[str, str],
@@ -167,11 +181,8 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
     args: list[str],
     message: str,
 ) -> None:
-    # A toy spec file so the good build is fast: level 1, N=4 (a user's spec: no code reload needed).
-    directory = toy_breeds_dir("good")
-    spec_file = directory.parent / "toy_specs.yaml"
-    spec_file.write_text("family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n")
-    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    # Toy specs so the good build is fast: level 1, N=4 (a user's spec file: no code reload needed).
+    settings, directory = toy_cli
     assert main(["build", "--benchmark", "toy"]) == 0
     store = Store(settings.store_dir)
     good = store.latest("toy")
@@ -276,17 +287,11 @@ def test_bad_settings_and_spec_files_are_one_line(
 
 @pytest.mark.slow
 def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_nothing_down(
-    cli_env: Callable[..., Settings], toy_breeds_dir: ToyDir, capsys: pytest.CaptureFixture[str]
+    toy_cli: tuple[Settings, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     import polars as pl
 
-    directory = toy_breeds_dir("good")
-    spec_file = directory.parent / "toy_specs.yaml"
-    spec_file.write_text(
-        "family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n"
-        "  toy2:\n    level: 1\n    n_subclasses: 4\n    seed: 1\n"
-    )
-    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    settings, _ = toy_cli
     assert main(["build", "--benchmark", "toy", "--benchmark", "toy2"]) == 0
     store = Store(settings.store_dir)
     toy, toy2 = store.latest("toy"), store.latest("toy2")
@@ -344,20 +349,13 @@ def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_no
 
 @pytest.mark.slow
 def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
-    cli_env: Callable[..., Settings],
-    toy_breeds_dir: ToyDir,
+    toy_cli: tuple[Settings, Path],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from shiftbench.breeds import family as breeds_family
 
-    directory = toy_breeds_dir("good")
-    spec_file = directory.parent / "toy_specs.yaml"
-    spec_file.write_text(
-        "family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n"
-        "  toy2:\n    level: 1\n    n_subclasses: 4\n    seed: 1\n"
-    )
-    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    settings, _ = toy_cli
     real = breeds_family.build_tables
 
     def flaky(spec: Any, *args: Any, **kwargs: Any) -> Any:
@@ -377,18 +375,14 @@ def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
 
 @pytest.mark.slow
 def test_a_catalog_that_could_not_be_refreshed_is_reported_as_it_is(
-    cli_env: Callable[..., Settings],
-    toy_breeds_dir: ToyDir,
+    toy_cli: tuple[Settings, Path],
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The version is published (the store is the truth); the derived catalog lags and the build says so."""
     from shiftbench import catalog as catalog_module
 
-    directory = toy_breeds_dir("good")
-    spec_file = directory.parent / "toy_specs.yaml"
-    spec_file.write_text("family: breeds\nbenchmarks:\n  toy:\n    level: 1\n    n_subclasses: 4\n")
-    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    settings, _ = toy_cli
     real = catalog_module._write
 
     def full(*args: Any, **kwargs: Any) -> None:
