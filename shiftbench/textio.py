@@ -17,7 +17,7 @@ def read_text(path: Path, *, what: str = "file", parameter: str | None = None) -
     except FileNotFoundError:
         raise InputError(f"{what} not found", path=path, parameter=parameter) from None
     except IsADirectoryError:
-        raise InputError(f"is a directory, not a {what}", path=path, parameter=parameter) from None
+        raise InputError("is a directory, not a file", path=path, parameter=parameter) from None
     except UnicodeDecodeError as exc:
         line = exc.object[: exc.start].count(b"\n") + 1
         raise InputError(f"not UTF-8 text (byte {exc.start})", path=path, line=line, parameter=parameter) from None

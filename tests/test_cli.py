@@ -436,3 +436,40 @@ def test_misshapen_spec_files_are_one_line(
     cli_env(**{f"SHIFTBENCH_{family.upper()}_SPECS": str(spec)})
     assert main(["build", family, "--list"]) == 2
     assert_one_line(capsys.readouterr().err, message)
+
+
+@pytest.mark.slow
+def test_yaml_numbers_unreadable_files_and_a_broken_catalog(
+    toy_cli: tuple[Settings, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings, _ = toy_cli
+    # YAML 1.2: 010 is ten (YAML 1.1 read it as octal 8), and what the variant records is what it built.
+    assert main(["build", "--benchmark", "toy", "--set", "seed=010", "--name", "toy-s10"]) == 0
+    capsys.readouterr()
+    latest = Store(settings.store_dir).latest("toy-s10")
+    assert latest is not None and latest.params["seed"] == 10 and latest.params["overrides"] == {"seed": 10}
+
+    # An empty (or foreign) catalog file is not this store's catalog: sql rebuilds it, and says nothing false.
+    settings.catalog_path.write_bytes(b"")
+    assert main(["sql", "SELECT benchmark FROM benchmarks ORDER BY 1", "--csv"]) == 0
+    assert capsys.readouterr().out.split() == ["benchmark", "toy-s10"]
+
+    # A directory or a non-UTF-8 file where a user's file should be: one line naming it.
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("collapse_node n00001930 # caf\xe9\n".encode("latin-1"))
+    for variable, path, message in (
+        ("SHIFTBENCH_BREEDS_SPECS", folder, "folder.yaml, parameter 'SHIFTBENCH_BREEDS_SPECS': is a directory"),
+        (
+            "SHIFTBENCH_BREEDS_CALIBRATION",
+            folder,
+            "parameter 'SHIFTBENCH_BREEDS_CALIBRATION': is a directory, not a file",
+        ),
+        ("SHIFTBENCH_BREEDS_CALIBRATION", latin, "latin.txt:1, parameter 'SHIFTBENCH_BREEDS_CALIBRATION': not UTF-8"),
+    ):
+        with monkeypatch.context() as patch:
+            patch.setenv(variable, str(path))
+            assert main(["build", "--benchmark", "toy2"]) == 2
+        assert_one_line(capsys.readouterr().err, message)
+    assert Store(settings.store_dir).latest("toy2") is None
