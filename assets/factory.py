@@ -128,8 +128,9 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         progress.report(progress.Event("input", item.name, status="start"))
         artifact = item.build(resolved, upstream)
         summary = item.summary(artifact)
-        for warning in item.warnings(artifact):
+        for warning in item.warnings(artifact):  # in the run's log, and on the CLI's terminal
             context.log.warning(warning)
+            progress.report(progress.Event("input", item.name, status="warning", detail=warning))
         progress.report(progress.Event("input", item.name, status="done", detail=summary))
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(artifact.fingerprint),

@@ -64,6 +64,8 @@ class Reporter:
         if event.stage == "input":
             if event.status == "done":
                 self.line(f"[inputs] {event.name}: {event.detail}")
+            elif event.status == "warning":
+                self.warn(event.detail)
             return
         if event.stage == "catalog":
             self.warn(event.detail if event.status == "stale" else f"left out of the catalog: {event.detail}")

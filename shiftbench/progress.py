@@ -20,7 +20,7 @@ class Event:
     name: str
     index: int = 0  # 1-based position in a batch (0: not part of one)
     total: int = 0
-    status: str = "start"  # start | done | published | checked | failed_checks | error | progress
+    status: str = "start"  # start | done | warning | published | checked | failed_checks | error | progress
     detail: str = ""
     fraction: float | None = None  # for status "progress": how much is done
     outcome: Any = None  # the building.Outcome of a finished benchmark

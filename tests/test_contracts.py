@@ -8,6 +8,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from shiftbench import registry
 from shiftbench.contracts import CONTRACTS_DIR, check_tables, contracts, failures, load_contract
 from shiftbench.errors import InputError
 from shiftbench.store import Store
@@ -39,6 +40,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         *conds,
         *erm,
     }
+    assert {t for kind in registry.kinds() for t in kind.tables} <= set(found)  # every kind's tables are covered
     assert {found[t].store_key for t in erm} == {"run"} and found["examples"].store_key == "benchmark"
     assert found["conds_examples"].additional_columns_type == "VARCHAR"
     assert found["examples"].additional_columns_type is None

@@ -150,19 +150,17 @@ def calibrated_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifa
 
 
 def _calibration_warnings(artifact: CachedArtifact) -> list[str]:
-    differs = artifact.meta.get("differs_from_release")
+    """Say so whenever the hierarchy is not the BREEDS release's: the benchmarks are not the paper's."""
+    kind, differs = str(artifact.meta["kind"]), artifact.meta.get("differs_from_release")
     if differs:
-        return [
-            f"{', '.join(differs)} in {artifact.meta.get('breeds_hierarchy')} differ from the BREEDS release: "
-            f"benchmarks record hierarchy={artifact.meta['kind']} and are NOT the published BREEDS benchmarks"
-        ]
-    if not str(artifact.meta["kind"]).startswith("wordnet"):
+        verb = "differ" if len(differs) > 1 else "differs"
+        why = f"{', '.join(differs)} in {artifact.meta.get('breeds_hierarchy')} {verb} from the BREEDS release"
+    elif kind.startswith("wordnet"):
+        reason = artifact.meta.get("fallback_reason", "")
+        why = f"BREEDS hierarchy not available ({reason}): using WordNet's default calibration"
+    else:
         return []
-    reason = artifact.meta.get("fallback_reason", "")
-    return [
-        f"BREEDS hierarchy not available ({reason}): using WordNet's default calibration; benchmarks record "
-        f"hierarchy={artifact.meta['kind']} and are NOT the published BREEDS benchmarks"
-    ]
+    return [f"{why}; benchmarks record hierarchy={kind} and are NOT the published BREEDS benchmarks"]
 
 
 HIERARCHY = Input(
