@@ -5,10 +5,12 @@ from a batched Dagster run and from the library path. On a terminal, rich draws 
 elsewhere (pipes, CI, tests) it prints the same lines plainly. Warnings print once.
 """
 
+import os
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, redirect_stderr
+from pathlib import Path
 from typing import Any, TextIO
 
 from shiftbench import progress
@@ -19,16 +21,17 @@ _VERDICT = {"published": "", "checked": "checked, not published", "failed_checks
 
 
 class _QuietDiskFull:
-    """Standard error without Dagster's two-line SQLite message per log call it could not store on a
+    """Standard error without Dagster's multi-line SQLite message per log call it could not store on a
     full disk (the CLI says once that the disk is full); everything else passes through."""
 
     _PREFIX = "Exception while writing logger call to event log:"
 
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
+        self._storage = Path(os.environ.get("DAGSTER_HOME") or ".")  # where Dagster's SQLite files are
 
     def write(self, text: str) -> int:
-        if text.startswith(self._PREFIX) and disk_full(Exception(text)):
+        if text.startswith(self._PREFIX) and disk_full(Exception(text), self._storage):
             return len(text)
         return self._stream.write(text)
 

@@ -245,8 +245,11 @@ def describe_case(staged: StagedVersion) -> Description:
     return Description(metadata, line)
 
 
-def _skipped(artifact: CachedArtifact) -> list[str]:
-    return [f"skipped dataset {name}: {reason}" for name, reason in artifact.meta.get("skipped", {}).items()]
+def _summary(artifact: CachedArtifact) -> str:
+    """The datasets read, and those skipped with why (a fact of this build, not a warning about its content)."""
+    read = ", ".join(f"{name}: {n:,} examples" for name, n in artifact.meta["datasets"].items()) or "no dataset"
+    skipped = "; ".join(f"{name} skipped ({reason})" for name, reason in artifact.meta.get("skipped", {}).items())
+    return f"{read}; {skipped}" if skipped else read
 
 
 ATTRIBUTES = Input(
@@ -254,10 +257,9 @@ ATTRIBUTES = Input(
     description="Each configured dataset's examples with one categorical column per attribute (raw columns mapped "
     "as the dataset spec says), cached as Parquet; for sprites, the generated PNG files too.",
     build=attribute_tables,
-    summary=lambda a: ", ".join(f"{name}: {n:,} examples" for name, n in a.meta["datasets"].items()) or "no dataset",
+    summary=_summary,
     rows="n_examples",
     sources=("conds_attribute_sources",),
-    warnings=_skipped,
 )
 CASE = Kind(
     family=build.FAMILY,
