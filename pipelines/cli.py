@@ -523,6 +523,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except Exception as exc:
         home = Path(os.environ.get("SHIFTBENCH_HOME") or "warehouse").absolute()
+        if "database is locked" in str(exc):  # SQLite's busy timeout ran out: another process holds it
+            print(
+                f"error: Dagster's storage in {os.environ.get('DAGSTER_HOME')} is locked by another process "
+                "(a stuck `dagster dev` or run?): the command stopped; `shiftbench versions` lists what is "
+                "published; retry when it is free",
+                file=sys.stderr,
+            )
+            return 1
         if not disk_full(exc, home):
             raise  # a bug: its traceback is what a report needs
         print(

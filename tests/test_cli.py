@@ -481,3 +481,26 @@ def test_yaml_numbers_unreadable_files_and_a_broken_catalog(
             assert main(["build", "--benchmark", "toy2"]) == 2
         assert_one_line(capsys.readouterr().err, message)
     assert Store(settings.store_dir).latest("toy2") is None
+
+
+@pytest.mark.slow
+def test_a_locked_dagster_storage_is_one_line_and_publishes_nothing(
+    toy_cli: tuple[Settings, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Another process holding Dagster's SQLite run storage (a stuck run, a `dagster dev` gone wrong)."""
+    import sqlite3
+
+    settings, _ = toy_cli
+    assert main(["build", "--benchmark", "toy"]) == 0
+    holder = sqlite3.connect(tmp_path / "dagster_home" / "history" / "runs.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        capsys.readouterr()
+        assert main(["build", "--benchmark", "toy2"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: Dagster's storage in ") and "is locked by another process" in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+    finally:
+        holder.close()
+    assert Store(settings.store_dir).latest("toy2") is None
+    assert main(["build", "--benchmark", "toy2"]) == 0  # free again: the same command works
