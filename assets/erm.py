@@ -26,11 +26,12 @@ from assets.automation import publish, retrain
 from assets.factory import partitions_of
 from assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from pipelines.resources import ShiftbenchSettings
+from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import ContractViolation, InputError
-from shiftbench.family import Family, Figure, FilePath, Kind
+from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
 from shiftbench.publishing import describe_failures
 from shiftbench.settings import Settings
 from shiftbench.spec_files import parse_value
@@ -310,6 +311,9 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
         "id_vs_ood": Figure((files / "id_vs_ood.png").read_bytes(), "ID vs OOD"),
         "weights": FilePath(files / "model.pt"),
     }
+    card = staged.attachment("card.md")
+    if card is not None:
+        metadata = {"card": Markdown(cards.without_images(card.decode())), **metadata}
     return render(metadata, settings)
 
 

@@ -342,7 +342,7 @@ def _events(
             f"/{outcome.rules} rules hold"
         )
     if outcome.publication is not None:
-        description = outcome.description or kind.describe(outcome.staged)
+        description = outcome.description or building.describe(kind, outcome.staged)
         for warning in description.warnings:
             context.log.warning(f"{name}: {warning}")
         yield dg.AssetMaterialization(

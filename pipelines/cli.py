@@ -338,6 +338,52 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
+    """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
+    import polars as pl
+
+    from shiftbench import building
+    from shiftbench.metashift import family as metashift
+    from shiftbench.metashift.generate import DgRequest, generate_dg
+    from shiftbench.metashift.specs import load_specs
+
+    settings = Settings.from_env()
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()]
+    if len(classes) != 2:
+        raise InputError(f"expected two classes A,B, got {args.classes!r}", parameter="--classes")
+    try:
+        quantiles = tuple(float(q) for q in args.quantiles.split(",")) if args.quantiles else None
+    except ValueError:
+        raise InputError(f"expected numbers Q,Q,..., got {args.quantiles!r}", parameter="--quantiles") from None
+    kinds = tuple(k.strip() for k in args.context_kinds.split(",")) if args.context_kinds else ("object", "general")
+    request = DgRequest(
+        classes=(classes[0], classes[1]),
+        test=args.test,
+        n=args.n,
+        quantiles=quantiles,
+        name=args.name,
+        train_size=args.train_size,
+        context_kinds=kinds,
+    )
+    released = kinds == ("attribute",) and not settings.gqa_scene_graphs
+    scenes_input = metashift.RELEASED if released else metashift.SCENES
+    artifact = building.build_inputs(settings, metashift.METASHIFT, [scenes_input.name])[scenes_input.name]
+    objects = pl.read_parquet(artifact.path / "objects.parquet")
+    images = pl.read_parquet(artifact.path / "images.parquet")
+    source = f"{artifact.meta['dataset']} ({artifact.meta['kind']}, {artifact.fingerprint[:16]})"
+    task = generate_dg(objects, images, load_specs(settings.metashift_specs).general_contexts, request, source)
+    if args.out is None:
+        sys.stdout.write(task.text)
+    else:
+        args.out.write_text(task.text, "utf-8")
+    print(f"{task.name}: {len(task.choices)} variants from {task.n_candidates} candidates", file=sys.stderr)
+    for choice in task.choices:
+        print(f"  {choice.subset:<30} quantile {choice.quantile:<6g} d={choice.distance:.4f}", file=sys.stderr)
+    if args.out is not None:
+        print(f"wrote {args.out}: SHIFTBENCH_METASHIFT_SPECS={args.out} shiftbench build metashift", file=sys.stderr)
+    return 0
+
+
 # -- the warehouse ----------------------------------------------------------------------------------
 def cmd_sql(args: argparse.Namespace) -> int:
     import duckdb
@@ -504,6 +550,20 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     export.add_argument("--path-template", help="image path under the root; {} is the example id")
     export.set_defaults(func=cmd_export)
+    generate = sub.add_parser("generate", help="write a benchmark spec chosen from the data (e.g. by distance)")
+    generators = generate.add_subparsers(dest="generator", required=True)
+    dg = generators.add_parser(
+        "metashift-dg", help="a MetaShift domain-generalization task whose training subsets have increasing distance"
+    )
+    dg.add_argument("--classes", required=True, metavar="A,B", help="the two classes; B's training varies")
+    dg.add_argument("--test", required=True, metavar="B(context)", help="B's test subset, e.g. 'dog(shelf)'")
+    dg.add_argument("--n", type=int, default=4, help="number of variants (default 4)")
+    dg.add_argument("--quantiles", metavar="Q,...", help="distance quantiles of the variants (default: evenly spaced)")
+    dg.add_argument("--name", help="the task's name (default A-B-CONTEXT-dg)")
+    dg.add_argument("--train-size", type=int, default=400, help="training images, split over the classes")
+    dg.add_argument("--context-kinds", metavar="K,...", help="object,general (default) or attribute")
+    dg.add_argument("--out", type=Path, help="write the spec file here (default: stdout)")
+    dg.set_defaults(func=cmd_generate_metashift_dg)
     return parser
 
 

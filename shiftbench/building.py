@@ -11,17 +11,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
 
-from shiftbench import progress
+from shiftbench import cards, progress
 from shiftbench.cache import CachedArtifact
+from shiftbench.cards import CardInfo
 from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError
-from shiftbench.family import Description, Family, Kind, Target
+from shiftbench.family import Description, Family, Kind, Markdown, Target
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion, Store
@@ -39,8 +40,10 @@ def stage_tables(
     images: Mapping[str, Any] | None,
     attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     warnings: Sequence[str] = (),
+    card: CardInfo | None = None,
 ) -> StagedVersion:
-    """Stage a version with the manifest every family writes (params, sources, images, environment)."""
+    """Stage a version with the manifest every family writes (params, sources, images, environment),
+    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given."""
     row = tables["benchmarks"].row(0, named=True)
     manifest = {
         "spec": spec,
@@ -52,8 +55,21 @@ def stage_tables(
         "environment": environment(),
         "images": dict(images) if images is not None else None,
         "warnings": list(warnings),
+        "family": family,
     }
-    return Store(settings.store_dir).stage(family, benchmark, tables, manifest_extra=manifest, attachments=attachments)
+
+    def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
+        assert card is not None
+        return cards.documents(benchmark, version, manifest, tables, files, figures, card)
+
+    return Store(settings.store_dir).stage(
+        family,
+        benchmark,
+        tables,
+        manifest_extra=manifest,
+        attachments=attachments,
+        documents=documents if card is not None else None,
+    )
 
 
 @dataclass
@@ -142,6 +158,16 @@ def publish_last_staged(settings: Settings, kind: Kind, benchmark: str) -> Outco
     return publish(settings, outcome)
 
 
+def describe(kind: Kind, staged: StagedVersion) -> Description:
+    """The kind's description of a version, with its shift card (shown on the publish asset's materialization)."""
+    description = kind.describe(staged)
+    card = staged.attachment("card.md")
+    if card is None:
+        return description
+    shown = Markdown(cards.without_images(card.decode()))
+    return replace(description, metadata={"card": shown, **description.metadata})
+
+
 def iter_build(
     settings: Settings,
     family: Family,
@@ -170,7 +196,7 @@ def iter_build(
             outcome = publish_last_staged(settings, kind, target.benchmark)
         if outcome.staged is not None and outcome.error is None:
             try:
-                outcome.description = kind.describe(outcome.staged)
+                outcome.description = describe(kind, outcome.staged)
             except Exception as exc:  # describing is for people: it never costs a published version
                 outcome.description = Description({}, f"(not described: {type(exc).__name__}: {exc})")
         detail = (

@@ -14,6 +14,7 @@ from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.metashift.family import METASHIFT
+from shiftbench.naming import paper_name
 from shiftbench.settings import Settings
 from shiftbench.variants import Variant, load_variants, register, suggest
 
@@ -52,8 +53,15 @@ def spec_kinds(settings: Settings) -> dict[str, Kind]:
 
 
 def spec_owners(settings: Settings) -> dict[str, str]:
-    """Every spec name of every family, with the family that defines it (names are global)."""
-    return {name: f"a {kind.family} {kind.name} spec" for name, kind in spec_kinds(settings).items()}
+    """Every spec name of every family, with the family that defines it (names are global).
+
+    A paper's name stays taken while its spec is built under ``NAME@TAG``: nobody else may use it.
+    """
+    owners: dict[str, str] = {}
+    for name, kind in spec_kinds(settings).items():
+        owners[name] = f"a {kind.family} {kind.name} spec"
+        owners.setdefault(paper_name(name), f"a {kind.family} {kind.name} spec (the paper's name of {name})")
+    return owners
 
 
 def kind_of(settings: Settings, benchmark: str) -> Kind:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shiftbench.errors import InputError
 
-BREEDS_DEFAULT_URL = "https://github.com/MadryLab/BREEDS-Benchmarks/raw/master/imagenet_class_hierarchy/modified"
 ENV_PREFIX = "SHIFTBENCH_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -32,12 +31,15 @@ class Settings(BaseSettings):
     imagenet_hierarchy_dir: Path | None = Field(None, description="ImageNet-format hierarchy files")
     wordnet_dict_dir: Path = Field(Path("/usr/share/wordnet"), description="the WordNet database nltk reads")
     breeds_hierarchy_dir: Path | None = Field(None, description="BREEDS calibrated hierarchy files")
-    breeds_url: str = Field(BREEDS_DEFAULT_URL, description="where to download the BREEDS hierarchy from")
+    breeds_hierarchy_source: Literal["release", "wordnet-default"] = Field(
+        "release",
+        description="release: the BREEDS hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR, else WordNet + the shipped "
+        "calibration); wordnet-default: the project's own calibration of WordNet (names get @wordnet-default)",
+    )
     breeds_calibration: Path | None = Field(None, description="an edit file applied on top of the hierarchy")
     breeds_specs: Path | None = Field(None, description="an extra BREEDS spec file")
     imagenet_dir: Path | None = Field(None, description="an ILSVRC-2012 root")
-    offline: bool = Field(False, description="never try a download")
-    download_timeout_s: float = Field(10.0, gt=0, description="timeout of a download attempt in seconds")
+    offline: bool = Field(False, description="never try a download (of WordNet through nltk)")
     gqa_scene_graphs: Annotated[tuple[Path, ...], NoDecode] = Field((), description="GQA scene-graph JSON files")
     tags_table: Path | None = Field(None, description="an image -> tag table instead of GQA")
     metashift_class_groups: Path | None = Field(None, description="a class grouping for group_classes=true")

@@ -198,6 +198,8 @@ class Spec(BaseModel):
     @classmethod
     def _name(cls, name: str) -> str:
         problem = benchmark_name_problem(name)
+        if problem is None and "@" in name:
+            problem = f"invalid benchmark name {name!r}: '@' is reserved for shiftbench's source tags (NAME@TAG)"
         if problem is not None:  # a name becomes a directory of the store: check it where it is written
             raise ValueError(problem)
         return name

@@ -50,7 +50,8 @@ VERSION_ID_LENGTH = 16
 _STALE_STAGING_S = 24 * 3600
 # An unpublished version younger than this may still be waiting for its checks: gc keeps it.
 _PENDING_GRACE_S = 3600
-_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+# '@' only appears in names shiftbench gives (NAME@TAG, shiftbench.naming); specs and --name refuse it.
+_NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.@")
 MAX_NAME_LENGTH = 100  # names become directories (and parts of run names): keep them well under NAME_MAX
 
 
@@ -204,6 +205,7 @@ class Store:
         *,
         manifest_extra: Mapping[str, Any] | None = None,
         attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
+        documents: Callable[[str, Mapping[str, Mapping[str, Any]], list[str]], Mapping[str, bytes]] | None = None,
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
@@ -212,6 +214,8 @@ class Store:
         ``attachments`` (e.g. figures) are written under ``files/`` and listed in the manifest
         with their checksums; they are derived views and do not enter the version id. Given as a
         function, they are only made when the version is new (figures cost more than tables).
+        ``documents(version, files, attachment names)`` makes files that describe the version (a
+        card): they are written under ``files/`` too, once the tables' files and checksums exist.
         """
         check_benchmark_name(benchmark)
         other = self.family_of(benchmark)
@@ -247,8 +251,10 @@ class Store:
                     "content_sha256": hashes[name],
                 }
             attached = {}
-            made = attachments() if callable(attachments) else attachments
-            for name, payload in sorted((made or {}).items()):
+            made = dict((attachments() if callable(attachments) else attachments) or {})
+            if documents is not None:
+                made.update(documents(version, files, sorted(made)))
+            for name, payload in sorted(made.items()):
                 target = staging / "files" / name
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(payload)

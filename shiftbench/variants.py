@@ -78,6 +78,8 @@ def register(
     other content is an error naming what already holds it.
     """
     check_benchmark_name(name, "--name")
+    if "@" in name:
+        raise InputError(f"'@' is reserved for shiftbench's source tags (NAME@TAG), got {name!r}", parameter="--name")
     specs = kind.specs(settings)
     if base not in specs:
         raise InputError(f"{base!r} is not a {kind.family} {kind.name} spec", parameter="--benchmark")
@@ -145,7 +147,10 @@ def resolve(settings: Settings, kind: Kind, name: str) -> Target:
 
 def suggest(name: str, candidates: list[str] | Mapping[str, str]) -> str:
     """ "; did you mean ...?" with up to three close names (and what they are, given a mapping)."""
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    # A paper's name built from another source here is NAME@TAG (shiftbench.naming): say so first.
+    close = [c for c in candidates if c.startswith(f"{name}@")][:3]
+    close += [c for c in difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6) if c not in close]
+    close = close[:3]
     what = candidates if isinstance(candidates, Mapping) else {}
     shown = [f"{c} ({what[c].removeprefix('a ')})" if c in what else c for c in close]
     return f"; did you mean {', '.join(shown)}?" if close else ""

@@ -222,7 +222,7 @@ def test_a_bad_imagenet_hierarchy_dir_and_edit_file(
     edits = tmp_path / "edits.txt"
     edits.write_text("collapse_node n00001930\nsplit_node n00002684\n")
     cli_env(SHIFTBENCH_BREEDS_CALIBRATION=str(edits))
-    assert main(["build", "--benchmark", "living17"]) == 2
+    assert main(["build", "--benchmark", "living17@edits"]) == 2
     assert_one_line(capsys.readouterr().err, "edits.txt:2: unknown operation 'split_node'")
 
 
@@ -233,10 +233,10 @@ def test_bad_settings_and_spec_files_are_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cli_env()
-    monkeypatch.setenv("SHIFTBENCH_DOWNLOAD_TIMEOUT_S", "soon")
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "soon")
     assert main(["build", "--benchmark", "living17"]) == 2
-    assert_one_line(capsys.readouterr().err, "parameter 'SHIFTBENCH_DOWNLOAD_TIMEOUT_S': must be a valid number")
-    monkeypatch.delenv("SHIFTBENCH_DOWNLOAD_TIMEOUT_S")
+    assert_one_line(capsys.readouterr().err, "parameter 'SHIFTBENCH_SPRITES_PER_COMBINATION': must be a valid integer")
+    monkeypatch.delenv("SHIFTBENCH_SPRITES_PER_COMBINATION")
     shadow = tmp_path / "mine.yaml"
     shadow.write_text("family: breeds\nbenchmarks:\n  living17:\n    level: 5\n    n_subclasses: 3\n")
     cli_env(SHIFTBENCH_BREEDS_SPECS=str(shadow))
@@ -376,7 +376,7 @@ def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
     assert "[2/2] toy2: version" in captured.out
     assert "1 of 2 published" in captured.out
     assert "warning: class_hierarchy.txt, node_names.txt, dataset_class_info.json in dir:" in captured.err
-    assert f"{TOY_HIERARCHY_WARNING} and are NOT the published BREEDS benchmarks" in captured.err
+    assert f"{TOY_HIERARCHY_WARNING} and are named NAME@breeds-files, not the papers' benchmarks" in captured.err
     store = Store(settings.store_dir)
     assert store.latest("toy") is None and store.latest("toy2") is not None
 

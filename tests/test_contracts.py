@@ -36,11 +36,13 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "examples",
         "breeds_subpopulations",
         "breeds_hierarchy",
+        "shift_magnitudes",
         *metashift,
         *conds,
         *erm,
     }
     assert {t for kind in registry.kinds() for t in kind.tables} <= set(found)  # every kind's tables are covered
+    assert all("shift_magnitudes" in kind.tables for kind in registry.kinds())  # every version measures its shift
     assert {found[t].store_key for t in erm} == {"run"} and found["examples"].store_key == "benchmark"
     assert found["conds_examples"].additional_columns_type == "VARCHAR"
     assert found["examples"].additional_columns_type is None

@@ -11,12 +11,12 @@ from shiftbench import building, variants
 from shiftbench.breeds.family import BENCHMARK, BREEDS
 from shiftbench.settings import Settings
 
-from .conftest import IMAGENET_WORDNET_FIXTURE
+from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE
 
 
-def _build(settings: Settings, benchmark: str) -> tuple[str, dict[str, bytes]]:
+def _build(settings: Settings, benchmark: str, kind: str = "breeds-published") -> tuple[str, dict[str, bytes]]:
     inputs = building.build_inputs(settings, BREEDS)
-    assert inputs["breeds/calibrated_hierarchy"].meta["kind"] == "wordnet-default-calibration"
+    assert inputs["breeds/calibrated_hierarchy"].meta["kind"] == kind
     staged = BENCHMARK.stage(settings, variants.resolve(settings, BENCHMARK, benchmark), inputs)
     return staged.version, {t: staged.table_path(t).read_bytes() for t in staged.tables}
 
@@ -25,7 +25,8 @@ def _build(settings: Settings, benchmark: str) -> tuple[str, dict[str, bytes]]:
 def test_two_routes_to_wordnet_two_homes_one_version(
     make_settings: Callable[..., Settings], tmp_path: Path, fixtures: Path
 ) -> None:
-    """nltk over Debian's WordNet and ImageNet's own files hold the same hierarchy."""
+    """nltk over Debian's WordNet and ImageNet's own files hold the same hierarchy; with the shipped
+    calibration both are the BREEDS release's hierarchy, read from its files in a third route."""
     via_nltk = _build(make_settings(), "entity30-good")
     files_home = Settings.from_env(
         {
@@ -37,3 +38,11 @@ def test_two_routes_to_wordnet_two_homes_one_version(
     via_files = _build(files_home, "entity30-good")
     assert via_nltk[0] == via_files[0]
     assert via_nltk[1] == via_files[1]
+    release_home = Settings.from_env(
+        {"SHIFTBENCH_HOME": str(tmp_path / "release"), "SHIFTBENCH_BREEDS_HIERARCHY_DIR": str(BREEDS_FIXTURE)}
+    )
+    assert _build(release_home, "entity30-good") == via_nltk
+    # The project's own calibration, on request, is another hierarchy under another name.
+    fallback = make_settings(SHIFTBENCH_BREEDS_HIERARCHY_SOURCE="wordnet-default")
+    own = _build(fallback, "entity30-good@wordnet-default", "wordnet-default-calibration")
+    assert own[0] != via_nltk[0]

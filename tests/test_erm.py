@@ -362,10 +362,12 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
     assert changed == ["fc.bias", "fc.weight"]
 
-    task = stage_one(settings, "metashift/task", "cat-dog-dg-cabinet-bed")
+    task = stage_one(settings, "metashift/task", "cat-dog-dg-cabinet-bed@generated")
     check_version(Store(settings.store_dir), task)
     publish_staged(settings, task)
-    shift = launch.plan_run(settings, "cat-dog-dg-cabinet-bed", preset="smoke", overrides=FAST, image_root="standin")
+    shift = launch.plan_run(
+        settings, "cat-dog-dg-cabinet-bed@generated", preset="smoke", overrides=FAST, image_root="standin"
+    )
     result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift, "m"), log=print)
     runs = pl.read_parquet(result.staged.table_path("erm_runs"))
     assert runs.select("family", "image_source", "selection_split").row(0) == ("metashift", "standin", "val")

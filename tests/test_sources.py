@@ -1,11 +1,8 @@
-"""Raw sources: WordNet through nltk equals ImageNet's files; strict readers; downloads."""
+"""Raw sources: WordNet through nltk equals ImageNet's files; strict readers."""
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -14,7 +11,6 @@ import pytest
 from shiftbench.errors import InputError
 from shiftbench.sources.breeds_hierarchy import (
     BREEDS_FILES,
-    locate_breeds_hierarchy,
     read_breeds_hierarchy_dir,
     read_dataset_class_info,
 )
@@ -181,42 +177,6 @@ def test_dataset_class_info_shape_is_checked(tmp_path: Path) -> None:
     path.write_text(json.dumps([[0, "n01440764"]]))
     with pytest.raises(InputError, match="entry 0"):
         read_dataset_class_info(path)
-
-
-@pytest.fixture
-def breeds_server(toy_breeds_dir: ToyDir) -> Iterator[str]:
-    """A loopback HTTP server serving a BREEDS hierarchy, standing in for the repository."""
-    directory = toy_breeds_dir("served")
-
-    class Handler(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, directory=str(directory), **kwargs)  # type: ignore[arg-type]
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/"
-    server.shutdown()
-
-
-def test_breeds_download_is_cached_and_offline_falls_back(breeds_server: str, tmp_path: Path) -> None:
-    cache = tmp_path / "cache"
-    path, origin = locate_breeds_hierarchy(None, breeds_server, cache, offline=False, timeout_s=5)
-    assert path == cache / "breeds_hierarchy"
-    assert origin.startswith("download:")
-    assert sorted(p.name for p in path.iterdir()) == sorted(BREEDS_FILES)
-    # Cached now: found even offline, without the server.
-    again, _ = locate_breeds_hierarchy(None, "http://127.0.0.1:9/", cache, offline=True, timeout_s=1)
-    assert again == path
-    missing, reason = locate_breeds_hierarchy(None, breeds_server, tmp_path / "empty", offline=True, timeout_s=1)
-    assert missing is None
-    assert "offline" in reason
-    failed, reason = locate_breeds_hierarchy(None, "http://127.0.0.1:9/", tmp_path / "e2", offline=False, timeout_s=1)
-    assert failed is None
-    assert reason.startswith("download failed")
 
 
 def test_imagenet_hierarchy_dir_reader_matches_fixture_counts(fixtures: Path) -> None:

@@ -74,7 +74,9 @@ def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_br
     assert store.latest("toy").version == v1.version
     manifest = v1.manifest()
     assert manifest["tables"]["examples"]["rows"] == pl.read_parquet(v1.table_path("examples")).height
-    assert set(manifest["tables"]) == {"benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy"}
+    assert set(manifest["tables"]) == {
+        "benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", "shift_magnitudes"
+    }  # fmt: skip
 
 
 def test_tampered_files_are_never_published(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:

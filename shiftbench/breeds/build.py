@@ -11,7 +11,8 @@ Dataset card
   ``nosplit`` benchmark has domain ``all``: train -> ``train``, val -> ``id_test``.
 - ``y`` is the superclass label, ``group`` the subclass wnid (worst-group = worst subpopulation).
 
-Tables: ``benchmarks`` (one row), ``examples``, ``breeds_subpopulations``, ``breeds_hierarchy``.
+Tables: ``benchmarks`` (one row), ``examples``, ``breeds_subpopulations``, ``breeds_hierarchy``,
+``shift_magnitudes`` (hierarchy distance from target to source subclasses).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import networkx as nx
 import polars as pl
 
 from shiftbench.breeds.calibrated import CalibratedHierarchy
@@ -26,6 +28,7 @@ from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
 from shiftbench.fingerprint import canonical_json
 from shiftbench.hierarchy import Hierarchy
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "breeds"
 DATASET = "imagenet"
@@ -115,6 +118,40 @@ def hierarchy_table(hierarchy: Hierarchy) -> pl.DataFrame:
     )
 
 
+def subclass_distances(task: list[SuperclassSplit], hierarchy: Hierarchy) -> pl.DataFrame:
+    """Per target subclass: edges on the hierarchy path to the nearest source subclass of its superclass.
+
+    Paths run through the superclass's part of the hierarchy (undirected), so a distance is that of
+    the lowest common ancestor in a tree. A nosplit superclass has no target: its distances are 0.
+    """
+    graph = hierarchy.graph
+    rows: list[tuple[str, str, int]] = []
+    for sup in task:
+        if not sup.target:
+            rows.extend((sup.superclass, wnid, 0) for wnid in sup.source)
+            continue
+        below = graph.subgraph(nx.descendants(graph, sup.superclass) | {sup.superclass}).to_undirected(as_view=True)
+        sources = set(sup.source)
+        for wnid in sup.target:
+            lengths = nx.single_source_shortest_path_length(below, wnid)
+            rows.append((sup.superclass, wnid, min(lengths[s] for s in sources if s in lengths)))
+    return pl.DataFrame(
+        rows, schema={"superclass_wnid": pl.String, "subclass_wnid": pl.String, "distance": pl.Int64}, orient="row"
+    )
+
+
+def magnitudes(task: list[SuperclassSplit], hierarchy: Hierarchy) -> pl.DataFrame:
+    distances = subclass_distances(task, hierarchy)
+    rows: list[tuple[str, str, float | None]] = [
+        ("subclass_distance_mean", SCOPE_ALL, float(distances["distance"].mean() or 0)),  # type: ignore[arg-type]
+        ("subclass_distance_max", SCOPE_ALL, float(distances["distance"].max() or 0)),  # type: ignore[arg-type]
+    ]
+    per_superclass = distances.group_by("superclass_wnid").agg(pl.col("distance").mean()).sort("superclass_wnid")
+    for superclass, mean in per_superclass.iter_rows():
+        rows.append(("subclass_distance_mean", superclass, mean))
+    return magnitudes_table(FAMILY, rows)
+
+
 def build_tables(
     spec: BreedsSpec,
     calibrated: CalibratedHierarchy,
@@ -156,4 +193,5 @@ def build_tables(
         "examples": examples,
         "breeds_subpopulations": subpopulations,
         "breeds_hierarchy": hierarchy_table(restricted),
+        "shift_magnitudes": magnitudes(task, restricted),
     }

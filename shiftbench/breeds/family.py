@@ -20,21 +20,24 @@ from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
+from shiftbench.cards import CardInfo
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
 from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.images import image_block
+from shiftbench.naming import tag_paper_names
 from shiftbench.plots import subclasses_per_superclass
 from shiftbench.settings import Settings
-from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, locate_breeds_hierarchy, read_breeds_hierarchy_dir
+from shiftbench.sources import packaged
+from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ
 from shiftbench.sources.imagenet import load_imagenet_images, read_imagenet_hierarchy_dir
 from shiftbench.sources.wordnet import dict_fingerprint, load_wordnet
 from shiftbench.store import StagedVersion
 
 # Bump when a change to the BREEDS builder can change its output: Dagster marks every
 # benchmark stale and the automation rebuilds them.
-CODE_VERSION = "breeds-1"
-TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy")
+CODE_VERSION = "breeds-2"
+TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", "shift_magnitudes")
 FIGURE = "subclasses_per_superclass.png"
 
 
@@ -48,11 +51,12 @@ def imagenet_hierarchy_fingerprint(settings: Settings) -> str:
 
 
 def breeds_hierarchy_fingerprint(settings: Settings) -> str:
-    directory = settings.breeds_hierarchy_dir or settings.cache_dir / "breeds_hierarchy"
-    files = [directory / name for name in BREEDS_FILES if (directory / name).is_file()]
+    directory = settings.breeds_hierarchy_dir
+    files = [directory / name for name in BREEDS_FILES if (directory / name).is_file()] if directory else []
+    files.append(packaged.BREEDS_CALIBRATION)
     if settings.breeds_calibration is not None and settings.breeds_calibration.is_file():
         files.append(settings.breeds_calibration)
-    return sha256_text(f"{sha256_files(files)}|offline={settings.offline}")
+    return sha256_text(f"{sha256_files(files)}|source={settings.breeds_hierarchy_source}")
 
 
 def imagenet_images_fingerprint(settings: Settings) -> str:
@@ -121,21 +125,28 @@ def imagenet_images(settings: Settings, upstream: Mapping[str, CachedArtifact] |
 
 
 def calibrated_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact]) -> CachedArtifact:
-    """The published BREEDS hierarchy when available, else WordNet's default calibration."""
+    """The BREEDS hierarchy (the release's files, or WordNet + the shipped calibration), or on request
+    WordNet's default calibration."""
     hierarchy, images = upstream[HIERARCHY.name], upstream[IMAGES.name]
-    located, reason = locate_breeds_hierarchy(
-        settings.breeds_hierarchy_dir,
-        settings.breeds_url,
-        settings.cache_dir,
-        offline=settings.offline,
-        timeout_s=settings.download_timeout_s,
-    )
-    if located is not None:
-        result = cal.from_published(read_breeds_hierarchy_dir(located, reason), settings.breeds_calibration)
-    else:
-        classes = pl.read_parquet(images.path / "classes.parquet")["wnid"].to_list()
+    classes = pl.read_parquet(images.path / "classes.parquet")["wnid"].to_list()
+    if settings.breeds_hierarchy_source == "wordnet-default":
         result = cal.from_wordnet(
-            load_hierarchy(hierarchy), hierarchy.fingerprint, classes, settings.breeds_calibration, reason
+            load_hierarchy(hierarchy),
+            hierarchy.fingerprint,
+            classes,
+            settings.breeds_calibration,
+            "SHIFTBENCH_BREEDS_HIERARCHY_SOURCE=wordnet-default",
+        )
+    elif settings.breeds_hierarchy_dir is not None:
+        files = read_breeds_hierarchy_dir(settings.breeds_hierarchy_dir)
+        result = cal.from_published(files, settings.breeds_calibration)
+    else:
+        result = cal.from_release_edits(
+            load_hierarchy(hierarchy),
+            hierarchy.fingerprint,
+            classes,
+            packaged.BREEDS_CALIBRATION,
+            settings.breeds_calibration,
         )
     fingerprint = result.fingerprint
     meta = {
@@ -156,11 +167,33 @@ def _calibration_warnings(artifact: CachedArtifact) -> list[str]:
         verb = "differ" if len(differs) > 1 else "differs"
         why = f"{', '.join(differs)} in {artifact.meta.get('breeds_hierarchy')} {verb} from the BREEDS release"
     elif kind.startswith("wordnet"):
-        reason = artifact.meta.get("fallback_reason", "")
-        why = f"BREEDS hierarchy not available ({reason}): using WordNet's default calibration"
+        why = "using WordNet's default calibration, not the BREEDS hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_SOURCE)"
+    elif "+edits" in kind:
+        why = f"the BREEDS hierarchy is edited by {artifact.meta.get('edits')}"
     else:
         return []
-    return [f"{why}; benchmarks record hierarchy={kind} and are NOT the published BREEDS benchmarks"]
+    tag = cal.name_tag(kind)
+    return [f"{why}; benchmarks record hierarchy={kind} and are named NAME@{tag}, not the papers' benchmarks"]
+
+
+def hierarchy_name_tag(settings: Settings) -> str | None:
+    """What the shipped benchmarks' names carry after ``@`` with these settings (None: the papers' names).
+
+    Decided from the settings alone (partitions exist before anything is built); the build then
+    refuses a default route whose result is not the release (:func:`cal.from_release_edits`).
+    """
+    if settings.breeds_hierarchy_source == "wordnet-default":
+        kind = cal.KIND_WORDNET
+    elif settings.breeds_hierarchy_dir is not None and release_bytes_differ(settings.breeds_hierarchy_dir):
+        kind = cal.KIND_FILES
+    else:
+        kind = cal.KIND_PUBLISHED
+    return cal.name_tag(kind + ("+edits" if settings.breeds_calibration is not None else ""))
+
+
+def benchmark_specs(settings: Settings) -> dict[str, BreedsSpec]:
+    """The specs by benchmark name: the shipped ones carry the hierarchy's tag unless it is the release's."""
+    return tag_paper_names(load_specs(settings.breeds_specs), set(load_specs(None)), hierarchy_name_tag(settings))
 
 
 HIERARCHY = Input(
@@ -181,7 +214,8 @@ IMAGES = Input(
 )
 CALIBRATED = Input(
     key=("breeds", "calibrated_hierarchy"),
-    description="The published BREEDS hierarchy when available, else WordNet's default calibration (a tree).",
+    description="The BREEDS hierarchy (the release's files, or WordNet + the shipped calibration edits), or on "
+    "request WordNet's default calibration (a tree).",
     build=calibrated_hierarchy,
     summary=lambda a: f"hierarchy: {a.meta['kind']} ({a.meta['n_classes']} of the 1000 classes)",
     rows="n_nodes",
@@ -218,6 +252,38 @@ def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, Cac
         code_version=CODE_VERSION,
         images=image_block("imagenet", "{}", root, "imagenet_dir"),
         attachments=figures,
+        card=card_info(calibrated.kind, spec.split),
+    )
+
+
+CITATION = "S. Santurkar, D. Tsipras, A. Madry. BREEDS: Benchmarks for Subpopulation Shift. ICLR 2021."
+SPLIT_SHIFT = {
+    "rand": "subclasses are split between source and target at random (the published benchmarks)",
+    "good": "similar subclasses are put on both sides (a smaller shift)",
+    "bad": "similar subclasses are kept on one side (a larger shift)",
+    "none": "there is no split: source and target hold the same subclasses (no subpopulation shift)",
+}
+
+
+def card_info(kind: str, split: str) -> CardInfo:
+    """What a BREEDS version's card says: the subpopulation shift and the hierarchy's and images' licences."""
+    if kind.startswith(cal.KIND_WORDNET):
+        hierarchy = "Hierarchy: WordNet 3.0 (WordNet 3.0 licence), calibrated by shiftbench's own rule (MIT)"
+    else:
+        hierarchy = "Hierarchy: the BREEDS calibration (BREEDS-Benchmarks, MIT) of WordNet 3.0 (WordNet 3.0 licence)"
+    if "+edits" in kind or kind.startswith(cal.KIND_FILES):
+        hierarchy += ", with the user's changes"
+    return CardInfo(
+        title="BREEDS benchmark",
+        shift="Subpopulation shift: each superclass is a label; the source domain (splits train, id_test) and the "
+        "target domain (test, ood_train) hold different ImageNet classes (subpopulations) of it; "
+        f"{SPLIT_SHIFT[split]}.",
+        licences=(
+            hierarchy,
+            "Images: ImageNet ILSVRC-2012 (ImageNet terms of access: non-commercial research and education); "
+            "not redistributed",
+        ),
+        citation=CITATION,
     )
 
 
@@ -261,7 +327,7 @@ BENCHMARK = Kind(
     tables=TABLES,
     inputs=(CALIBRATED.name, IMAGES.name),
     spec_model=BreedsSpec,
-    specs=lambda settings: load_specs(settings.breeds_specs),
+    specs=benchmark_specs,
     stage=stage_benchmark,
     describe=describe_benchmark,
     code_version=CODE_VERSION,
@@ -287,7 +353,8 @@ BREEDS = Family(
         ),
         RawSource(
             "breeds_hierarchy_files",
-            "BREEDS calibrated hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR or the download cache) and edit file.",
+            "BREEDS calibrated hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR, else the shipped calibration edits) "
+            "and the user's edit file.",
             breeds_hierarchy_fingerprint,
         ),
         RawSource(

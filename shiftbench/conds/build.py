@@ -23,6 +23,7 @@ from shiftbench.conds.engine import Draw, draw_case
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.conds.summary import ShiftSummary, summarize
 from shiftbench.fingerprint import canonical_json
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "conds"
 
@@ -177,5 +178,14 @@ def case_tables(
         "conds_attributes": _attribute_rows(case, summary),
         "conds_value_counts": summary.value_counts,
         "conds_cells": cells,
+        "shift_magnitudes": magnitudes(summary),
     }
     return tables, draw, summary
+
+
+def magnitudes(summary: ShiftSummary) -> pl.DataFrame:
+    """TV distance of the case, and each attribute's association with the label on train."""
+    rows: list[tuple[str, str, float | None]] = [("tv_distance", SCOPE_ALL, summary.tv_distance)]
+    for attribute, v, mi in summary.attributes.select("attribute", "cramers_v", "mutual_information").iter_rows():
+        rows += [("cramers_v", attribute, v), ("mutual_information", attribute, mi)]
+    return magnitudes_table(FAMILY, rows)

@@ -26,7 +26,8 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench import plots
+from shiftbench import cards, plots
+from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
@@ -294,7 +295,24 @@ def stage_run(
         },
     }
     store = Store(settings.store_dir)
-    staged = store.stage(FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments)
+    described = dict(tables)
+    if (plan.split_dir / "shift_magnitudes.parquet").is_file():  # the card shows the shift the model was tested on
+        described["shift_magnitudes"] = pl.read_parquet(plan.split_dir / "shift_magnitudes.parquet")
+    info = CardInfo(
+        title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}",
+        shift=f"Results of one training run on the split {plan.benchmark} (version {plan.split_version}); the shift "
+        "magnitudes below are that split's (table shift_magnitudes of the split version).",
+        licences=("Model weights and results: MIT (shiftbench); the training images keep their own licence",),
+        citation="Koh, Sagawa et al. WILDS: A Benchmark of in-the-Wild Distribution Shifts. ICML 2021 (evaluation).",
+    )
+
+    def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
+        shown = [f for f in figures if f.endswith(".png")]
+        return cards.documents(plan.run, version, {**manifest, "family": FAMILY}, described, files, shown, info)
+
+    staged = store.stage(
+        FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
+    )
     return staged, check_version(store, staged), summary
 
 

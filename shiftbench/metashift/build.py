@@ -25,6 +25,7 @@ import polars as pl
 
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table, summary
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
@@ -151,7 +152,29 @@ def collection_tables(
         "metashift_embeddings": pl.DataFrame(embedding_rows, schema=EMBEDDING_SCHEMA, orient="row"),
         "metashift_graphs": pl.DataFrame(graph_rows, schema=GRAPH_SCHEMA, orient="row"),
     }
+    tables["shift_magnitudes"] = collection_magnitudes(tables["metashift_distances"])
     return tables, results
+
+
+def collection_magnitudes(distances: pl.DataFrame) -> pl.DataFrame:
+    """The distribution of subset distances: over every class (scope ``all``), and each class's mean."""
+    rows = summary(distances["distance"], "subset_distance", SCOPE_ALL)
+    per_class = (
+        distances.filter(pl.col("distance").is_not_null())
+        .group_by("class")
+        .agg(pl.col("distance").mean())
+        .sort("class")
+    )
+    rows += [("subset_distance_mean", name, mean) for name, mean in per_class.iter_rows()]
+    return magnitudes_table(FAMILY, rows)
+
+
+def task_magnitudes(summary_row: Mapping[str, Any], communities: pl.DataFrame) -> pl.DataFrame:
+    """The task's distance d, and each community's distance to the test community."""
+    rows: list[tuple[str, str, float | None]] = [("spectral_distance", SCOPE_ALL, summary_row["distance"])]
+    measured = communities.filter(pl.col("distance").is_not_null()).sort("community")
+    rows += [("community_distance", c, d) for c, d in measured.select("community", "distance").iter_rows()]
+    return magnitudes_table(FAMILY, rows)
 
 
 NULL_DISTANCE_WARNING_SHARE = 0.5
@@ -286,4 +309,5 @@ def task_tables(
         "examples": examples,
         "metashift_tasks": pl.DataFrame([result.summary], schema=TASK_SCHEMA),
         "metashift_task_communities": result.communities,
+        "shift_magnitudes": task_magnitudes(result.summary, result.communities),
     }

@@ -1,7 +1,11 @@
 """The MetaShift family: annotations -> scene tables -> subset collections and shift tasks.
 
-The scene tables (GQA scene graphs, a tag table, or the generated sample) are parsed once into a
-content-addressed cache directory; collections and tasks read them from there.
+The scene tables are parsed once into content-addressed cache directories; collections and tasks
+read them from there. Which annotations a spec is built from (:func:`scene_source`): the user's GQA
+scene graphs when set; else, for a spec of attribute contexts only, MetaShift's released attribute
+annotations shipped with the package; else the user's tag table, else the generated scene sample.
+Shipped specs built from a tag table or the generated sample are named ``NAME@tags`` /
+``NAME@generated`` (:mod:`shiftbench.naming`).
 
 Meta-graphs are built per *collection*, not per class: one sparse product computes every class's
 overlaps at once (seconds for all of Visual Genome's 1,700 object classes), while a benchmark per
@@ -19,22 +23,27 @@ import polars as pl
 
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
+from shiftbench.cards import CardInfo
 from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, FilePath, Input, Kind, Markdown, RawSource, Table, Target
 from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, sha256_text
 from shiftbench.images import STANDIN, image_block
 from shiftbench.metashift import build
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
+from shiftbench.naming import tag_paper_names
 from shiftbench.plots import metagraph_figure, task_distances
 from shiftbench.settings import Settings
-from shiftbench.sources import generated_scenes
+from shiftbench.sources import generated_scenes, packaged
 from shiftbench.sources.scene_graphs import SceneTables, read_class_groups, read_gqa_scene_graphs, read_tags_table
 from shiftbench.store import StagedVersion
 
 # Bump when a change to the MetaShift builders can change their output.
-CODE_VERSION = "metashift-1"
+CODE_VERSION = "metashift-2"
 # Per dataset: how an image id becomes an example id, and where the example's image is.
 EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_scenes.DATASET: "{}.jpg"}
+# Where a spec's annotations come from, and what a shipped spec's name says after '@' then.
+SOURCE_GQA, SOURCE_RELEASED, SOURCE_TAGS, SOURCE_GENERATED = "gqa", "released-attributes", "tags", "generated"
+NAME_TAGS = {SOURCE_TAGS: "tags", SOURCE_GENERATED: "generated"}
 COLLECTION_TABLES = (
     "benchmarks",
     "metashift_subsets",
@@ -44,16 +53,53 @@ COLLECTION_TABLES = (
     "metashift_communities",
     "metashift_embeddings",
     "metashift_graphs",
+    "shift_magnitudes",
 )
-TASK_TABLES = ("benchmarks", "examples", "metashift_tasks", "metashift_task_communities")
+TASK_TABLES = ("benchmarks", "examples", "metashift_tasks", "metashift_task_communities", "shift_magnitudes")
 FIGURES_INLINE = 4
 TASK_FIGURE = "task_distances.png"
 
 
 def annotations_fingerprint(settings: Settings) -> str:
     files = [*settings.gqa_scene_graphs, *([settings.tags_table] if settings.tags_table else [])]
-    existing = [f for f in files if f.is_file()]
+    existing = [f for f in files if f.is_file()] + [packaged.METASHIFT_ATTRIBUTES]
     return sha256_text(f"{sha256_files(existing)}|{len(files)}|{generated_scenes.GENERATOR_VERSION}")
+
+
+def scene_source(settings: Settings, spec: CollectionSpec | TaskSpec) -> str:
+    """Which annotations build ``spec``: GQA when given, the released attributes for attribute contexts,
+    else the tag table or the generated sample."""
+    if settings.gqa_scene_graphs:
+        return SOURCE_GQA
+    if tuple(spec.context_kinds) == ("attribute",):
+        return SOURCE_RELEASED
+    return SOURCE_TAGS if settings.tags_table is not None else SOURCE_GENERATED
+
+
+def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
+    specs = load_specs(settings.metashift_specs).collections
+    shipped = set(load_specs(None).collections)
+    return tag_paper_names(specs, shipped, lambda spec: NAME_TAGS.get(scene_source(settings, spec)))
+
+
+def task_specs(settings: Settings) -> dict[str, TaskSpec]:
+    specs = load_specs(settings.metashift_specs).tasks
+    shipped = set(load_specs(None).tasks)
+    return tag_paper_names(specs, shipped, lambda spec: NAME_TAGS.get(scene_source(settings, spec)))
+
+
+def released_attributes(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
+    """MetaShift's released attribute annotations, shipped with the package (CC BY 4.0)."""
+    tables = packaged.metashift_scene_tables()
+    return _cache_scene_tables(
+        settings, tables, "visual-genome", {"paths": [str(packaged.METASHIFT_ATTRIBUTES)], "note": "packaged"}
+    )
+
+
+def _scenes_for(
+    settings: Settings, spec: CollectionSpec | TaskSpec, inputs: Mapping[str, CachedArtifact]
+) -> CachedArtifact:
+    return inputs[RELEASED.name] if scene_source(settings, spec) == SOURCE_RELEASED else inputs[SCENES.name]
 
 
 def load_scene_source(settings: Settings) -> tuple[SceneTables, str, dict[str, Any]]:
@@ -75,6 +121,12 @@ def load_scene_source(settings: Settings) -> tuple[SceneTables, str, dict[str, A
 
 def scene_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
     tables, dataset, origin = load_scene_source(settings)
+    return _cache_scene_tables(settings, tables, dataset, origin)
+
+
+def _cache_scene_tables(
+    settings: Settings, tables: SceneTables, dataset: str, origin: dict[str, Any]
+) -> CachedArtifact:
     target = settings.cache_dir / "metashift_scenes" / tables.fingerprint[:32]
     meta = {
         "kind": tables.kind,
@@ -130,8 +182,9 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
 
     Figures of the largest classes' meta-graphs go next to the version (files/).
     """
-    spec, benchmark, scenes = target.spec, target.benchmark, inputs[SCENES.name]
+    spec, benchmark = target.spec, target.benchmark
     assert isinstance(spec, CollectionSpec)
+    scenes = _scenes_for(settings, spec, inputs)
     specs = load_specs(settings.metashift_specs)
     objects, images = _read(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
@@ -169,13 +222,15 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         images=None,
         attachments=figures,
         warnings=build.distance_warnings(tables["metashift_distances"], spec.embedding),
+        card=card_info(str(scenes.meta["dataset"]), COLLECTION_SHIFT),
     )
 
 
 def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
     """Build one shift task's examples and distances and stage them."""
-    spec, scenes = target.spec, inputs[SCENES.name]
+    spec = target.spec
     assert isinstance(spec, TaskSpec)
+    scenes = _scenes_for(settings, spec, inputs)
     specs = load_specs(settings.metashift_specs)
     objects, images = _read(scenes)
     data = build.task_data(objects, images, spec, specs.general_contexts)
@@ -196,6 +251,41 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         code_version=CODE_VERSION,
         images=images_of(settings, dataset),
         attachments=figures,
+        card=card_info(dataset, TASK_SHIFT[spec.kind]),
+    )
+
+
+CITATION = (
+    "W. Liang, J. Zou. MetaShift: A Dataset of Datasets for Evaluating Contextual Distribution Shifts and "
+    "Training Conflicts. ICLR 2022."
+)
+COLLECTION_SHIFT = (
+    "A collection, not a split: subsets of images of one class sharing a context (class(context)), their "
+    "meta-graphs and spectral distances, from which shift tasks are cut; the larger the distance between two "
+    "subsets, the larger the shift between them."
+)
+TASK_SHIFT = {
+    "domain_generalization": "Domain generalization over contexts: the training communities of each class and "
+    "its test community are different contexts (class(context)); d is the spectral distance between them.",
+    "subpopulation": "Subpopulation shift: a spurious context (e.g. indoor/outdoor) is correlated with the class "
+    "in training, with the minority groups a given fraction; the test set is balanced over groups.",
+}
+DATASET_LICENCES = {
+    "visual-genome": (
+        "Annotations: MetaShift (CC BY 4.0) over Visual Genome scene graphs (CC BY 4.0)",
+        "Images: Visual Genome (CC BY 4.0); not redistributed",
+    ),
+    generated_scenes.DATASET: ("Annotations: generated by shiftbench's scene sampler (MIT); NOT Visual Genome",),
+    "tag-table": ("Annotations: the user's tag table (its own licence)",),
+}
+
+
+def card_info(dataset: str, shift: str) -> CardInfo:
+    return CardInfo(
+        title="MetaShift " + ("collection" if shift is COLLECTION_SHIFT else "task"),
+        shift=shift,
+        licences=DATASET_LICENCES.get(dataset, (f"Annotations: {dataset}",)),
+        citation=CITATION,
     )
 
 
@@ -277,10 +367,22 @@ SCENES = Input(
     sources=("metashift_annotations",),
     kinds=frozenset({"duckdb", "parquet"}),
     warnings=lambda a: (
-        ["no SHIFTBENCH_GQA_SCENE_GRAPHS or SHIFTBENCH_TAGS_TABLE: using the GENERATED scene sample"]
+        [
+            "no SHIFTBENCH_GQA_SCENE_GRAPHS or SHIFTBENCH_TAGS_TABLE: object and general contexts come from the "
+            "GENERATED scene sample (benchmarks named NAME@generated)"
+        ]
         if a.meta["dataset"] == generated_scenes.DATASET
         else []
     ),
+)
+RELEASED = Input(
+    key=("metashift", "released_attributes"),
+    description="MetaShift's released attribute annotations (59,663 Visual Genome images), shipped with the "
+    "package (CC BY 4.0): the metashift-attributes collection without any download.",
+    build=released_attributes,
+    summary=lambda a: f"released attributes: {a.meta['n_images']:,} images, {a.meta['n_objects']:,} objects",
+    rows="n_objects",
+    sources=("metashift_annotations",),
 )
 MAX_FIGURES = 40
 
@@ -292,9 +394,9 @@ COLLECTION = Kind(
     description="A subset collection: candidate subsets, per-class meta-graphs (sparse overlap), communities, "
     "spectral embeddings and distances.",
     tables=COLLECTION_TABLES,
-    inputs=(SCENES.name,),
+    inputs=(SCENES.name, RELEASED.name),
     spec_model=CollectionSpec,
-    specs=lambda settings: load_specs(settings.metashift_specs).collections,
+    specs=collection_specs,
     stage=stage_collection,
     describe=describe_collection,
     trainable=False,
@@ -309,9 +411,9 @@ TASK = Kind(
     plural="tasks",
     description="One MetaShift shift task (leakage-free pools, sampled WILDS splits, distance d).",
     tables=TASK_TABLES,
-    inputs=(SCENES.name,),
+    inputs=(SCENES.name, RELEASED.name),
     spec_model=TaskSpec,
-    specs=lambda settings: load_specs(settings.metashift_specs).tasks,
+    specs=task_specs,
     stage=stage_task,
     describe=describe_task,
     code_version=CODE_VERSION,
@@ -333,11 +435,12 @@ METASHIFT = Family(
     raw_sources=(
         RawSource(
             "metashift_annotations",
-            "SHIFTBENCH_GQA_SCENE_GRAPHS files, or SHIFTBENCH_TAGS_TABLE, or the generated scene sample.",
+            "SHIFTBENCH_GQA_SCENE_GRAPHS files, or SHIFTBENCH_TAGS_TABLE, or the generated scene sample; and the "
+            "released attribute annotations shipped with the package.",
             annotations_fingerprint,
         ),
     ),
-    inputs=(SCENES,),
+    inputs=(SCENES, RELEASED),
     kinds=(COLLECTION, TASK),
     training_unavailable=_training_unavailable,
 )

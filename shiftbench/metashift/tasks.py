@@ -55,6 +55,18 @@ COMMUNITY_SCHEMA = pl.Schema(
 _SPLIT_OF_ROLE = {"train": "train", "test": "test", "val": "val", "other_train": None}
 
 
+def excluded_images(spec: TaskSpec, data: TaskData) -> set[str]:
+    """Images no community of the task may use: those of ``exclude_images_in`` and those showing two classes."""
+    excluded: set[str] = set()
+    for subset in spec.exclude_images_in:
+        excluded |= data.subset_images.get(subset, frozenset())
+    seen: dict[str, int] = {}
+    for cls in spec.classes:
+        for image in data.class_images.get(cls, frozenset()):
+            seen[image] = seen.get(image, 0) + 1
+    return excluded | {image for image, count in seen.items() if count > 1}
+
+
 def shuffled(images: set[str], rng: np.random.Generator) -> list[str]:
     ordered = sorted(images)
     return [ordered[k] for k in rng.permutation(len(ordered))]
@@ -86,16 +98,9 @@ class _Builder:
         self.images = {c.name: self._community_images(c) - self.excluded for c in spec.communities}
 
     def _excluded(self) -> set[str]:
-        excluded: set[str] = set()
-        for subset in self.spec.exclude_images_in:
-            excluded |= self.data.subset_images.get(subset, frozenset())
-        seen: dict[str, int] = {}
-        for cls in self.spec.classes:
-            for image in self.data.class_images.get(cls, frozenset()):
-                seen[image] = seen.get(image, 0) + 1
-        multi = {image for image, count in seen.items() if count > 1}
-        self.notes["excluded_images"] = len(excluded | multi)
-        return excluded | multi
+        excluded = excluded_images(self.spec, self.data)
+        self.notes["excluded_images"] = len(excluded)
+        return excluded
 
     def _community_images(self, community: Community) -> set[str]:
         images: set[str] = set()
@@ -142,7 +147,7 @@ def _assign_once(order: list[Community], pools: Mapping[str, set[str]]) -> dict[
     return result
 
 
-def _split_quota(total: int, parts: int) -> list[int]:
+def split_quota(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if k < total % parts else 0) for k in range(parts)]
 
 
@@ -170,9 +175,9 @@ def build_domain_generalization(spec: TaskSpec, data: TaskData) -> tuple[_Builde
     # Training: train_size split evenly over classes, then over each class's communities.
     own = spec.by_role("train")
     quotas: dict[str, int] = {}
-    for cls, class_quota in zip(spec.classes, _split_quota(spec.train_size, len(spec.classes)), strict=True):
+    for cls, class_quota in zip(spec.classes, split_quota(spec.train_size, len(spec.classes)), strict=True):
         members = [c for c in own if c.class_name == cls]
-        for community, quota in zip(members, _split_quota(class_quota, len(members)), strict=True):
+        for community, quota in zip(members, split_quota(class_quota, len(members)), strict=True):
             quotas[community.name] = quota
     requested = dict(quotas)
     while True:
@@ -210,7 +215,7 @@ def build_domain_generalization(spec: TaskSpec, data: TaskData) -> tuple[_Builde
         for community in communities:
             chosen = sorted(assigned[community.name])
             if spec.test_size is not None and role == "test":
-                cap = _split_quota(spec.test_size, len(communities))[communities.index(community)]
+                cap = split_quota(spec.test_size, len(communities))[communities.index(community)]
                 chosen = shuffled(assigned[community.name], rng_for(spec.seed, spec.base, community.name))[:cap]
             y = labels[community.class_name]
             rows += [(i, split, y, community.class_name, community.name) for i in chosen]
@@ -233,7 +238,7 @@ def build_subpopulation(spec: TaskSpec, data: TaskData) -> tuple[_Builder, pl.Da
     assert spec.test_size is not None and spec.minority_fraction is not None  # validated
     p = spec.minority_fraction
     n_groups = len(minority) + len(majority)
-    per_class = dict(zip(spec.classes, _split_quota(spec.train_size, len(spec.classes)), strict=True))
+    per_class = dict(zip(spec.classes, split_quota(spec.train_size, len(spec.classes)), strict=True))
     test_per_group = spec.test_size // n_groups
     requested = {"train_size": spec.train_size, "test_size": spec.test_size}
 

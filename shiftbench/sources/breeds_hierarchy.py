@@ -2,20 +2,16 @@
 
 Files: ``class_hierarchy.txt`` (``parent child`` edges, with inserted ``dummyN`` nodes),
 ``node_names.txt`` (``id<TAB>name``) and ``dataset_class_info.json`` (``[index, wnid, name]``
-for the 1000 classes). Read from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR``, else from a cached
-download of the repository's ``imagenet_class_hierarchy/modified/`` when online.
+for the 1000 classes), read from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR``. Without it the same
+hierarchy comes from WordNet and the shipped edit file (:mod:`shiftbench.breeds.calibrated`).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from shiftbench.cache import unique_sibling
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_file, sha256_files
 from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
@@ -30,6 +26,13 @@ RELEASE_SHA256 = {
     "node_names.txt": "322af45711ed69a7b199f11225bd964c7dae71df3c586498bef2f7c9e031dedb",
     "dataset_class_info.json": "be90503d57a001f95e094a81dc4de90772bfc58546ca58061d6474799829afd0",
 }
+
+
+def release_bytes_differ(directory: Path) -> tuple[str, ...]:
+    """The files of ``directory`` whose bytes are not the release's (missing files count)."""
+    return tuple(
+        n for n in BREEDS_FILES if not (directory / n).is_file() or sha256_file(directory / n) != RELEASE_SHA256[n]
+    )
 
 
 @dataclass(frozen=True)
@@ -106,47 +109,5 @@ def read_breeds_hierarchy_dir(directory: Path, origin: str | None = None) -> Bre
         classes,
         sha256_files([directory / n for n in BREEDS_FILES], root=directory),
         origin or f"dir:{directory}",
-        tuple(n for n in BREEDS_FILES if sha256_file(directory / n) != RELEASE_SHA256[n]),
+        release_bytes_differ(directory),
     )
-
-
-def download_breeds_hierarchy(url: str, cache_dir: Path, timeout_s: float) -> Path:
-    """Download the three files once into ``cache_dir/breeds_hierarchy``; raises OSError offline."""
-    target = cache_dir / "breeds_hierarchy"
-    if all((target / name).is_file() for name in BREEDS_FILES):
-        return target
-    staging = unique_sibling(target)
-    staging.mkdir(parents=True)
-    try:
-        for name in BREEDS_FILES:
-            with urllib.request.urlopen(f"{url.rstrip('/')}/{name}", timeout=timeout_s) as response:
-                (staging / name).write_bytes(response.read())
-        read_breeds_hierarchy_dir(staging)  # never cache a broken download
-        if all((target / name).is_file() for name in BREEDS_FILES):  # another build finished first
-            return target
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
-
-
-def locate_breeds_hierarchy(
-    configured_dir: Path | None, url: str, cache_dir: Path, *, offline: bool, timeout_s: float
-) -> tuple[Path | None, str]:
-    """Where the published hierarchy comes from: the user's dir, the cache, a download, or nowhere.
-
-    Returns ``(None, reason)`` when it cannot be had, so the caller falls back to WordNet and
-    says so in the benchmark params.
-    """
-    if configured_dir is not None:
-        return configured_dir, f"dir:{configured_dir}"
-    cached = cache_dir / "breeds_hierarchy"
-    if all((cached / name).is_file() for name in BREEDS_FILES):
-        return cached, f"download:{url}"
-    if offline:
-        return None, "offline (SHIFTBENCH_OFFLINE set)"
-    try:
-        return download_breeds_hierarchy(url, cache_dir, timeout_s), f"download:{url}"
-    except (OSError, urllib.error.URLError, InputError) as exc:
-        return None, f"download failed: {exc}"

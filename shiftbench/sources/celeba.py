@@ -11,6 +11,7 @@ a partial file (then the rows present are used and the mismatch is recorded).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,27 @@ def _lines(path: Path) -> pl.DataFrame:
     except pl.exceptions.ComputeError as exc:
         raise InputError(f"unreadable text file: {str(exc).splitlines()[0]}", path=path) from None
     return lines.with_row_index("line", offset=1).with_columns(pl.col("text").str.strip_chars())
+
+
+CELEBA_IMAGES = 202_599  # images in CelebA's list_attr_celeba.txt
+
+
+@functools.lru_cache(maxsize=8)
+def _count_rows(path: Path, size: int, mtime_ns: int) -> int:
+    with path.open("rb") as handle:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
+    return max(lines - 2, 0)  # the count line and the names line
+
+
+def is_complete_celeba(path: Path) -> bool:
+    """Whether the attribute file lists all of CelebA's images (a line count: cheap enough to name benchmarks).
+
+    A first-N file or a truncated one builds the ConDS cases on a subset of CelebA: not the paper's data.
+    """
+    if not path.is_file():
+        return False
+    stat = path.stat()
+    return _count_rows(path, stat.st_size, stat.st_mtime_ns) == CELEBA_IMAGES
 
 
 def read_celeba_attributes(path: Path, *, allow_partial: bool = False) -> CelebaAttributes:

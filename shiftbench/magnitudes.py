@@ -1,0 +1,62 @@
+"""One shift-magnitude vocabulary across families: the ``shift_magnitudes`` table of every version.
+
+Every published version says how large its shift is, in rows ``(family, measure, scope, value)``
+(``scope`` is ``all`` for the whole benchmark, else the superclass, class, community or attribute
+a value is about). The catalog view ``shift_magnitudes`` puts all families side by side, so that,
+e.g., BREEDS' ``good`` and ``bad`` splits are comparable numbers. :data:`MEASURES` is the
+vocabulary; the contract ``data_contracts/shift_magnitudes.yaml`` allows exactly these measures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import polars as pl
+
+SCOPE_ALL = "all"
+
+MEASURES: dict[str, str] = {
+    # BREEDS: subpopulation shift inside each superclass, measured on the calibrated hierarchy.
+    "subclass_distance_mean": "BREEDS: hierarchy distance (edges on the path through the lowest common ancestor) "
+    "from each target subclass to the nearest source subclass of its superclass, averaged over target subclasses "
+    "(0 for a nosplit benchmark, whose source and target are the same subclasses)",
+    "subclass_distance_max": "BREEDS: the largest of those distances",
+    # MetaShift: spectral-embedding distances between subsets / communities.
+    "spectral_distance": "MetaShift task: the task's distance d between its training and test communities "
+    "(the paper's definition, as recorded in metashift_tasks.distance)",
+    "community_distance": "MetaShift task: distance of one community (scope) to the test community",
+    "subset_distance_mean": "MetaShift collection: mean spectral distance between subsets of a class, over the "
+    "pairs in metashift_distances (scope all: every class; else one class)",
+    "subset_distance_median": "MetaShift collection: median of those distances",
+    "subset_distance_p90": "MetaShift collection: 90th percentile of those distances",
+    "subset_distance_max": "MetaShift collection: largest of those distances",
+    # ConDS: measured on the published split.
+    "tv_distance": "ConDS: total variation distance between the train and test distributions of the joint "
+    "(label, attributes) values",
+    "cramers_v": "ConDS: Cramér's V between the label and one attribute (scope) on train",
+    "mutual_information": "ConDS: mutual information between the label and one attribute (scope) on train, in bits",
+}
+
+SCHEMA = {"family": pl.String, "measure": pl.String, "scope": pl.String, "value": pl.Float64}
+
+
+def magnitudes_table(family: str, rows: Iterable[tuple[str, str, float | None]]) -> pl.DataFrame:
+    """``(measure, scope, value)`` rows as the ``shift_magnitudes`` table of a version."""
+    listed = [(family, measure, scope, None if value is None else float(value)) for measure, scope, value in rows]
+    unknown = sorted({row[1] for row in listed} - set(MEASURES))
+    if unknown:  # a family using a measure the vocabulary does not define is shiftbench's bug
+        raise ValueError(f"measures not in the shift-magnitude vocabulary: {', '.join(unknown)}")
+    return pl.DataFrame(listed, schema=SCHEMA, orient="row")
+
+
+def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, float | None]]:
+    """Mean, median, p90 and max of a distance column as ``(measure, scope, value)`` rows."""
+    clean = values.drop_nulls().drop_nans() if values.dtype.is_float() else values.drop_nulls()
+    if clean.is_empty():
+        return [(f"{prefix}_{stat}", scope, None) for stat in ("mean", "median", "p90", "max")]
+    return [
+        (f"{prefix}_mean", scope, float(clean.mean())),  # type: ignore[arg-type]
+        (f"{prefix}_median", scope, float(clean.median())),  # type: ignore[arg-type]
+        (f"{prefix}_p90", scope, float(clean.quantile(0.9, interpolation="linear"))),  # type: ignore[arg-type]
+        (f"{prefix}_max", scope, float(clean.max())),  # type: ignore[arg-type]
+    ]
