@@ -18,7 +18,7 @@ spec file appears without reloading the code location, and a dataset that is not
 (CelebA without ``SHIFTBENCH_CELEBA_DIR``) has no partitions the automation could request.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,9 +179,9 @@ def config_overrides(kind: Kind, config: Any) -> dict[str, Any]:
     }
 
 
-def inputs_read(family: Family, kind: Kind) -> list[dg.AssetKey]:
-    """The family inputs a kind reads, with what they read, in build order."""
-    return [dg.AssetKey(list(item.key)) for item in family.inputs_for(kind.inputs)]
+def inputs_read(family: Family, kind: Kind, names: Iterable[str] | None = None) -> list[dg.AssetKey]:
+    """The family inputs a kind reads (or only ``names``), with what they read, in build order."""
+    return [dg.AssetKey(list(item.key)) for item in family.inputs_for(kind.inputs if names is None else names)]
 
 
 @dataclass(frozen=True)
@@ -281,7 +281,8 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
                 errors.append(f"{key}: {exc}")
                 missing = building.Outcome(kind, key, error=str(exc))
                 progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
-        inputs = {name: load_input(context.instance, family.input(name)) for name in kind.inputs} if stage else {}
+        needed = kind.inputs_needed(resolved, [target.spec for _, target in targets])
+        inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
         published = False
         try:
             for outcome in building.iter_build(

@@ -131,6 +131,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     reporter = Reporter()
     for line in skipped:
         reporter.line(line)
+    # The first run builds every input the plan reads (later runs of other kinds load them).
+    from shiftbench import variants
+
+    needed: list[str] = []
+    for kind, names in plan.items():
+        specs = [target.spec for name, target in variants.targets(settings, kind).items() if name in names]
+        needed += kind.inputs_needed(settings, specs)
     first = True
     run_failures: list[tuple[bool, int]] = []  # failed runs not explained by their benchmarks: (bad input?, count)
     with reporter.listening():
@@ -140,7 +147,7 @@ def cmd_build(args: argparse.Namespace) -> int:
             order = instance.get_dynamic_partitions(kind.qualified)
             keys = [_key(kind.staged_key), _key(kind.publish_key)]
             for block in runs.contiguous_blocks(names, order):
-                selection = [*(inputs_read(family, kind) if first else []), *keys]
+                selection = [*(inputs_read(family, kind, needed) if first else []), *keys]
                 first = False
                 before = len(reporter.outcomes)
                 run = runs.run_job(instance, kind.qualified, assets=selection, partitions=block)

@@ -184,7 +184,7 @@ def iter_build(
     """
     artifacts: Mapping[str, CachedArtifact] = {}
     if stage:
-        needed = {name for kind, _ in targets for name in kind.inputs}
+        needed = {name for kind, target in targets for name in kind.inputs_needed(settings, [target.spec])}
         artifacts = dict(inputs) if inputs is not None else build_inputs(settings, family, needed)
     for index, (kind, target) in enumerate(targets, start=1):
         progress.report(progress.Event(kind.name, target.benchmark, index, len(targets), "start"))

@@ -129,6 +129,15 @@ class Kind:
     spec_source: str = ""  # the setting naming the user's extra spec file
     # What else defines a spec's content besides itself (MetaShift's general contexts, a ConDS dataset).
     spec_context: Callable[[Settings, Spec], Any] = lambda settings, spec: None
+    # The inputs one spec reads, when not all of ``inputs`` (MetaShift: the released attributes or the scenes).
+    needs: Callable[[Settings, Spec], tuple[str, ...]] | None = None
+
+    def inputs_needed(self, settings: Settings, specs: Iterable[Spec]) -> tuple[str, ...]:
+        """The inputs building ``specs`` reads (in ``inputs`` order): nothing else is built or loaded."""
+        if self.needs is None:
+            return self.inputs
+        wanted = {name for spec in specs for name in self.needs(settings, spec)}
+        return tuple(name for name in self.inputs if name in wanted)
 
     @property
     def staged_key(self) -> tuple[str, str]:

@@ -150,3 +150,22 @@ def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> li
     failed = [(o.benchmark, o.error, o.failed_rules) for o in outcomes if o.publication is None]
     assert not failed, failed
     return outcomes
+
+
+@pytest.fixture
+def cli_env(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Callable[..., Settings]:
+    def apply(**env: str) -> Settings:
+        settings = make_settings(**env)
+        for key in list(os.environ):
+            if key.startswith("SHIFTBENCH_"):
+                monkeypatch.delenv(key)
+        monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
+        monkeypatch.setenv("SHIFTBENCH_OFFLINE", "1")
+        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        return settings
+
+    return apply

@@ -4,7 +4,6 @@ run, is one line naming the file, line or parameter, exit code 2, and publishes 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,23 +18,6 @@ from shiftbench.store import Store
 from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, PROJECT, TOY_CLASSES, ToyDir
 
 Env = Callable[..., Settings]
-
-
-@pytest.fixture
-def cli_env(make_settings: Env, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., Settings]:
-    def apply(**env: str) -> Settings:
-        settings = make_settings(**env)
-        for key in list(os.environ):
-            if key.startswith("SHIFTBENCH_"):
-                monkeypatch.delenv(key)
-        monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
-        monkeypatch.setenv("SHIFTBENCH_OFFLINE", "1")
-        monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        return settings
-
-    return apply
 
 
 TOY_SPECS = (

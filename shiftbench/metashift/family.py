@@ -76,6 +76,19 @@ def scene_source(settings: Settings, spec: CollectionSpec | TaskSpec) -> str:
     return SOURCE_TAGS if settings.tags_table is not None else SOURCE_GENERATED
 
 
+def task_unavailable(settings: Settings, spec: TaskSpec) -> str | None:
+    """A task of classes the generated sample has no images of cannot be built on it (the paper's other pairs)."""
+    if scene_source(settings, spec) != SOURCE_GENERATED:
+        return None
+    missing = [c for c in spec.classes if c not in generated_scenes.CLASSES]
+    if not missing:
+        return None
+    return (
+        f"the generated scene sample has no {'/'.join(missing)} images: set SHIFTBENCH_GQA_SCENE_GRAPHS "
+        "(GQA scene graphs)"
+    )
+
+
 def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
     specs = load_specs(settings.metashift_specs).collections
     shipped = set(load_specs(None).collections)
@@ -85,7 +98,11 @@ def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
 def task_specs(settings: Settings) -> dict[str, TaskSpec]:
     specs = load_specs(settings.metashift_specs).tasks
     shipped = set(load_specs(None).tasks)
-    return tag_paper_names(specs, shipped, lambda spec: NAME_TAGS.get(scene_source(settings, spec)))
+
+    def tag(spec: TaskSpec) -> str | None:  # a task that cannot be built here keeps the paper's name
+        return NAME_TAGS.get(scene_source(settings, spec)) if task_unavailable(settings, spec) is None else None
+
+    return tag_paper_names(specs, shipped, tag)
 
 
 def released_attributes(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
@@ -94,6 +111,10 @@ def released_attributes(settings: Settings, upstream: Mapping[str, CachedArtifac
     return _cache_scene_tables(
         settings, tables, "visual-genome", {"paths": [str(packaged.METASHIFT_ATTRIBUTES)], "note": "packaged"}
     )
+
+
+def scenes_needed(settings: Settings, spec: CollectionSpec | TaskSpec) -> tuple[str, ...]:
+    return (RELEASED.name,) if scene_source(settings, spec) == SOURCE_RELEASED else (SCENES.name,)
 
 
 def _scenes_for(
@@ -397,6 +418,7 @@ COLLECTION = Kind(
     inputs=(SCENES.name, RELEASED.name),
     spec_model=CollectionSpec,
     specs=collection_specs,
+    needs=lambda settings, spec: scenes_needed(settings, spec),  # type: ignore[arg-type]
     stage=stage_collection,
     describe=describe_collection,
     trainable=False,
@@ -414,7 +436,9 @@ TASK = Kind(
     inputs=(SCENES.name, RELEASED.name),
     spec_model=TaskSpec,
     specs=task_specs,
+    needs=lambda settings, spec: scenes_needed(settings, spec),  # type: ignore[arg-type]
     stage=stage_task,
+    unavailable=lambda settings, spec: task_unavailable(settings, spec),  # type: ignore[arg-type]
     describe=describe_task,
     code_version=CODE_VERSION,
     spec_source="metashift_specs",

@@ -119,6 +119,7 @@ THEMES: dict[str, tuple[str, str, tuple[str, ...], int, tuple[str, ...]]] = {
     "dog-surfboard": ("dog", "outdoors", ("water", "surfboard", "sand"), 180, ("dog-boat",)),
     "cat-with-dog": ("cat", "indoors", ("dog", "sofa", "floor"), 60, ()),  # removed by the leakage rule
 }
+CLASSES = tuple(sorted({theme[0] for theme in THEMES.values()}))  # the classes it has images of
 NEIGHBOUR_P = 0.4
 # Scene-wide objects that appear in many images of a place: they connect its themes.
 BACKGROUND = {"indoors": ("wall", "window", "light", "ceiling"), "outdoors": ("sky", "tree", "cloud", "road")}
