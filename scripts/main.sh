@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set everything up and run the main jobs: build, check and publish all 16 BREEDS benchmarks on
-# the embedded sources (WordNet from Debian's packages, the packaged ImageNet validation labels,
-# the published BREEDS hierarchy when it can be downloaded or SHIFTBENCH_BREEDS_HIERARCHY_DIR),
-# then the MetaShift collections and tasks (generated scene sample unless GQA files are set), then
-# the 34 ConDS cases on the generated sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set),
-# then three quick ERM baselines (results in erm_results).
+# Set everything up and run the main jobs, offline and with no settings: build, check and publish the
+# 16 BREEDS benchmarks exactly as published (WordNet from Debian's packages + the BREEDS calibration
+# shipped as an edit file, the packaged ImageNet validation labels), then MetaShift: the
+# metashift-attributes collection from the released attribute annotations shipped with the package,
+# and the object-context collection and tasks on the generated scene sample (named NAME@generated;
+# GQA scene graphs when SHIFTBENCH_GQA_SCENE_GRAPHS is set), then the 34 ConDS cases on the generated
+# sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,15 +13,20 @@ export SHIFTBENCH_HOME=${SHIFTBENCH_HOME:-$PWD/warehouse}
 export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 
 .venv/bin/shiftbench build breeds
-# MetaShift on SHIFTBENCH_GQA_SCENE_GRAPHS, or on the embedded generated scene sample when unset.
+# MetaShift on SHIFTBENCH_GQA_SCENE_GRAPHS, or on the released attributes + the generated scene sample.
 .venv/bin/shiftbench build metashift
+task=cat-dog-dg-cabinet-bed
+if [ -z "${SHIFTBENCH_GQA_SCENE_GRAPHS:-}" ]; then
+  task+=@${SHIFTBENCH_TAGS_TABLE:+tags}
+  [ -n "${SHIFTBENCH_TAGS_TABLE:-}" ] || task+=generated
+fi
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
 # Quick ERM baselines on CPU (preset smoke: an MLP, 300 iterations): the spurious correlation of colour
 # and shape vs uniform training, and a MetaShift task of the generated scene sample (stand-in images).
 .venv/bin/shiftbench train sprites-sc-object_color --preset smoke
 .venv/bin/shiftbench train sprites-uniform --preset smoke
-.venv/bin/shiftbench train cat-dog-dg-cabinet-bed --preset smoke
+.venv/bin/shiftbench train "$task" --preset smoke
 
 query="SELECT b.family, b.benchmark, b.version, coalesce(b.params->>'hierarchy', b.sources->>'dataset') AS source,
   coalesce(s.n_selected || ' subsets', b.n_examples || ' examples') AS size
@@ -28,7 +34,14 @@ FROM benchmarks AS b LEFT JOIN (SELECT benchmark, count(*) FILTER (selected) AS 
 ORDER BY b.family, b.benchmark"
 echo
 echo "Published benchmarks (DuckDB catalog):"
-.venv/bin/shiftbench sql "$query"
+.venv/bin/shiftbench sql "$query" --max-rows 80
+echo
+echo "How much each BREEDS split shifts (view shift_magnitudes; every version has rows, see docs/shift_magnitudes.md):"
+.venv/bin/shiftbench sql "SELECT regexp_replace(benchmark, '-(good|bad|nosplit)$', '') AS benchmark,
+  round(max(value) FILTER (benchmark NOT SIMILAR TO '.*-(good|bad|nosplit)'), 3) AS rand,
+  round(max(value) FILTER (benchmark LIKE '%-good'), 3) AS good, round(max(value) FILTER (benchmark LIKE '%-bad'), 3) AS bad
+FROM shift_magnitudes WHERE family = 'breeds' AND measure = 'subclass_distance_mean' AND scope = 'all'
+GROUP BY 1 ORDER BY 1"
 cat <<MSG
 
 Outputs
@@ -38,6 +51,9 @@ Outputs
 Try
   .venv/bin/shiftbench sql "SELECT superclass_name, domain, count(*) FROM breeds_subpopulations WHERE benchmark = 'entity13' GROUP BY ALL ORDER BY 1, 2"
   .venv/bin/shiftbench sql "SELECT benchmark, distance, paper_distance, n_train, n_test FROM metashift_tasks ORDER BY 1"
+  .venv/bin/shiftbench sql "SELECT family, benchmark, measure, round(value, 3) AS value FROM shift_magnitudes WHERE scope = 'all' ORDER BY ALL"
+  cat $SHIFTBENCH_HOME/store/breeds/living17/versions/*/files/card.md          # the shift card (and croissant.json next to it)
+  .venv/bin/shiftbench generate metashift-dg --classes cat,dog --test 'dog(shelf)' --n 4   # a distance-controlled task spec
   .venv/bin/shiftbench sql "SELECT benchmark, n_train, n_test, sc_observed_fraction, tv_distance FROM conds_cases ORDER BY tv_distance DESC"
   .venv/bin/shiftbench sql "SELECT benchmark, model, eval_split, metric, round(value, 3) AS value FROM erm_results WHERE metric IN ('acc_avg', 'acc_wg') ORDER BY ALL"
   .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"

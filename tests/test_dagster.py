@@ -217,7 +217,8 @@ def latest_metadata(instance: dg.DagsterInstance, key: tuple[str, str], partitio
 
 @pytest.fixture
 def real_settings(make_settings: Callable[..., Settings], fixtures: Path) -> Settings:
-    return make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE))
+    """No BREEDS files: WordNet and the shipped calibration, which is the release's hierarchy."""
+    return make_settings()
 
 
 @pytest.mark.slow
@@ -243,13 +244,16 @@ def test_one_run_publishes_every_breeds_benchmark_with_results_per_partition(
     assert len(meta["subclasses_per_domain"].value.records) == 17
     assert living17.tags["dagster/data_version"] == meta["version"].value
 
-    published_splits = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]["living17"]["superclasses"]
+    assert meta["card"].value.startswith("# living17\n") and "subclass_distance_mean" in meta["card"].value
+    published_splits = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]
     with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
-        rows = con.execute(
-            "SELECT y, domain, list(subclass_wnid ORDER BY rank) FROM breeds_subpopulations "
-            "WHERE benchmark = 'living17' GROUP BY ALL ORDER BY y, domain"
-        ).fetchall()
-    assert rows == [(s["label"], d, s[d]) for s in published_splits for d in ("source", "target")]
+        for name, expected in published_splits.items():
+            rows = con.execute(
+                "SELECT y, domain, list(subclass_wnid ORDER BY rank) FROM breeds_subpopulations "
+                "WHERE benchmark = ? GROUP BY ALL ORDER BY y, domain",
+                [name],
+            ).fetchall()
+            assert rows == [(s["label"], d, s[d]) for s in expected["superclasses"] for d in ("source", "target")]
 
     assert run_kind(loc, instance, kind, ["living17"]).success  # unchanged: same version
     again = latest_metadata(instance, kind.publish_key, "living17").metadata
