@@ -8,6 +8,7 @@ four tables of :mod:`shiftbench.breeds.build` and is staged, checked and publish
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from importlib import metadata
@@ -37,6 +38,8 @@ from shiftbench.store import StagedVersion
 # Bump when a change to the BREEDS builder can change its output: Dagster marks every
 # benchmark stale and the automation rebuilds them.
 CODE_VERSION = "breeds-2"
+# The names of the specs shipped with the package (the papers' names), parsed once.
+SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None)))
 TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", "shift_magnitudes")
 FIGURE = "subclasses_per_superclass.png"
 
@@ -193,7 +196,7 @@ def hierarchy_name_tag(settings: Settings) -> str | None:
 
 def benchmark_specs(settings: Settings) -> dict[str, BreedsSpec]:
     """The specs by benchmark name: the shipped ones carry the hierarchy's tag unless it is the release's."""
-    return tag_paper_names(load_specs(settings.breeds_specs), set(load_specs(None)), hierarchy_name_tag(settings))
+    return tag_paper_names(load_specs(settings.breeds_specs), SHIPPED_NAMES(), hierarchy_name_tag(settings))
 
 
 HIERARCHY = Input(

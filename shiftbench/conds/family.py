@@ -8,6 +8,7 @@ and their cases are not benchmarks on this machine.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import replace
@@ -36,6 +37,8 @@ from shiftbench.store import StagedVersion
 
 # Bump when a change to the ConDS builders can change their output.
 CODE_VERSION = "conds-2"
+# The names of the specs shipped with the package (the papers' names), parsed once.
+SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None).cases))
 CELL_FIGURE = "cell_counts.png"
 SHARES_FIGURE = "value_shares.png"
 CASE_TABLES = (
@@ -65,7 +68,7 @@ def case_specs(settings: Settings) -> dict[str, CaseSpec]:
     def tag(case: CaseSpec) -> str | None:
         return "partial" if partial and specs.datasets[case.dataset].source == "celeba" else None
 
-    return tag_paper_names(specs.cases, set(load_specs(None).cases), tag)
+    return tag_paper_names(specs.cases, SHIPPED_NAMES(), tag)
 
 
 def sources_fingerprint(settings: Settings) -> str:

@@ -14,6 +14,7 @@ class would cost a build (and a Dagster partition) for each of hundreds of class
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -39,6 +40,8 @@ from shiftbench.store import StagedVersion
 
 # Bump when a change to the MetaShift builders can change their output.
 CODE_VERSION = "metashift-2"
+# The names of the specs shipped with the package (the papers' names), parsed once.
+SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None).collections) | frozenset(load_specs(None).tasks))
 # Per dataset: how an image id becomes an example id, and where the example's image is.
 EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_scenes.DATASET: "{}.jpg"}
 # Where a spec's annotations come from, and what a shipped spec's name says after '@' then.
@@ -91,13 +94,13 @@ def task_unavailable(settings: Settings, spec: TaskSpec) -> str | None:
 
 def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
     specs = load_specs(settings.metashift_specs).collections
-    shipped = set(load_specs(None).collections)
+    shipped = SHIPPED_NAMES()
     return tag_paper_names(specs, shipped, lambda spec: NAME_TAGS.get(scene_source(settings, spec)))
 
 
 def task_specs(settings: Settings) -> dict[str, TaskSpec]:
     specs = load_specs(settings.metashift_specs).tasks
-    shipped = set(load_specs(None).tasks)
+    shipped = SHIPPED_NAMES()
 
     def tag(spec: TaskSpec) -> str | None:  # a task that cannot be built here keeps the paper's name
         return NAME_TAGS.get(scene_source(settings, spec)) if task_unavailable(settings, spec) is None else None
