@@ -22,7 +22,7 @@ from shiftbench.cards import CardInfo
 from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError
-from shiftbench.family import Description, Family, Kind, Markdown, Target
+from shiftbench.family import Description, Family, Kind, Markdown, Table, Target
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion, Store
@@ -161,11 +161,14 @@ def publish_last_staged(settings: Settings, kind: Kind, benchmark: str) -> Outco
 def describe(kind: Kind, staged: StagedVersion) -> Description:
     """The kind's description of a version, with its shift card (shown on the publish asset's materialization)."""
     description = kind.describe(staged)
+    extra: dict[str, Any] = {}
     card = staged.attachment("card.md")
-    if card is None:
-        return description
-    shown = Markdown(cards.without_images(card.decode()))
-    return replace(description, metadata={"card": shown, **description.metadata})
+    if card is not None:  # folded by the UI ("Show Markdown"): the magnitudes are shown inline too
+        extra["card"] = Markdown(cards.without_images(card.decode()))
+    if "shift_magnitudes" in staged.tables:
+        magnitudes = pl.read_parquet(staged.table_path("shift_magnitudes"), columns=["measure", "scope", "value"])
+        extra["shift_magnitudes"] = Table(magnitudes.filter(pl.col("scope") == "all").select("measure", "value"))
+    return replace(description, metadata={**extra, **description.metadata}) if extra else description
 
 
 def iter_build(
