@@ -23,6 +23,7 @@ from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError
 from shiftbench.family import Description, Family, Kind, Markdown, Table, Target
+from shiftbench.naming import tagged
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion, Store
@@ -171,6 +172,32 @@ def describe(kind: Kind, staged: StagedVersion) -> Description:
     return replace(description, metadata={**extra, **description.metadata}) if extra else description
 
 
+def retire_misnamed(settings: Settings, family: Family) -> list[str]:
+    """Move aside benchmarks published under a paper's name from other sources (by an older shiftbench).
+
+    Before names carried their source (``NAME@TAG``), an offline build published e.g. the generated
+    scenes' task as ``cat-dog-dg-cabinet-bed``. Such a benchmark, whose latest version's recorded
+    sources are not the paper's, is moved to ``store/.retired/`` so that no view shows it under the
+    paper's name; its content is rebuilt under ``NAME@TAG``. Returns one line per benchmark moved.
+    """
+    store = Store(settings.store_dir)
+    moved = []
+    for name in sorted(family.shipped_names()):
+        latest = store.latest(name, family=family.name) if store.benchmark_dir(family.name, name).is_dir() else None
+        if latest is None:
+            continue
+        manifest = store.staged(family.name, name, latest.version).manifest()
+        tag = family.source_tag(manifest)
+        if tag is None:
+            continue
+        target = store.retire(family.name, name)
+        moved.append(
+            f"{name}: its versions were built from non-paper sources ({tag}) under the paper's name by an "
+            f"older shiftbench; moved to {target} (it builds as {tagged(name, tag)})"
+        )
+    return moved
+
+
 def iter_build(
     settings: Settings,
     family: Family,
@@ -186,6 +213,11 @@ def iter_build(
     The caller refreshes the catalog once at the end (:func:`build` does).
     """
     artifacts: Mapping[str, CachedArtifact] = {}
+    retired = retire_misnamed(settings, family)
+    for line in retired:
+        progress.report(progress.Event("input", "store", status="warning", detail=line))
+    if retired:
+        refresh_and_report(settings.catalog_path, settings.store_dir)
     if stage:
         needed = {name for kind, target in targets for name in kind.inputs_needed(settings, [target.spec])}
         artifacts = dict(inputs) if inputs is not None else build_inputs(settings, family, needed)

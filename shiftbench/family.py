@@ -172,6 +172,10 @@ class Family:
     kinds: tuple[Kind, ...]
     # Why ERM cannot train this family's benchmarks with these settings (None: it can).
     training_unavailable: Callable[[Settings], str | None] = lambda settings: None
+    # The names of the specs shipped with the package (the papers' names), and the tag a version's
+    # recorded sources give its name (None: the paper's sources): see shiftbench.naming.
+    shipped_names: Callable[[], frozenset[str]] = frozenset
+    source_tag: Callable[[Mapping[str, Any]], str | None] = lambda manifest: None
 
     def kind(self, name: str) -> Kind:
         return next(k for k in self.kinds if k.name == name)

@@ -196,6 +196,19 @@ class Store:
                 return family_dir.name
         return None
 
+    def retire(self, family: str, benchmark: str) -> Path:
+        """Move a whole benchmark aside (``.retired/``): every view stops showing it, nothing is deleted.
+
+        For a benchmark whose name it should never have had (``shiftbench.naming``); under its lock.
+        """
+        source = self.benchmark_dir(family, benchmark)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        target = self.root / ".retired" / family / f"{benchmark}-{stamp}-{uuid.uuid4().hex[:6]}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock(family, benchmark):
+            source.rename(target)
+        return target
+
     # -- writing ----------------------------------------------------------------------------
     def stage(
         self,

@@ -158,3 +158,36 @@ def test_a_paper_name_is_reserved_while_its_spec_is_tagged(
     assert main(["build", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "living17@wordnet-default" in listed and "\nliving17\n" not in listed
+
+
+def test_an_older_paper_named_version_of_other_content_is_retired(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What an older shiftbench published offline (generated scenes under the paper's task name) is moved
+    aside by the next build, so no view shows it under the paper's name; real paper content stays."""
+    from shiftbench.publishing import check_version
+
+    settings = cli_env()
+    assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated"]) == 0
+    assert main(["build", "breeds", "--benchmark", "living17"]) == 0
+    store = Store(settings.store_dir)
+    tagged = store.latest("cat-dog-dg-cabinet-bed@generated")
+    assert tagged is not None
+    source = store.staged("metashift", tagged.benchmark, tagged.version)
+    tables = {t: pl.read_parquet(source.table_path(t)).drop("benchmark", "version") for t in source.tables}
+    recorded = {k: v for k, v in source.manifest().items() if k in ("spec", "params", "sources", "origin")}
+    old = store.stage("metashift", "cat-dog-dg-cabinet-bed", tables, manifest_extra=recorded)
+    check_version(store, old)
+    store.publish(old)
+    capsys.readouterr()
+
+    assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 0
+    err = capsys.readouterr().err
+    assert "warning: cat-dog-dg-cabinet-bed: its versions were built from non-paper sources (generated)" in err
+    assert "it builds as cat-dog-dg-cabinet-bed@generated" in err
+    assert store.latest("cat-dog-dg-cabinet-bed") is None
+    assert len(list((settings.store_dir / ".retired" / "metashift").glob("cat-dog-dg-cabinet-bed-*"))) == 1
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        names = {r[0] for r in con.execute("SELECT benchmark FROM benchmarks_history").fetchall()}
+    assert "cat-dog-dg-cabinet-bed" not in names
+    assert {"living17", "cat-dog-dg-cabinet-bed@generated", "metashift-attributes"} <= names

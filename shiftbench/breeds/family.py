@@ -369,4 +369,6 @@ BREEDS = Family(
     inputs=(HIERARCHY, IMAGES, CALIBRATED),
     kinds=(BENCHMARK,),
     training_unavailable=_training_unavailable,
+    shipped_names=SHIPPED_NAMES,
+    source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
 )

@@ -32,7 +32,7 @@ from shiftbench.plots import conds_cell_counts, conds_value_shares
 from shiftbench.settings import Settings
 from shiftbench.sources import sprites
 from shiftbench.sources.attribute_tables import read_attribute_table
-from shiftbench.sources.celeba import ATTRIBUTE_FILE, is_complete_celeba, read_celeba_attributes
+from shiftbench.sources.celeba import ATTRIBUTE_FILE, CELEBA_IMAGES, is_complete_celeba, read_celeba_attributes
 from shiftbench.store import StagedVersion
 
 # Bump when a change to the ConDS builders can change their output.
@@ -69,6 +69,13 @@ def case_specs(settings: Settings) -> dict[str, CaseSpec]:
         return "partial" if partial and specs.datasets[case.dataset].source == "celeba" else None
 
     return tag_paper_names(specs.cases, SHIPPED_NAMES(), tag)
+
+
+def recorded_partial(manifest: Mapping[str, Any]) -> bool:
+    """Whether a version was built from a CelebA file with fewer than all of CelebA's images."""
+    origin = manifest.get("origin") or {}
+    count = origin.get("header_count")
+    return count is not None and (bool(origin.get("partial")) or count != CELEBA_IMAGES)
 
 
 def sources_fingerprint(settings: Settings) -> str:
@@ -342,4 +349,6 @@ CONDS = Family(
     ),
     inputs=(ATTRIBUTES,),
     kinds=(CASE,),
+    shipped_names=SHIPPED_NAMES,
+    source_tag=lambda manifest: "partial" if recorded_partial(manifest) else None,
 )

@@ -47,6 +47,7 @@ EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_sc
 # Where a spec's annotations come from, and what a shipped spec's name says after '@' then.
 SOURCE_GQA, SOURCE_RELEASED, SOURCE_TAGS, SOURCE_GENERATED = "gqa", "released-attributes", "tags", "generated"
 NAME_TAGS = {SOURCE_TAGS: "tags", SOURCE_GENERATED: "generated"}
+DATASET_TAGS = {generated_scenes.DATASET: "generated", "tag-table": "tags"}  # by the dataset a version records
 COLLECTION_TABLES = (
     "benchmarks",
     "metashift_subsets",
@@ -470,4 +471,6 @@ METASHIFT = Family(
     inputs=(SCENES, RELEASED),
     kinds=(COLLECTION, TASK),
     training_unavailable=_training_unavailable,
+    shipped_names=SHIPPED_NAMES,
+    source_tag=lambda manifest: DATASET_TAGS.get(str(manifest.get("sources", {}).get("dataset"))),
 )
