@@ -86,7 +86,9 @@ def documents_cost(homes: list[Path]) -> dict[str, Any]:
         tables = {t: pl.read_parquet(staged.table_path(t)) for t in staged.tables}
         info_card = cards.CardInfo("bench", "what shifts", ("licence",), "citation")
         started = time.perf_counter()
-        made = cards.documents(info.benchmark, info.version, manifest, tables, manifest["tables"], [], info_card)
+        made = cards.documents(
+            cards.Version(info.benchmark, info.version, manifest, tables, manifest["tables"], [], info_card)
+        )
         timings.append(time.perf_counter() - started)
         assert set(made) == {"card.md", "croissant.json"}
     return {

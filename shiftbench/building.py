@@ -61,7 +61,7 @@ def stage_tables(
 
     def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
         assert card is not None
-        return cards.documents(benchmark, version, manifest, tables, files, figures, card)
+        return cards.documents(cards.Version(benchmark, version, manifest, tables, files, figures, card))
 
     return Store(settings.store_dir).stage(
         family,

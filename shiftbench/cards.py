@@ -82,6 +82,19 @@ class CardInfo:
     citation: str  # the paper to cite next to the version id
 
 
+@dataclass(frozen=True)
+class Version:
+    """What the card and the Croissant file of one version are made from."""
+
+    benchmark: str
+    version: str
+    manifest: Mapping[str, Any]  # spec, params, sources, warnings, family
+    tables: Mapping[str, pl.DataFrame]  # as staged (no benchmark/version columns); may add the split's magnitudes
+    files: Mapping[str, Mapping[str, Any]]  # the manifest's table entries: file, rows, bytes, sha256
+    figures: Sequence[str]  # attachment names, shown on the card
+    info: CardInfo
+
+
 def _arrow_type(dtype: Any) -> tuple[str, bool]:
     """Croissant data type of a polars column, and whether it is a list (``repeated``)."""
     if isinstance(dtype, pl.List | pl.Array):
@@ -96,15 +109,9 @@ def _arrow_type(dtype: Any) -> tuple[str, bool]:
     return "sc:Text", False
 
 
-def croissant(
-    benchmark: str,
-    version: str,
-    manifest: Mapping[str, Any],
-    tables: Mapping[str, pl.DataFrame],
-    files: Mapping[str, Mapping[str, Any]],
-    info: CardInfo,
-) -> dict[str, Any]:
+def croissant(v: Version) -> dict[str, Any]:
     """The Croissant 1.0 JSON-LD of one version: one FileObject and one RecordSet per Parquet table."""
+    benchmark, version, manifest, tables, files, info = v.benchmark, v.version, v.manifest, v.tables, v.files, v.info
     distribution = [
         {
             "@type": "cr:FileObject",
@@ -188,16 +195,10 @@ def _cell(value: Any) -> str:
     return str(value).replace("|", "\\|") if value is not None else "NULL"
 
 
-def card(
-    benchmark: str,
-    version: str,
-    manifest: Mapping[str, Any],
-    tables: Mapping[str, pl.DataFrame],
-    files: Mapping[str, Mapping[str, Any]],
-    figures: Sequence[str],
-    info: CardInfo,
-) -> str:
+def card(v: Version) -> str:
     """The Markdown card of one version."""
+    benchmark, version, manifest, tables, files, info = v.benchmark, v.version, v.manifest, v.tables, v.files, v.info
+    figures = v.figures
     lines = [f"# {benchmark}", "", f"{info.title}, shiftbench version `{version}` (spec `{manifest.get('spec')}`).", ""]
     lines += ["## What shifts", "", info.shift, ""]
     lines += ["## How much", ""]
@@ -256,18 +257,10 @@ def without_images(card_text: str) -> str:
     return "\n".join(line for line in card_text.splitlines() if not line.startswith("!["))
 
 
-def documents(
-    benchmark: str,
-    version: str,
-    manifest: Mapping[str, Any],
-    tables: Mapping[str, pl.DataFrame],
-    files: Mapping[str, Mapping[str, Any]],
-    figures: Sequence[str],
-    info: CardInfo,
-) -> dict[str, bytes]:
+def documents(v: Version) -> dict[str, bytes]:
     """``card.md`` and ``croissant.json`` of one version."""
-    document = croissant(benchmark, version, manifest, tables, files, info)
+    document = croissant(v)
     return {
-        "card.md": card(benchmark, version, manifest, tables, files, figures, info).encode(),
+        "card.md": card(v).encode(),
         "croissant.json": (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode(),
     }

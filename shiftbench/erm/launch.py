@@ -308,7 +308,8 @@ def stage_run(
 
     def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
         shown = [f for f in figures if f.endswith(".png")]
-        return cards.documents(plan.run, version, {**manifest, "family": FAMILY}, described, files, shown, info)
+        facts = cards.Version(plan.run, version, {**manifest, "family": FAMILY}, described, files, shown, info)
+        return cards.documents(facts)
 
     staged = store.stage(
         FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
