@@ -40,13 +40,13 @@ BREEDS_HEADER = """\
 """
 
 
-def make_breeds_calibration(breeds_dir: Path, wordnet_dir: Path) -> str:
+def make_breeds_calibration(breeds_dir: Path, wordnet_dir: Path, cache: Path | None = None) -> str:
     release = read_breeds_hierarchy_dir(breeds_dir)
     if not release.is_release:
         sys.exit(f"{breeds_dir}: not the BREEDS release ({', '.join(release.differs_from_release)} differ)")
     classes = [wnid for _, wnid, _ in release.dataset_classes]
-    with tempfile.TemporaryDirectory() as cache:
-        tables = load_wordnet(wordnet_dir, Path(cache), offline=True)
+    with tempfile.TemporaryDirectory() as scratch:  # WordNet's Parquet cache: --cache reuses one
+        tables = load_wordnet(wordnet_dir, cache or Path(scratch), offline=True)
     wordnet = Hierarchy.from_tables(tables.edges, tables.nodes).restrict_to_ancestors(classes)
     checksums = "\n".join(f"#   {name}  {sha}" for name, sha in RELEASE_SHA256.items())
     return BREEDS_HEADER.format(checksums=checksums) + format_edits(diff(wordnet, release.hierarchy))
@@ -57,8 +57,9 @@ def main() -> None:
     parser.add_argument("--breeds-dir", type=Path, required=True, help="the BREEDS release's modified/ folder")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     parser.add_argument("--metashift-subsets", type=Path, required=True, help="attribute_subsets.parquet")
+    parser.add_argument("--cache", type=Path, help="a shiftbench cache folder holding WordNet's parsed tables")
     args = parser.parse_args()
-    BREEDS_CALIBRATION.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir), "utf-8")
+    BREEDS_CALIBRATION.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir, args.cache), "utf-8")
     objects = metashift_attribute_objects(pl.read_parquet(args.metashift_subsets))
     objects.write_parquet(METASHIFT_ATTRIBUTES, compression="zstd", compression_level=22, statistics=False)
     for path in (BREEDS_CALIBRATION, METASHIFT_ATTRIBUTES):
