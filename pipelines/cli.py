@@ -345,6 +345,34 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a predictions file on a published split and publish the results (shiftbench.scoring)."""
+    import polars as pl
+
+    from shiftbench.erm.launch import published_split
+    from shiftbench.scoring import check_method, publish_scores, read_predictions
+
+    settings = Settings.from_env()
+    check_method(args.method)
+    split = published_split(settings, args.benchmark, args.version)
+    predictions = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
+    group_by = [f.strip() for f in args.group_by.split(",") if f.strip()] if args.group_by else []
+    outcome, tables = publish_scores(settings, split, predictions, args.method, args.seed, group_by)
+    run = tables["eval_runs"].row(0, named=True)
+    state = "now latest" if outcome.publication.changed_latest else "already latest"
+    print(
+        f"{run['run']}: version {outcome.staged.version} ({state}; {split.benchmark} {split.version}, "
+        f"splits {', '.join(run['covered_splits'])})"
+    )
+    headline = tables["eval_results"].filter(pl.col("metric").is_in(["acc_avg", "acc_wg", "f1_macro", "ece"]))
+    for row in headline.sort("eval_split", "metric").iter_rows(named=True):
+        group = f" ({row['group']})" if row["metric"] == "acc_wg" and row["group"] else ""
+        value = "NULL" if row["value"] is None else f"{row['value']:.4f}"
+        print(f"  {row['eval_split']}/{row['metric']:<12} {value}{group}")
+    print(f"\nResults: shiftbench sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
+    return 0
+
+
 def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
     import polars as pl
@@ -557,6 +585,14 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     export.add_argument("--path-template", help="image path under the root; {} is the example id")
     export.set_defaults(func=cmd_export)
+    scored = sub.add_parser("eval", help="score a predictions file on a published split and publish the results")
+    scored.add_argument("benchmark")
+    scored.add_argument("predictions", type=Path, help="Parquet/CSV: example_id, y_pred[, p_0 ... p_K-1]")
+    scored.add_argument("--method", required=True, help="the method's name (results view: method)")
+    scored.add_argument("--seed", type=int, default=0)
+    scored.add_argument("--version", help="split version (default: latest)")
+    scored.add_argument("--group-by", metavar="FIELD,...", help="worst-group over these metadata fields")
+    scored.set_defaults(func=cmd_eval)
     generate = sub.add_parser("generate", help="write a benchmark spec chosen from the data (e.g. by distance)")
     generators = generate.add_subparsers(dest="generator", required=True)
     dg = generators.add_parser(

@@ -127,6 +127,7 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
             .replace("{{key}}", contract.store_key)
             .replace("{{source}}", _table_source(contents, contract))
         )
+    statements.append((SQL_DIR / "catalog" / "create_union_views.sql").read_text("utf-8"))
     return statements
 
 

@@ -30,7 +30,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "metashift_task_communities",
     }
     conds = {"conds_examples", "conds_cases", "conds_attributes", "conds_value_counts", "conds_cells"}
-    erm = {"erm_results", "erm_runs", "erm_curves"}
+    erm = {"erm_results", "erm_runs", "erm_curves", "eval_results", "eval_runs"}
     assert set(found) == {
         "benchmarks",
         "examples",

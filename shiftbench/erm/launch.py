@@ -175,12 +175,15 @@ class PublishedSplit:
     examples: pl.DataFrame  # example_id, split, y, y_name, group
 
 
+RESULT_FAMILIES = (FAMILY, "eval")  # store entries that are results (ERM runs, scored predictions), not splits
+
+
 def published_split(settings: Settings, benchmark: str, version: str | None = None) -> PublishedSplit:
     """A published benchmark version (default: the latest) with its examples."""
     store = Store(settings.store_dir)
     family = store.family_of(benchmark)
-    if family is None or family == FAMILY:
-        known = sorted({v.benchmark for v in store.versions() if v.family != FAMILY})
+    if family is None or family in RESULT_FAMILIES:
+        known = sorted({v.benchmark for v in store.versions() if v.family not in RESULT_FAMILIES})
         hint = f"; published: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}" if known else ""
         raise InputError(f"no published benchmark {benchmark!r}{hint}", parameter="benchmark")
     if version is None:

@@ -9,6 +9,14 @@ split's, positive when OOD is worse) and ``acc_relative:<id split>`` (this split
 the ID one: BREEDS's relative accuracy, target over source). ``test`` is compared with ``id_test``,
 or with ``id_val`` when the benchmark has no ``id_test`` (ConDS); ``val`` with ``id_val``.
 
+Per class (:func:`class_metrics`): ``acc_class:<name>`` (recall of that class; BREEDS: per-superclass
+accuracy), ``acc_balanced`` (mean recall over the classes present, as scikit-learn's
+``balanced_accuracy_score``) and ``f1_macro`` (mean F1 over the classes present in the labels or the
+predictions, as ``f1_score(average="macro")``). With class probabilities (:func:`calibration_metrics`):
+``ece``, the expected calibration error over 15 equal-width confidence bins (Guo et al., 2017).
+Over any subset of a split (:func:`subset_accuracy`): ``acc_subset:<name>`` (ConDS: unseen values,
+rare values, SC counterexamples).
+
 The grouping is the benchmark's own ``group`` column, written by the split builders (BREEDS
 subclass, MetaShift community, ConDS cell), so training and the split definition share it.
 Plain numpy: the training job imports this module, and it must run without polars.
@@ -62,6 +70,58 @@ def split_metrics(
             worst = (accuracy, name)  # ties keep the first group in the benchmark's order
     out.append(Metric(eval_split, "acc_wg", worst[1] if worst else None, worst[0] if worst else None))
     return out + per_group
+
+
+def class_metrics(eval_split: str, y_true: np.ndarray, y_pred: np.ndarray, class_names: Sequence[str]) -> list[Metric]:
+    """Per-class accuracy, balanced accuracy and macro F1 of one split."""
+    k = len(class_names)
+    support = np.bincount(y_true, minlength=k)[:k]
+    predicted = np.bincount(y_pred, minlength=k)[:k]
+    true_positive = np.bincount(y_true[y_true == y_pred], minlength=k)[:k]
+    out = []
+    recalls = []
+    for index, name in enumerate(class_names):
+        recall = float(true_positive[index] / support[index]) if support[index] else None
+        out.append(Metric(eval_split, f"acc_class:{name}", name, recall))
+        if recall is not None:
+            recalls.append(recall)
+    out.append(Metric(eval_split, "acc_balanced", None, float(np.mean(recalls)) if recalls else None))
+    f1 = []
+    for index in range(k):
+        if not support[index] and not predicted[index]:
+            continue  # a class neither present nor predicted does not enter the macro average
+        precision = true_positive[index] / predicted[index] if predicted[index] else 0.0
+        recall = true_positive[index] / support[index] if support[index] else 0.0
+        f1.append(2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    out.append(Metric(eval_split, "f1_macro", None, float(np.mean(f1)) if f1 else None))
+    return out
+
+
+ECE_BINS = 15
+
+
+def calibration_metrics(eval_split: str, y_true: np.ndarray, probabilities: np.ndarray) -> list[Metric]:
+    """Expected calibration error: sum over confidence bins of |accuracy - confidence| weighted by size."""
+    n = int(y_true.shape[0])
+    if not n:
+        return [Metric(eval_split, "ece", None, None)]
+    confidence = probabilities.max(axis=1)
+    correct = (probabilities.argmax(axis=1) == y_true).astype(np.float64)
+    # Bin b holds confidences in (b/B, (b+1)/B]; a confidence of exactly 0 goes to the first bin.
+    bins = np.clip(np.ceil(confidence * ECE_BINS).astype(np.int64) - 1, 0, ECE_BINS - 1)
+    ece = 0.0
+    for b in range(ECE_BINS):
+        members = bins == b
+        if members.any():
+            ece += members.sum() / n * abs(correct[members].mean() - confidence[members].mean())
+    return [Metric(eval_split, "ece", None, float(ece))]
+
+
+def subset_accuracy(eval_split: str, name: str, y_true: np.ndarray, y_pred: np.ndarray, mask: np.ndarray) -> Metric:
+    """Accuracy over the examples of ``mask`` (NULL when there are none)."""
+    chosen = int(mask.sum())
+    value = float((y_true[mask] == y_pred[mask]).mean()) if chosen else None
+    return Metric(eval_split, f"acc_subset:{name}", name, value)
 
 
 def gap_metrics(metrics: Sequence[Metric]) -> list[Metric]:

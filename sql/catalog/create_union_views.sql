@@ -1,0 +1,53 @@
+-- One results vocabulary for every method (created after the table views): the ERM baselines trained
+-- here (method 'erm') next to predictions scored by `shiftbench eval` (the method they were submitted
+-- as). `results` shows only results on the latest version of their split (is_current), like its parts.
+-- `setting` tells runs of one method apart: for ERM the run's name without benchmark and seed
+-- ('smoke.mlp', or 'smoke-<hash>.small_cnn' for a run that departed from its preset), NULL for scored predictions.
+
+CREATE OR REPLACE VIEW results_history AS
+SELECT benchmark, split_version, family, 'erm' AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
+       eval_split, metric, "group", value, is_current
+FROM erm_results_history
+UNION ALL
+SELECT benchmark, split_version, family, method, NULL AS setting, seed, run, version, eval_split, metric, "group", value,
+       is_current
+FROM eval_results_history;
+
+CREATE OR REPLACE VIEW results AS
+SELECT benchmark, split_version, family, 'erm' AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
+       eval_split, metric, "group", value, is_current
+FROM erm_results
+UNION ALL
+SELECT benchmark, split_version, family, method, NULL AS setting, seed, run, version, eval_split, metric, "group", value,
+       is_current
+FROM eval_results;
+
+-- Per (benchmark, method, setting, eval_split, metric) over the seeds of the latest split version: mean, sample
+-- standard deviation (ddof 1) and a 95 % Student t interval over seeds (mean ± t(0.975, n-1) · s / √n;
+-- NULL below two seeds). Every metric but the per-group ones (acc_group:<g>, count_group:<g>: groups may
+-- differ between submissions); acc_wg is aggregated as a number, whichever group was worst.
+CREATE OR REPLACE VIEW leaderboard AS
+WITH per_seed AS (
+    SELECT benchmark, split_version, method, setting, eval_split, metric, seed, value
+    FROM results
+    WHERE metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'
+),
+t AS (
+    SELECT * FROM (VALUES (1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571), (6, 2.447), (7, 2.365),
+        (8, 2.306), (9, 2.262), (10, 2.228), (11, 2.201), (12, 2.179), (13, 2.160), (14, 2.145), (15, 2.131),
+        (16, 2.120), (17, 2.110), (18, 2.101), (19, 2.093), (20, 2.086), (25, 2.060), (30, 2.042), (40, 2.021),
+        (60, 2.000), (120, 1.980)) AS v(df, t975)
+),
+stats AS (
+    SELECT benchmark, split_version, method, setting, eval_split, metric, count(value) AS n_seeds, avg(value) AS mean,
+           stddev_samp(value) AS std
+    FROM per_seed
+    GROUP BY ALL
+)
+SELECT s.benchmark, s.split_version, s.method, s.setting, s.eval_split, s.metric, s.n_seeds, s.mean, s.std,
+       s.mean - q.t975 * s.std / sqrt(s.n_seeds) AS ci_low,
+       s.mean + q.t975 * s.std / sqrt(s.n_seeds) AS ci_high
+FROM stats AS s
+-- t(0.975, n-1) from the table, at the largest tabulated df <= n-1 (conservative between rows).
+LEFT JOIN (SELECT df, t975, lead(df, 1, 1000000) OVER (ORDER BY df) AS next_df FROM t) AS q
+    ON s.n_seeds - 1 >= q.df AND s.n_seeds - 1 < q.next_df;

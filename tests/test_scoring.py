@@ -1,0 +1,181 @@
+"""Scoring anyone's predictions: every metric against hand-computed values, `shiftbench eval` on a
+published split (ConDS subsets, a grouper over metadata fields), bad predictions as one line that record
+nothing, and the `results` and `leaderboard` views."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.cli import main
+from shiftbench.erm import metrics as m
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+
+CASE = "sprites-sc-object_color"
+
+
+def test_class_metrics_by_hand() -> None:
+    y_true = np.array([0, 0, 1, 1, 2])
+    y_pred = np.array([0, 1, 1, 1, 0])
+    got = {r.metric: r.value for r in m.class_metrics("test", y_true, y_pred, ["a", "b", "c"])}
+    assert got["acc_class:a"] == 0.5 and got["acc_class:b"] == 1.0 and got["acc_class:c"] == 0.0
+    assert got["acc_balanced"] == pytest.approx(0.5)
+    # F1: a: p 1/2, r 1/2 -> 0.5; b: p 2/3, r 1 -> 0.8; c: never predicted, r 0 -> 0.
+    assert got["f1_macro"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+    # A class neither present nor predicted is left out of both averages; its accuracy is NULL.
+    four = {r.metric: r.value for r in m.class_metrics("test", y_true, y_pred, ["a", "b", "c", "d"])}
+    assert four["acc_class:d"] is None and four["f1_macro"] == got["f1_macro"]
+    assert four["acc_balanced"] == got["acc_balanced"]
+
+
+def test_expected_calibration_error_by_hand() -> None:
+    y_true = np.array([0, 0, 1, 1, 2])
+    probabilities = np.array([[0.9, 0.05, 0.05], [0.3, 0.6, 0.1], [0.2, 0.7, 0.1], [0.1, 0.8, 0.1], [0.55, 0.25, 0.2]])
+    # Confidences 0.9 (right), 0.6 (wrong), 0.7 (right), 0.8 (right), 0.55 (wrong); 15 bins of width 1/15:
+    # 0.6 and 0.55 share bin 8 (acc 0, conf 0.575), the others are alone in theirs.
+    expected = 2 / 5 * 0.575 + 1 / 5 * 0.3 + 1 / 5 * 0.2 + 1 / 5 * 0.1
+    (ece,) = m.calibration_metrics("test", y_true, probabilities)
+    assert ece.metric == "ece" and ece.value == pytest.approx(expected) == pytest.approx(0.35)
+    perfect = np.eye(3)[y_true]
+    assert m.calibration_metrics("test", y_true, perfect)[0].value == 0.0
+
+
+def test_subset_accuracy_by_hand() -> None:
+    y_true, y_pred = np.array([0, 1, 2, 0]), np.array([0, 2, 2, 1])
+    assert m.subset_accuracy("test", "rare", y_true, y_pred, np.array([True, True, False, False])).value == 0.5
+    assert m.subset_accuracy("test", "none", y_true, y_pred, np.zeros(4, bool)).value is None
+
+
+@pytest.fixture
+def published_case(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]) -> Settings:
+    settings = cli_env()
+    assert main(["build", "conds", "--benchmark", CASE]) == 0
+    capsys.readouterr()
+    return settings
+
+
+def _examples(settings: Settings) -> pl.DataFrame:
+    store = Store(settings.store_dir)
+    latest = store.latest(CASE)
+    assert latest is not None
+    path = store.staged("conds", CASE, latest.version).path
+    return pl.read_parquet(path / "examples.parquet").join(
+        pl.read_parquet(path / "conds_examples.parquet").select("example_id", "object_color"), on="example_id"
+    )
+
+
+@pytest.mark.slow
+def test_eval_scores_a_spurious_predictor_and_fills_results_and_leaderboard(
+    published_case: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = published_case
+    examples = _examples(settings)
+    # A predictor that reads the colour (the spurious attribute): red -> 0, yellow -> 1, blue -> 2.
+    colour = {"red": 0, "yellow": 1, "blue": 2}
+    by_colour = pl.col("object_color").replace_strict(colour, return_dtype=pl.Int64)
+    spurious = examples.with_columns(by_colour.alias("y_pred"))
+    spurious.select("example_id", "y_pred").write_parquet(tmp_path / "spurious.parquet")
+    assert main(["eval", CASE, str(tmp_path / "spurious.parquet"), "--method", "colour", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert f"{CASE}.colour.seed0: version" in out
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        got = dict(
+            con.execute(
+                "SELECT eval_split || '/' || metric, value FROM results WHERE method = 'colour' "
+                "AND metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'"
+            ).fetchall()
+        )
+    for split in ("train", "id_val", "test"):
+        part = spurious.filter(pl.col("split") == split)
+        accuracy = (part["y"] == part["y_pred"]).mean()
+        assert got[f"{split}/acc_avg"] == pytest.approx(accuracy)
+        # By hand: the colour rule is right exactly on the aligned examples, wrong on every counterexample.
+        aligned = part.filter(by_colour == pl.col("y"))
+        assert aligned.height == round(accuracy * part.height)
+    assert got["test/acc_subset:sc_counterexample"] == 0.0
+    assert got["test/acc_wg"] == 0.0  # a cell of counterexamples
+    assert got["test/acc_avg"] == pytest.approx(1 / 3)  # the uniform test split: one colour in three is aligned
+
+    # A second seed of a noisy oracle with probabilities, grouped by colour; the leaderboard aggregates seeds.
+    rng = np.random.default_rng(0)
+    accuracies = []
+    for seed in (1, 2):
+        wrong = rng.random(examples.height) < 0.2 * seed
+        y_pred = np.where(wrong, (examples["y"].to_numpy() + 1) % 3, examples["y"].to_numpy())
+        probabilities = np.full((examples.height, 3), 0.1)
+        probabilities[np.arange(examples.height), y_pred] = 0.8
+        frame = pl.DataFrame({"example_id": examples["example_id"], "y_pred": y_pred})
+        frame = frame.with_columns(*(pl.Series(f"p_{k}", probabilities[:, k]) for k in range(3)))
+        frame.write_csv(tmp_path / f"oracle{seed}.csv")
+        args = ["eval", CASE, str(tmp_path / f"oracle{seed}.csv"), "--method", "oracle", "--seed", str(seed)]
+        assert main([*args, "--group-by", "object_color"]) == 0
+        test = examples["split"].to_numpy() == "test"
+        accuracies.append(float((y_pred[test] == examples["y"].to_numpy()[test]).mean()))
+    capsys.readouterr()
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        row = con.execute(
+            "SELECT n_seeds, mean, std, ci_low, ci_high FROM leaderboard "
+            "WHERE method = 'oracle' AND eval_split = 'test' AND metric = 'acc_avg'"
+        ).fetchone()
+        groups = con.execute(
+            "SELECT DISTINCT \"group\" FROM results WHERE method = 'oracle' AND metric LIKE 'acc_group:%' ORDER BY 1"
+        ).fetchall()
+        ece = con.execute(
+            "SELECT value FROM results WHERE method = 'oracle' AND seed = 1 AND eval_split = 'test' AND metric = 'ece'"
+        ).fetchone()
+    mean, std = float(np.mean(accuracies)), float(np.std(accuracies, ddof=1))
+    half = 12.706 * std / math.sqrt(2)  # t(0.975, 1)
+    assert row == pytest.approx((2, mean, std, mean - half, mean + half))
+    assert [g for (g,) in groups] == ["object_color=blue", "object_color=red", "object_color=yellow"]
+    assert ece is not None and ece[0] == pytest.approx(abs((1 - accuracies[0]) - 0.2), abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda f: f.with_columns(pl.when(pl.col("row") == 3).then(pl.lit("nope.png")).otherwise("example_id")
+                                  .alias("example_id")), "row 4: example 'nope.png' is not an example of"),
+        (lambda f: f.filter(pl.col("row") != 5), "is covered only in part"),
+        (lambda f: f.with_columns(pl.when(pl.col("row") == 2).then(7).otherwise("y_pred").alias("y_pred")),
+         "row 3: example"),
+        (lambda f: pl.concat([f, f.filter(pl.col("row") == 0)]), "predicted twice (first at row 1: )"),
+        (lambda f: f.with_columns(pl.when(pl.col("row") == 6).then(0.9).otherwise("p_0").alias("p_0")),
+         "row 7: example"),
+    ],
+    ids=["unknown_id", "missing_example", "label_out_of_range", "duplicate", "probabilities"],
+)  # fmt: skip
+def test_bad_predictions_are_one_line_and_record_nothing(
+    published_case: Settings,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    edit: Callable[[pl.DataFrame], pl.DataFrame],
+    message: str,
+) -> None:
+    settings = published_case
+    examples = _examples(settings).filter(pl.col("split") == "test").sort("example_id")
+    good = examples.select("example_id", pl.col("y").alias("y_pred"))
+    good = good.with_columns(*(pl.lit(1.0 if k == 0 else 0.0).alias(f"p_{k}") for k in range(3)))
+    bad = edit(good.with_row_index("row")).drop("row")
+    path = tmp_path / "bad.parquet"
+    bad.write_parquet(path)
+    assert main(["eval", CASE, str(path), "--method", "mine"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and str(path) in err and len(err.strip().splitlines()) == 1, err
+    assert not (settings.store_dir / "eval").exists()
+
+
+def test_csv_errors_name_the_line(published_case: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.csv"
+    path.write_text("example_id,y_pred\nx.png,0\n")
+    assert main(["eval", CASE, str(path), "--method", "mine"]) == 2
+    assert f"{path}:2: example 'x.png' is not an example of" in capsys.readouterr().err
+    assert main(["eval", CASE, str(path), "--method", "Bad Name"]) == 2
+    assert "parameter '--method'" in capsys.readouterr().err
+    assert main(["eval", CASE, str(path), "--method", "m", "--group-by", "colour"]) == 2
