@@ -43,7 +43,7 @@ from shiftbench.spec_files import merge_named, spec_document, spec_texts
 from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
-CODE_VERSION = "erm-1"
+CODE_VERSION = "erm-2"
 _EPOCH_KEYS = ("max_epochs", "lr_drop_epochs")
 
 

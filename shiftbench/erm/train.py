@@ -34,7 +34,14 @@ from shiftbench.erm.data import (
     normalize,
     standard_batches,
 )
-from shiftbench.erm.metrics import Metric, gap_metrics, split_metrics, value_of
+from shiftbench.erm.metrics import (
+    Metric,
+    calibration_metrics,
+    class_metrics,
+    gap_metrics,
+    split_metrics,
+    value_of,
+)
 from shiftbench.erm.models import build_model, load_checkpoint
 from shiftbench.errors import InputError
 from shiftbench.seeding import seed_for
@@ -127,9 +134,11 @@ def evaluate(
     device: torch.device,
     precision: str,
     channels_last: bool,
+    final: bool = False,
 ) -> list[Metric]:
+    """A split's metrics; ``final`` adds per-class accuracy, balanced accuracy, macro F1 and ECE."""
     rows = table.indices(split)
-    predictions, losses = [], []
+    predictions, losses, probabilities = [], [], []
     model.eval()
     with torch.inference_mode(), _autocast(device, precision):
         for start in range(0, len(rows), config.eval_batch_size):
@@ -139,9 +148,19 @@ def evaluate(
             logits = model(x).float()
             losses.append(nn.functional.cross_entropy(logits, y, reduction="none").cpu())
             predictions.append(logits.argmax(1).cpu())
+            if final:
+                probabilities.append(logits.softmax(1).cpu())
     y_pred = torch.cat(predictions).numpy() if predictions else np.zeros(0, np.int64)
     loss = torch.cat(losses).numpy() if losses else np.zeros(0)
-    return split_metrics(split, table.y[rows], y_pred, loss, table.group_index[rows], table.group_names)
+    y_true = table.y[rows]
+    out = split_metrics(split, y_true, y_pred, loss, table.group_index[rows], table.group_names)
+    if final:
+        out += class_metrics(split, y_true, y_pred, table.class_names)
+        k = len(table.class_names)
+        out += calibration_metrics(
+            split, y_true, torch.cat(probabilities).numpy() if probabilities else np.zeros((0, k))
+        )
+    return out
 
 
 def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
@@ -281,7 +300,7 @@ def train(
     for split in table.split_names:
         metrics += evaluate(
             step_model, batches, table, split, config=config, device=device, precision=precision,
-            channels_last=channels_last,
+            channels_last=channels_last, final=True,
         )  # fmt: skip
     metrics += gap_metrics(metrics)
     timings["evaluate_s"] = time.perf_counter() - t_eval
