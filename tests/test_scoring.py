@@ -179,3 +179,41 @@ def test_csv_errors_name_the_line(published_case: Settings, tmp_path: Path, caps
     assert main(["eval", CASE, str(path), "--method", "Bad Name"]) == 2
     assert "parameter '--method'" in capsys.readouterr().err
     assert main(["eval", CASE, str(path), "--method", "m", "--group-by", "colour"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("family", "benchmark"), [("breeds", "living17"), ("metashift", "cat-dog-dg-cabinet-bed@generated")]
+)
+def test_eval_on_every_family(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, benchmark: str
+) -> None:
+    settings = cli_env()
+    assert main(["build", family, "--benchmark", benchmark]) == 0
+    store = Store(settings.store_dir)
+    latest = store.latest(benchmark)
+    assert latest is not None
+    examples = pl.read_parquet(store.staged(family, benchmark, latest.version).table_path("examples"))
+    # Perfect on the first half of the classes, always class 0 on the rest: per-class accuracy by hand.
+    k = int(examples["y"].max()) + 1
+    y_pred = pl.when(pl.col("y") < k // 2).then(pl.col("y")).otherwise(0)
+    examples.select("example_id", y_pred.alias("y_pred")).write_parquet(tmp_path / "p.parquet")
+    capsys.readouterr()
+    assert main(["eval", benchmark, str(tmp_path / "p.parquet"), "--method", "half"]) == 0
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        got = {
+            (split, metric): value
+            for split, metric, value in con.execute(
+                "SELECT eval_split, metric, value FROM results WHERE method = 'half' AND metric LIKE 'acc_class:%' "
+                "OR method = 'half' AND metric IN ('acc_avg', 'acc_balanced')"
+            ).fetchall()
+        }
+    names = examples.group_by("y").agg(pl.col("y_name").first()).sort("y")["y_name"].to_list()
+    for split in examples["split"].unique().to_list():
+        part = examples.filter(pl.col("split") == split)
+        present = sorted(part["y"].unique().to_list())
+        for y in present:
+            assert got[(split, f"acc_class:{names[y]}")] == (1.0 if y < k // 2 or y == 0 else 0.0)
+        recall = [1.0 if y < k // 2 or y == 0 else 0.0 for y in present]
+        assert got[(split, "acc_balanced")] == pytest.approx(sum(recall) / len(recall))
+        assert got[(split, "acc_avg")] == pytest.approx(part.filter(pl.col("y") < k // 2).height / part.height)
