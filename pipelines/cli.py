@@ -332,16 +332,26 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shiftbench.erm.export import export_imagefolder
+    from shiftbench.erm.export import EXPORTS, export_domainbed
     from shiftbench.erm.launch import published_split, resolve_images
 
     settings = Settings.from_env()
     split = published_split(settings, args.benchmark, args.version)
     images = resolve_images(settings, split, args.image_root, args.path_template)
-    counts = export_imagefolder(split, images, args.dir)
+    if args.layout == "domainbed":
+        counts = export_domainbed(split, images, args.dir, args.environment or "group")
+    elif args.environment:
+        raise InputError("--environment is for --layout domainbed", parameter="--environment")
+    else:
+        counts = EXPORTS[args.layout](split, images, args.dir)
     total = sum(counts.values())
     detail = ", ".join(f"{name} {n:,}" for name, n in sorted(counts.items()))
-    print(f"{args.dir}: {total:,} links to {images.kind} images of {split.benchmark} {split.version} ({detail})")
+    if len(counts) > 8:
+        detail = f"{len(counts)} environments of {min(counts.values()):,} to {max(counts.values()):,} images"
+    print(
+        f"{args.dir}: {args.layout} layout, {total:,} {images.kind} images of {split.benchmark} {split.version} "
+        f"({detail})"
+    )
     return 0
 
 
@@ -577,10 +587,11 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
     train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
     train.set_defaults(func=cmd_train)
-    export = sub.add_parser("export", help="export a split as folders of symlinks for other trainers")
+    export = sub.add_parser("export", help="export a split for other trainers: ImageFolder, WILDS, DomainBed, HF")
     export.add_argument("benchmark")
     export.add_argument("dir", type=Path)
-    export.add_argument("--layout", choices=("imagefolder",), default="imagefolder")
+    export.add_argument("--layout", choices=("imagefolder", "wilds", "domainbed", "hf"), default="imagefolder")
+    export.add_argument("--environment", metavar="FIELD", help="domainbed: the field naming environments (group)")
     export.add_argument("--version", help="split version (default: latest)")
     export.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     export.add_argument("--path-template", help="image path under the root; {} is the example id")

@@ -278,7 +278,7 @@ def test_cli_trains_with_progress_and_exports_an_imagefolder(
 
     target = tmp_path / "export"
     assert main(["export", "sprites-sc-object_color", str(target), "--layout", "imagefolder"]) == 0
-    assert "1,242 links" in capsys.readouterr().out  # 432 train + id_val, 81 cells x 10 test
+    assert "imagefolder layout, 1,242 sprites images" in capsys.readouterr().out  # 432 train + id_val, 810 test
     counts = {p.name: len(list(p.rglob("*.png"))) for p in target.iterdir()}
     split = launch.published_split(warehouse, "sprites-sc-object_color")
     expected = dict(split.examples.group_by("split").len().iter_rows())
