@@ -456,6 +456,24 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """The leaderboard view as a table for a paper (Markdown) or the terminal."""
+    from shiftbench.catalog import open_catalog
+    from shiftbench.reporting import leaderboard_table, to_markdown, to_text
+
+    settings = Settings.from_env()
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)
+    with con:
+        table = leaderboard_table(con, args.benchmark, metrics, splits)
+    if table.is_empty():
+        print("no results on the latest split versions (shiftbench train, shiftbench eval)", file=sys.stderr)
+        return 0
+    sys.stdout.write(to_markdown(table) if args.format == "markdown" else to_text(table))
+    return 0
+
+
 def cmd_versions(args: argparse.Namespace) -> int:
     from pipelines.terminal import table
     from shiftbench.store import Store
@@ -563,6 +581,12 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--csv", action="store_true", help="write CSV to stdout")
     sql.add_argument("--max-rows", type=int, default=40)
     sql.set_defaults(func=cmd_sql)
+    board = sub.add_parser("leaderboard", help="methods side by side: mean ± 95% interval over seeds")
+    board.add_argument("benchmark", nargs="*", help="default: every benchmark with results")
+    board.add_argument("--metrics", default="acc_avg,acc_wg", metavar="M,...")
+    board.add_argument("--splits", default="test", metavar="SPLIT,...")
+    board.add_argument("--format", choices=("text", "markdown"), default="text")
+    board.set_defaults(func=cmd_leaderboard)
     versions = sub.add_parser("versions", help="list published versions")
     versions.add_argument("benchmark", nargs="?")
     versions.set_defaults(func=cmd_versions)

@@ -182,7 +182,7 @@ def croissant(v: Version) -> dict[str, Any]:
     }
 
 
-def _markdown_table(frame: pl.DataFrame) -> str:
+def markdown_table(frame: pl.DataFrame) -> str:
     header = "| " + " | ".join(frame.columns) + " |"
     rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
     rows = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in frame.iter_rows()]
@@ -205,7 +205,7 @@ def card(v: Version) -> str:
     magnitudes = tables.get("shift_magnitudes")
     if magnitudes is not None and magnitudes.height:
         overall = magnitudes.filter(pl.col("scope") == SCOPE_ALL).sort("measure")
-        lines += [_markdown_table(overall.select("measure", "value")), ""]
+        lines += [markdown_table(overall.select("measure", "value")), ""]
         for measure in overall["measure"].to_list():
             lines.append(f"- `{measure}`: {MEASURES[measure]}")
         n_scoped = magnitudes.height - overall.height
@@ -222,9 +222,9 @@ def card(v: Version) -> str:
             pl.col("examples").min().alias("smallest_group"),
             pl.col("examples").max().alias("largest_group"),
         )
-        lines += ["## Sizes", "", _markdown_table(per_split.sort("split")), ""]
+        lines += ["## Sizes", "", markdown_table(per_split.sort("split")), ""]
         if per_group.height <= SIZE_ROWS:
-            lines += [_markdown_table(per_group), ""]
+            lines += [markdown_table(per_group), ""]
         else:
             query = f"SELECT split, \"group\", count(*) FROM examples WHERE benchmark = '{benchmark}' GROUP BY ALL"
             lines += [f"Per split and group ({per_group.height} rows): `{query}`", ""]
@@ -242,7 +242,7 @@ def card(v: Version) -> str:
     lines += ["- The tables of this version: MIT (shiftbench); they list image ids, never images.", ""]
     if figures:
         lines += ["## Plots", ""] + [f"![{name}]({name})" for name in figures] + [""]
-    lines += ["## Files", "", _markdown_table(pl.DataFrame(
+    lines += ["## Files", "", markdown_table(pl.DataFrame(
         [(e["file"], e["rows"], e["bytes"], e["sha256"]) for _, e in sorted(files.items())],
         schema=["file", "rows", "bytes", "sha256"], orient="row"))]  # fmt: skip
     lines += ["", "## Cite", "", f"{info.citation} Benchmark `{benchmark}`, shiftbench version `{version}`.", ""]

@@ -134,6 +134,12 @@ def test_eval_scores_a_spurious_predictor_and_fills_results_and_leaderboard(
     half = 12.706 * std / math.sqrt(2)  # t(0.975, 1)
     assert row == pytest.approx((2, mean, std, mean - half, mean + half))
     assert [g for (g,) in groups] == ["object_color=blue", "object_color=red", "object_color=yellow"]
+    assert main(["leaderboard", CASE, "--format", "markdown"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "| benchmark | method | setting | test/acc_avg | test/acc_wg |"
+    oracle = next(line for line in lines if "| oracle |" in line)
+    assert f"| {round(mean, 3)} ± {round(half, 3)} (2) |" in oracle
+    assert any(line.startswith(f"| {CASE} | colour |  | 0.333 (1) | 0.0 (1) |") for line in lines)
     assert ece is not None and ece[0] == pytest.approx(abs((1 - accuracies[0]) - 0.2), abs=1e-9)
 
 
