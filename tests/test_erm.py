@@ -431,3 +431,21 @@ def test_metashift_tasks_train_on_real_layout_gqa_images(make_settings: Any, tmp
     outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "g"), log=print)
     runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))
     assert runs["image_source"].to_list() == ["gqa"]
+
+
+def test_flip_rot90_augmentation_is_lossless_seeded_and_covers_the_square_symmetries() -> None:
+    from shiftbench.erm.data import augment
+
+    batch = torch.arange(64 * 3 * 4 * 4, dtype=torch.int64).reshape(64, 3, 4, 4).to(torch.uint8)
+    first = augment(batch, "flip_rot90", torch.Generator().manual_seed(0))
+    again = augment(batch, "flip_rot90", torch.Generator().manual_seed(0))
+    assert torch.equal(first, again)  # a seed gives the same run
+    assert torch.equal(augment(batch, "none", torch.Generator()), batch)
+    seen = set()
+    for original, moved in zip(batch, first, strict=True):
+        # Every output is one of the 8 symmetries of the square applied to its own input, pixels unchanged.
+        candidates = [torch.rot90(img, k, dims=(-2, -1)) for img in (original, original.flip(-1)) for k in range(4)]
+        matches = [k for k, c in enumerate(candidates) if torch.equal(c, moved)]
+        assert matches
+        seen.add(matches[0])
+    assert len(seen) == 8  # 64 draws reach all of them

@@ -24,6 +24,9 @@ EXECUTION_ONLY = frozenset(
 )
 
 
+AUGMENTATIONS = ("none", "flip_rot90")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""
@@ -41,6 +44,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     loader: str = "standard"  # standard | group_balanced
     image_size: int = 64
+    augment: str = "none"  # none | flip_rot90 (random flips and quarter turns, batched on the device)
     train_split: str = "train"
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
     selection_metric: str = "acc_avg"  # or acc_wg
@@ -80,6 +84,7 @@ class TrainConfig:
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(isinstance(self.patience, int) and self.patience >= 0, "patience", "must be an integer >= 0")
         need(self.loader in {"standard", "group_balanced"}, "loader", "must be standard or group_balanced")
+        need(self.augment in AUGMENTATIONS, "augment", f"must be one of {', '.join(AUGMENTATIONS)}")
         need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")

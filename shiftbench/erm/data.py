@@ -170,6 +170,27 @@ def normalize(batch: torch.Tensor, *, channels_last: bool) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
+def augment(batch: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
+    """Random label-preserving transforms of a uint8 ``[B, C, H, W]`` batch, on its own device, batched.
+
+    ``flip_rot90``: each image is flipped horizontally with probability 1/2 and turned by a uniformly
+    drawn multiple of 90 degrees (the dihedral group of the square: lossless on square images, no
+    interpolation). The draws come from ``generator`` (CPU, seeded), so a seed gives the same run.
+    """
+    if kind == "none":
+        return batch
+    n = batch.shape[0]
+    flips = torch.rand(n, generator=generator) < 0.5
+    turns = torch.randint(0, 4, (n,), generator=generator)
+    out = torch.where(flips.to(batch.device).view(-1, 1, 1, 1), batch.flip(-1), batch)
+    rotated = out.clone()
+    for k in (1, 2, 3):
+        chosen = (turns == k).to(batch.device)
+        if bool(chosen.any()):
+            rotated[chosen] = torch.rot90(out[chosen], k, dims=(-2, -1))
+    return rotated
+
+
 def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """Shuffled epochs without replacement, forever (a short last batch is dropped unless it is all)."""
     pool = torch.from_numpy(indices)

@@ -29,6 +29,7 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import (
     ImageCache,
     SplitTable,
+    augment,
     decode,
     group_balanced_batches,
     normalize,
@@ -211,6 +212,7 @@ def train(
     )
 
     generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "batches"))
+    augment_generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "augment"))
     stream: Iterator[torch.Tensor] = (
         group_balanced_batches(train_rows, table.group_index, config.batch_size, generator)
         if config.loader == "group_balanced"
@@ -232,7 +234,7 @@ def train(
         if config.linear_probe:  # frozen features: keep batch-norm statistics too
             model.eval()
         index = next(stream)
-        x = normalize(batches(index), channels_last=channels_last)
+        x = normalize(augment(batches(index), config.augment, augment_generator), channels_last=channels_last)
         y = labels[index].to(device, non_blocking=True)
         with _autocast(device, precision):
             logits = step_model(x)
