@@ -6,6 +6,7 @@
 # and the object-context collection and tasks on the generated scene sample (named NAME@generated;
 # GQA scene graphs when SHIFTBENCH_GQA_SCENE_GRAPHS is set), then the 34 ConDS cases on the generated
 # sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines.
+# About 5 minutes on 2 cores, the install included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -22,10 +23,12 @@ if [ -z "${SHIFTBENCH_GQA_SCENE_GRAPHS:-}" ]; then
 fi
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
-# Quick ERM baselines on CPU (preset smoke: an MLP, 300 iterations): the spurious correlation of colour
-# and shape vs uniform training, and a MetaShift task of the generated scene sample (stand-in images).
-.venv/bin/shiftbench train sprites-sc-object_color --preset smoke
-.venv/bin/shiftbench train sprites-uniform --preset smoke
+# Quick ERM baselines on CPU, about a minute each (preset quick: a small CNN with flips and quarter turns):
+# uniform training learns the shapes (ID ~0.94 = test), the spurious correlation of colour and shape does
+# not generalise (ID ~0.99, test ~0.33); and a MetaShift task of the generated scene sample (stand-in
+# images, preset smoke: a few seconds).
+.venv/bin/shiftbench train sprites-sc-object_color --preset quick
+.venv/bin/shiftbench train sprites-uniform --preset quick
 .venv/bin/shiftbench train "$task" --preset smoke
 
 query="SELECT b.family, b.benchmark, b.version, coalesce(b.params->>'hierarchy', b.sources->>'dataset') AS source,
