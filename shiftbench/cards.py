@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -250,6 +251,14 @@ def card(v: Version) -> str:
     if warnings:
         lines += ["## Warnings", ""] + [f"- {w}" for w in warnings] + [""]
     return "\n".join(lines)
+
+
+def with_split_magnitudes(tables: Mapping[str, pl.DataFrame], split_dir: Path) -> dict[str, pl.DataFrame]:
+    """A results version's tables plus its split's ``shift_magnitudes``: its card shows the shift it was tested on."""
+    described = dict(tables)
+    if (split_dir / "shift_magnitudes.parquet").is_file():
+        described["shift_magnitudes"] = pl.read_parquet(split_dir / "shift_magnitudes.parquet")
+    return described
 
 
 def without_images(card_text: str) -> str:

@@ -36,6 +36,23 @@ from shiftbench.store import Store
 FAMILY = "eval"
 PROBABILITY_TOLERANCE = 1e-3  # |sum of a row's probabilities - 1|
 _METHOD = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+# The columns both tables start with, and those of eval_runs (their contracts: data_contracts/eval_*.yaml).
+SchemaType = pl.DataType | type[pl.DataType]
+KEY_SCHEMA: dict[str, SchemaType] = {
+    "benchmark": pl.String,
+    "run": pl.String,
+    "split_version": pl.String,
+    "family": pl.String,
+    "method": pl.String,
+    "seed": pl.Int64,
+}
+RUN_SCHEMA: dict[str, SchemaType] = {
+    "covered_splits": pl.List(pl.String),
+    "group_by": pl.List(pl.String),
+    "n_predictions": pl.Int64,
+    "has_probabilities": pl.Boolean,
+    "predictions_sha256": pl.String,
+}
 
 
 @dataclass(frozen=True)
@@ -225,59 +242,20 @@ def score(
     results += m.gap_metrics(results)
     run = f"{split.benchmark}.{method}.seed{seed}"
     common = {"benchmark": split.benchmark, "run": run, "split_version": split.version, "family": split.family}
+    key = {**common, "method": method, "seed": seed}
     eval_results = pl.DataFrame(
-        [
-            {
-                **common,
-                "method": method,
-                "seed": seed,
-                "eval_split": r.eval_split,
-                "metric": r.metric,
-                "group": r.group,
-                "value": r.value,
-            }
-            for r in results
-        ],
-        schema={
-            "benchmark": pl.String,
-            "run": pl.String,
-            "split_version": pl.String,
-            "family": pl.String,
-            "method": pl.String,
-            "seed": pl.Int64,
-            "eval_split": pl.String,
-            "metric": pl.String,
-            "group": pl.String,
-            "value": pl.Float64,
-        },
+        [{**key, "eval_split": r.eval_split, "metric": r.metric, "group": r.group, "value": r.value} for r in results],
+        schema={**KEY_SCHEMA, "eval_split": pl.String, "metric": pl.String, "group": pl.String, "value": pl.Float64},
     )
-    eval_runs = pl.DataFrame(
-        [
-            {
-                **common,
-                "method": method,
-                "seed": seed,
-                "covered_splits": covered,
-                "group_by": list(group_by),
-                "n_predictions": frame.height,
-                "has_probabilities": "probabilities" in frame.columns,
-                "predictions_sha256": predictions.sha256,
-            }
-        ],
-        schema={
-            "benchmark": pl.String,
-            "run": pl.String,
-            "split_version": pl.String,
-            "family": pl.String,
-            "method": pl.String,
-            "seed": pl.Int64,
-            "covered_splits": pl.List(pl.String),
-            "group_by": pl.List(pl.String),
-            "n_predictions": pl.Int64,
-            "has_probabilities": pl.Boolean,
-            "predictions_sha256": pl.String,
-        },
-    )
+    run_row = {
+        **key,
+        "covered_splits": covered,
+        "group_by": list(group_by),
+        "n_predictions": frame.height,
+        "has_probabilities": "probabilities" in frame.columns,
+        "predictions_sha256": predictions.sha256,
+    }
+    eval_runs = pl.DataFrame([run_row], schema={**KEY_SCHEMA, **RUN_SCHEMA})
     return {"eval_results": eval_results, "eval_runs": eval_runs}
 
 
@@ -300,9 +278,7 @@ def publish_scores(
         "predictions": {"path": str(predictions.path), "sha256": predictions.sha256},
         "environment": environment(),
     }
-    described = dict(tables)
-    if (split.path / "shift_magnitudes.parquet").is_file():
-        described["shift_magnitudes"] = pl.read_parquet(split.path / "shift_magnitudes.parquet")
+    described = cards.with_split_magnitudes(tables, split.path)
     info = cards.CardInfo(
         title=f"Scored predictions of {method} (seed {seed}) on {split.benchmark}",
         shift=f"Predictions made outside shiftbench, scored on the split {split.benchmark} (version "

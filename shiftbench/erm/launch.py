@@ -298,9 +298,7 @@ def stage_run(
         },
     }
     store = Store(settings.store_dir)
-    described = dict(tables)
-    if (plan.split_dir / "shift_magnitudes.parquet").is_file():  # the card shows the shift the model was tested on
-        described["shift_magnitudes"] = pl.read_parquet(plan.split_dir / "shift_magnitudes.parquet")
+    described = cards.with_split_magnitudes(tables, plan.split_dir)
     info = CardInfo(
         title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}",
         shift=f"Results of one training run on the split {plan.benchmark} (version {plan.split_version}); the shift "
