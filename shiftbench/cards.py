@@ -69,7 +69,6 @@ CROISSANT_CONTEXT: dict[str, Any] = {
 # WILDS split names -> Croissant's split types (cr:TrainingSplit, cr:ValidationSplit, cr:TestSplit).
 SPLIT_TYPES = {"train": "cr:TrainingSplit", "ood_train": "cr:TrainingSplit", "id_val": "cr:ValidationSplit",
                "val": "cr:ValidationSplit", "id_test": "cr:TestSplit", "test": "cr:TestSplit"}  # fmt: skip
-PROJECT_URL = "https://github.com/shiftbench/shiftbench"
 SIZE_ROWS = 40  # groups listed per card; the rest is one query away
 
 
@@ -173,11 +172,10 @@ def croissant(v: Version) -> dict[str, Any]:
         # Croissant wants MAJOR.MINOR.PATCH: the store's schema version, with the content id as build metadata.
         "version": f"{SCHEMA_VERSION}.0.0+{version}",
         "datePublished": datetime.now(UTC).date().isoformat(),
-        "url": PROJECT_URL,
         "citeAs": info.citation,
         "license": "; ".join(info.licences),
         "keywords": ["distribution shift", manifest.get("family", ""), benchmark],
-        "creator": {"@type": "sc:Organization", "name": "shiftbench", "url": PROJECT_URL},
+        "creator": {"@type": "sc:Organization", "name": "shiftbench"},
         "distribution": distribution,
         "recordSet": record_sets,
     }
