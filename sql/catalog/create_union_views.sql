@@ -14,13 +14,10 @@ SELECT benchmark, split_version, family, method, NULL AS setting, seed, run, ver
 FROM eval_results_history;
 
 CREATE OR REPLACE VIEW results AS
-SELECT benchmark, split_version, family, 'erm' AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
-       eval_split, metric, "group", value, is_current
-FROM erm_results
-UNION ALL
-SELECT benchmark, split_version, family, method, NULL AS setting, seed, run, version, eval_split, metric, "group", value,
-       is_current
-FROM eval_results;
+SELECT h.*
+FROM results_history AS h
+SEMI JOIN latest_versions AS l ON l.benchmark = h.run AND l.version = h.version
+WHERE h.is_current;
 
 -- Per (benchmark, method, setting, eval_split, metric) over the seeds of the latest split version: mean, sample
 -- standard deviation (ddof 1) and a 95 % Student t interval over seeds (mean ± t(0.975, n-1) · s / √n;
