@@ -124,7 +124,8 @@ def scenes_needed(settings: Settings, spec: CollectionSpec | TaskSpec) -> tuple[
 def _scenes_for(
     settings: Settings, spec: CollectionSpec | TaskSpec, inputs: Mapping[str, CachedArtifact]
 ) -> CachedArtifact:
-    return inputs[RELEASED.name] if scene_source(settings, spec) == SOURCE_RELEASED else inputs[SCENES.name]
+    (name,) = scenes_needed(settings, spec)
+    return inputs[name]
 
 
 def load_scene_source(settings: Settings) -> tuple[SceneTables, str, dict[str, Any]]:
