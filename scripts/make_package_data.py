@@ -26,7 +26,7 @@ import polars as pl
 from shiftbench.calibration import diff, format_edits
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import RELEASE_SHA256, read_breeds_hierarchy_dir
-from shiftbench.sources.packaged import BREEDS_CALIBRATION, METASHIFT_ATTRIBUTES, metashift_attribute_objects
+from shiftbench.sources.packaged import BREEDS_CALIBRATION, DATA_DIR, METASHIFT_ATTRIBUTES, metashift_attribute_objects
 from shiftbench.sources.wordnet import load_wordnet
 
 BREEDS_HEADER = """\
@@ -58,11 +58,14 @@ def main() -> None:
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     parser.add_argument("--metashift-subsets", type=Path, required=True, help="attribute_subsets.parquet")
     parser.add_argument("--cache", type=Path, help="a shiftbench cache folder holding WordNet's parsed tables")
+    parser.add_argument("--out", type=Path, default=DATA_DIR, help="where to write (default: the package's data/)")
     args = parser.parse_args()
-    BREEDS_CALIBRATION.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir, args.cache), "utf-8")
+    calibration, attributes = args.out / BREEDS_CALIBRATION.name, args.out / METASHIFT_ATTRIBUTES.name
+    args.out.mkdir(parents=True, exist_ok=True)
+    calibration.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir, args.cache), "utf-8")
     objects = metashift_attribute_objects(pl.read_parquet(args.metashift_subsets))
-    objects.write_parquet(METASHIFT_ATTRIBUTES, compression="zstd", compression_level=22, statistics=False)
-    for path in (BREEDS_CALIBRATION, METASHIFT_ATTRIBUTES):
+    objects.write_parquet(attributes, compression="zstd", compression_level=22, statistics=False)
+    for path in (calibration, attributes):
         print(f"{path}: {path.stat().st_size:,} bytes")
 
 
