@@ -28,7 +28,7 @@ from assets.metadata import contract_check_specs, contract_evaluations, publishe
 from pipelines.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
-from shiftbench.erm import launch
+from shiftbench.erm import launch, pods
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
@@ -46,7 +46,7 @@ NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
 
 def _config_field(kind: str) -> Any:
     if kind.startswith("tuple"):
-        return list[int] | None
+        return (list[float] if "float" in kind else list[int]) | None
     return {"int": int, "float": float, "bool": bool}.get(kind, str) | None
 
 
@@ -60,8 +60,14 @@ def _baseline_config() -> type[dg.Config]:
         ),
         "path_template": (str | None, Field(None, description="Image path under the root, '{}' = example_id.")),
         "in_process": (bool, Field(False, description="Train in the Dagster process instead of a Pipes subprocess.")),
-        "k8s_image": (str | None, Field(None, description="With PipesK8sClient: the GPU image to run the job in.")),
-        "k8s_namespace": (str | None, Field(None, description="With PipesK8sClient: the namespace.")),
+        "k8s_image": (
+            str | None,
+            Field(None, description="With PipesK8sClient: the pod's image (over SHIFTBENCH_K8S_POD)."),
+        ),
+        "k8s_namespace": (
+            str | None,
+            Field(None, description="With PipesK8sClient: the namespace (over SHIFTBENCH_K8S_POD)."),
+        ),
     }
     for item in fields(TrainConfig):
         if item.name == "seed":  # the partition's
@@ -86,22 +92,27 @@ def training_overrides(config: Any) -> dict[str, Any]:
 
 
 def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any], config: Any) -> None:
-    """Run the job through whichever Pipes client the deployment bound (subprocess or Kubernetes)."""
-    if type(client).__name__ == "PipesK8sClient":  # dagster-k8s is optional: no import here
-        if not config.k8s_image:
-            raise InputError("PipesK8sClient needs the GPU image to run", parameter="k8s_image")
-        client.run(
-            context=context,
-            image=config.k8s_image,
-            command=["python", "-m", "shiftbench.erm.job"],
-            namespace=config.k8s_namespace,
-            extras={"job": job},
-            base_pod_spec={
-                "containers": [{"name": "dagster-pipes-execution", "resources": {"limits": {"nvidia.com/gpu": 1}}}]
-            },
+    """Run the job through whichever Pipes client the deployment bound (subprocess or Kubernetes).
+
+    In a pod the job sees the warehouse and the images only where ``SHIFTBENCH_K8S_POD`` mounts them:
+    its paths are rewritten to in-pod paths, and one under no mounted root is refused before submitting.
+    """
+    if _is_k8s_client(client):
+        settings: Settings = context.resources.settings.get()
+        pod = pods.load_pod_settings(settings.k8s_pod).with_overrides(
+            image=config.k8s_image, namespace=config.k8s_namespace
         )
+        client.run(context=context, **pod.run_kwargs(job))
         return
     client.run(command=JOB_COMMAND, context=context, extras={"job": job})
+
+
+def _is_k8s_client(client: Any) -> bool:
+    """Whether ``client`` is dagster-k8s's ``PipesK8sClient`` (or a subclass). dagster-k8s is optional:
+    if it was never imported, no such client can exist, so the subprocess path never imports it."""
+    module = sys.modules.get("dagster_k8s")
+    k8s_client = getattr(module, "PipesK8sClient", None)
+    return isinstance(k8s_client, type) and isinstance(client, k8s_client)
 
 
 def baseline_keys(kind: Kind) -> tuple[dg.AssetKey, dg.AssetKey]:
