@@ -103,7 +103,12 @@ def _table_source(contents: StoreContents, contract: Contract) -> str:
     files = contents.tables.get(contract.table)
     if files:
         listed = ", ".join(_literal(str(path)) for path in files)
-        return f"read_parquet([{listed}], union_by_name = true)"
+        # Versions written before a column joined the contract lack it: the empty typed relation adds
+        # it as NULL, so views (and readers) bind whatever mix of older and newer files the store holds.
+        return (
+            f"(SELECT * FROM read_parquet([{listed}], union_by_name = true) "
+            f"UNION ALL BY NAME SELECT * FROM {empty_relation(contract.columns)})"
+        )
     return empty_relation(contract.columns)
 
 

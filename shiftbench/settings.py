@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     sprites_seed: int = Field(0, ge=0, description="seed of the generated sprites")
     conds_specs: Path | None = Field(None, description="an extra ConDS spec file")
     erm_presets: Path | None = Field(None, description="an extra file of ERM presets")
+    checkpoint_dir: Path | None = Field(
+        None, description="where registered pretrained weights are placed (before torchvision's cache)"
+    )
     k8s_pod: Path | None = Field(
         None,
         description="a YAML/JSON file of the training pod's settings with PipesK8sClient: image, GPUs, volumes, "

@@ -24,7 +24,11 @@ EXECUTION_ONLY = frozenset(
 )
 
 
-AUGMENTATIONS = ("none", "flip_rot90")
+AUGMENTATIONS = ("none", "flip_rot90", "domainbed")
+# The objectives of shiftbench.erm.methods (checked there against its registry).
+METHODS = ("erm", "reweight", "groupdro", "irm", "coral")
+LOADERS = ("auto", "standard", "group_balanced", "groups")
+NORMALIZATIONS = ("imagenet", "symmetric")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,13 @@ class TrainConfig:
     """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""
 
     model: str = "small_cnn"
+    method: str = "erm"  # erm | reweight | groupdro | irm | coral (shiftbench.erm.methods)
+    group_by: str = "group"  # the split's metadata fields whose values are the training groups, comma-separated
+    groupdro_eta: float = 0.01  # step size of the group weights (WILDS, DomainBed)
+    irm_lambda: float = 100.0  # IRM penalty weight after the anneal (DomainBed)
+    irm_anneal_iters: int = 500  # iterations at penalty weight 1 (DomainBed)
+    coral_lambda: float = 1.0  # CORAL penalty weight (DomainBed's mmd_gamma)
+    n_groups_per_batch: int = 2  # loader "groups": groups drawn per batch (WILDS)
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -42,9 +53,11 @@ class TrainConfig:
     patience: int = 20  # evaluations without improvement before stopping; 0 = never stop early
     lr_milestones: tuple[int, ...] = ()  # iterations where the learning rate is multiplied by lr_gamma
     lr_gamma: float = 0.1
-    loader: str = "standard"  # standard | group_balanced
+    loader: str = "auto"  # auto (the method's) | standard | group_balanced | groups
     image_size: int = 64
-    augment: str = "none"  # none | flip_rot90 (random flips and quarter turns, batched on the device)
+    augment: str = "none"  # none | flip_rot90 | domainbed (batched on the device; shiftbench.erm.data.augment)
+    normalization: str = "imagenet"  # imagenet (mean/std) | symmetric (pixels in (-1, 1), ConDS)
+    lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
     selection_metric: str = "acc_avg"  # or acc_wg
@@ -83,7 +96,15 @@ class TrainConfig:
         for name in ("batch_size", "max_iters", "eval_every", "image_size", "eval_batch_size"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(isinstance(self.patience, int) and self.patience >= 0, "patience", "must be an integer >= 0")
-        need(self.loader in {"standard", "group_balanced"}, "loader", "must be standard or group_balanced")
+        need(self.method in METHODS, "method", f"unknown method {self.method!r}; known: {', '.join(METHODS)}")
+        need(self.loader in LOADERS, "loader", f"must be one of {', '.join(LOADERS)}")
+        need(self.normalization in NORMALIZATIONS, "normalization", f"must be one of {', '.join(NORMALIZATIONS)}")
+        need(bool(self.group_by.strip()), "group_by", "name at least one metadata field")
+        need(self.groupdro_eta > 0, "groupdro_eta", "must be > 0")
+        need(self.irm_lambda >= 0 and self.coral_lambda >= 0, "irm_lambda", "penalty weights must be >= 0")
+        need(isinstance(self.irm_anneal_iters, int) and self.irm_anneal_iters >= 0, "irm_anneal_iters", "must be >= 0")
+        need(isinstance(self.n_groups_per_batch, int) and self.n_groups_per_batch >= 1, "n_groups_per_batch", ">= 1")
+        need(all(v > 0 and math.isfinite(v) for v in self.lr_grid), "lr_grid", "must be positive numbers")
         need(self.augment in AUGMENTATIONS, "augment", f"must be one of {', '.join(AUGMENTATIONS)}")
         need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
@@ -95,6 +116,7 @@ class TrainConfig:
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["lr_milestones"] = list(self.lr_milestones)
+        values["lr_grid"] = list(self.lr_grid)
         return values
 
 
@@ -105,7 +127,8 @@ def coerce_value(value: Any, kind: str, name: str) -> Any:
     try:
         if kind.startswith("tuple"):
             items = value.split(",") if isinstance(value, str) else ([] if value is None else list(value))
-            return tuple(int(v) for v in items if str(v).strip())
+            item_type = float if "float" in kind else int
+            return tuple(item_type(v) for v in items if str(v).strip())
         if kind.startswith("float"):
             if isinstance(value, bool):
                 raise ValueError

@@ -15,6 +15,7 @@ Two input paths:
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -161,24 +162,32 @@ class SplitDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int, torch.Tenso
         return x, int(self.table.y[row]), torch.from_numpy(self.table.metadata[row])
 
 
-def normalize(batch: torch.Tensor, *, channels_last: bool) -> torch.Tensor:
-    """uint8 ``[B, 3, H, W]`` -> float, ImageNet-normalised, on the batch's device."""
-    x = batch.float().div_(255.0)
-    mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
-    x = x.sub_(mean).div_(std)
+def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet") -> torch.Tensor:
+    """uint8 ``[B, 3, H, W]`` -> float on the batch's device: ImageNet mean/std (DomainBed, BREEDS,
+    WILDS), or ``symmetric``, pixels in (-1, 1) as ConDS feeds its models (Appendix A.4)."""
+    x = batch.float()
+    if kind == "symmetric":
+        x = x.div_(127.5).sub_(1.0)
+    else:
+        x = x.div_(255.0)
+        mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
+        x = x.sub_(mean).div_(std)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
 def augment(batch: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
     """Random label-preserving transforms of a uint8 ``[B, C, H, W]`` batch, on its own device, batched.
 
+    ``domainbed``: DomainBed's training transform (MetaShift Section 4 follows it), see :func:`_domainbed`.
     ``flip_rot90``: each image is flipped horizontally with probability 1/2 and turned by a uniformly
     drawn multiple of 90 degrees (the dihedral group of the square: lossless on square images, no
     interpolation). The draws come from ``generator`` (CPU, seeded), so a seed gives the same run.
     """
     if kind == "none":
         return batch
+    if kind == "domainbed":
+        return _domainbed(batch, generator)
     n = batch.shape[0]
     flips = torch.rand(n, generator=generator) < 0.5
     turns = torch.randint(0, 4, (n,), generator=generator)
@@ -189,6 +198,77 @@ def augment(batch: torch.Tensor, kind: str, generator: torch.Generator) -> torch
         if bool(chosen.any()):
             rotated[chosen] = torch.rot90(out[chosen], k, dims=(-2, -1))
     return rotated
+
+
+# RGB -> YIQ and back: hue turns rotate the chroma plane (I, Q) and leave luma (Y) alone.
+_YIQ = torch.tensor([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])
+_GREY = torch.tensor([0.299, 0.587, 0.114])  # ITU-R 601-2 luma, as Pillow and torchvision convert to L
+
+
+def _domainbed(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """DomainBed's training augmentation for every image of a batch at once, each with its own draws:
+    RandomResizedCrop (scale 0.7-1, aspect 3/4-4/3, back to the input size), horizontal flip (p 1/2),
+    ColorJitter 0.3 (brightness, contrast, saturation, hue) and greyscale (p 0.1).
+
+    Written here because torchvision's v2 transforms draw one set of parameters per call (a batch
+    would share one crop) and torchvision does not import beside the CPU torch wheel (BENCHMARKS.md,
+    "torchvision"). Crop and flip are one affine resampling (``grid_sample``, bilinear). The jitter
+    factors are applied in a fixed order (torchvision permutes them per call), and hue is turned in
+    YIQ space, a linear stand-in for torchvision's HSV round trip. Draws come from ``generator``.
+    """
+    n, _, h, w = batch.shape
+    device = batch.device
+
+    def uniform(low: float, high: float) -> torch.Tensor:
+        return (low + (high - low) * torch.rand(n, generator=generator)).to(device)
+
+    area = uniform(0.7, 1.0)
+    log_ratio = uniform(math.log(3 / 4), math.log(4 / 3))
+    ratio = torch.exp(log_ratio)
+    crop_w = torch.sqrt(area * ratio).clamp(max=1.0)  # fractions of the width and height
+    crop_h = torch.sqrt(area / ratio).clamp(max=1.0)
+    centre_x = (uniform(0.0, 1.0) * (1 - crop_w) + crop_w / 2) * 2 - 1  # in grid coordinates (-1, 1)
+    centre_y = (uniform(0.0, 1.0) * (1 - crop_h) + crop_h / 2) * 2 - 1
+    flip = torch.where(uniform(0.0, 1.0) < 0.5, -1.0, 1.0)
+    theta = torch.zeros(n, 2, 3, device=device)
+    theta[:, 0, 0], theta[:, 0, 2] = crop_w * flip, centre_x
+    theta[:, 1, 1], theta[:, 1, 2] = crop_h, centre_y
+    x = batch.float().div_(255.0)
+    grid = torch.nn.functional.affine_grid(theta, [n, 3, h, w], align_corners=False)
+    x = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
+
+    grey_weights = _GREY.to(device).view(1, 3, 1, 1)
+    brightness, contrast, saturation = uniform(0.7, 1.3), uniform(0.7, 1.3), uniform(0.7, 1.3)
+    hue = uniform(-0.3, 0.3) * 2 * math.pi
+    x = (x * brightness.view(-1, 1, 1, 1)).clamp_(0, 1)
+    mean = (x * grey_weights).sum(1, keepdim=True).mean((2, 3), keepdim=True)
+    x = ((x - mean) * contrast.view(-1, 1, 1, 1) + mean).clamp_(0, 1)
+    grey = (x * grey_weights).sum(1, keepdim=True)
+    x = ((x - grey) * saturation.view(-1, 1, 1, 1) + grey).clamp_(0, 1)
+    yiq = torch.einsum("ij,bjhw->bihw", _YIQ.to(device), x)
+    cos, sin = torch.cos(hue).view(-1, 1, 1), torch.sin(hue).view(-1, 1, 1)
+    i, q = yiq[:, 1], yiq[:, 2]
+    yiq = torch.stack([yiq[:, 0], cos * i - sin * q, sin * i + cos * q], 1)
+    x = torch.einsum("ij,bjhw->bihw", torch.linalg.inv(_YIQ).to(device), yiq).clamp_(0, 1)
+    to_grey = (uniform(0.0, 1.0) < 0.1).view(-1, 1, 1, 1)
+    x = torch.where(to_grey, (x * grey_weights).sum(1, keepdim=True).expand_as(x), x)
+    return x.mul_(255.0).round_().to(torch.uint8)
+
+
+def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[str]]:
+    """Each example's training group: the distinct values of the ``group_by`` metadata fields
+    (``group``: the split's own groups; ``y,object_color``: label x spurious attribute, Sagawa et al.)."""
+    names = [f.strip() for f in group_by.split(",") if f.strip()]
+    unknown = [f for f in names if f not in table.metadata_fields]
+    if unknown:
+        raise InputError(
+            f"unknown metadata field {unknown[0]!r}; this split has: {', '.join(table.metadata_fields)}",
+            parameter="group_by",
+        )
+    columns = table.metadata[:, [table.metadata_fields.index(f) for f in names]]
+    combos, codes = np.unique(columns, axis=0, return_inverse=True)
+    labels = ["|".join(f"{f}={int(v)}" for f, v in zip(names, row, strict=True)) for row in combos]
+    return codes.reshape(-1).astype(np.int64), labels
 
 
 def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -211,3 +291,21 @@ def group_balanced_batches(
     pool = torch.from_numpy(indices)
     while True:
         yield pool[torch.multinomial(weights, batch_size, replacement=True, generator=generator)]
+
+
+def group_batches(
+    indices: np.ndarray, group_index: np.ndarray, batch_size: int, groups_per_batch: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """``groups_per_batch`` distinct training groups per batch, drawn uniformly, with an equal share of
+    the batch each, examples drawn with replacement within a group (WILDS' GroupSampler; IRM and CORAL
+    compare groups within a batch, so each batch must hold several)."""
+    groups = group_index[indices]
+    present = np.unique(groups)
+    members = [torch.from_numpy(indices[groups == g]) for g in present]
+    k = min(groups_per_batch, len(present))
+    per_group = max(1, batch_size // k)
+    while True:
+        chosen = torch.randperm(len(present), generator=generator)[:k].tolist()
+        yield torch.cat(
+            [members[c][torch.randint(members[c].numel(), (per_group,), generator=generator)] for c in chosen]
+        )

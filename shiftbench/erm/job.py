@@ -7,7 +7,8 @@ launcher and arrives as one JSON job description:
 
     {"split_dir": ".../store/conds/<benchmark>/versions/<version>",
      "image_root": "...", "path_template": "images/{}.png",
-     "config": {... TrainConfig ...}, "out_dir": "..."}
+     "config": {... TrainConfig ...}, "out_dir": "...",
+     "checkpoint": "..."}  (optional: the file a registered init_checkpoint name resolved to)
 
 Outputs in ``out_dir``: ``metrics.parquet`` (eval_split, metric, group, value), ``curve.parquet``
 (iteration, split, metric, value), ``model.pt`` and ``run.json``; or ``error.json`` with the
@@ -53,7 +54,8 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
     table = read_split(Path(job["split_dir"]))
     paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
     log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
-    result = train(table, paths, config, out_dir, log)
+    checkpoint = job.get("checkpoint") or config.init_checkpoint
+    result = train(table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None)
     _write_outputs(out_dir, result)
     summary = {
         "job_format": JOB_FORMAT,
@@ -74,6 +76,8 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
         "torch": torch.__version__,
         "splits": {s: int(table.indices(s).size) for s in table.split_names},
         "metadata_fields": table.metadata_fields,
+        "training_groups": result.training_groups,
+        "lr_grid_scores": result.lr_grid_scores,
     }
     (out_dir / "run.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
     return summary

@@ -29,6 +29,7 @@ import polars as pl
 from shiftbench import cards, plots
 from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
+from shiftbench.erm import checkpoints
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
@@ -43,7 +44,7 @@ from shiftbench.spec_files import merge_named, spec_document, spec_texts
 from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
-CODE_VERSION = "erm-2"
+CODE_VERSION = "erm-3"
 _EPOCH_KEYS = ("max_epochs", "lr_drop_epochs")
 
 
@@ -59,6 +60,7 @@ class RunPlan:
     config: dict[str, Any]
     images: ImageSource
     n_train: int
+    checkpoint: Path | None = None  # the verified file init_checkpoint names (shiftbench.erm.checkpoints)
 
     def job(self, out_dir: Path) -> dict[str, Any]:
         return {
@@ -67,6 +69,7 @@ class RunPlan:
             "path_template": self.images.template,
             "config": self.config,
             "out_dir": str(out_dir),
+            **({"checkpoint": str(self.checkpoint)} if self.checkpoint else {}),
         }
 
 
@@ -98,9 +101,18 @@ def check_preset_name(name: str, source: str) -> str:
     return name
 
 
-def _preset_for(settings: Settings, family: str, dataset: str, preset: str | None) -> tuple[str, dict[str, Any]]:
+def _preset_for(settings: Settings, split: PublishedSplit, preset: str | None) -> tuple[str, dict[str, Any]]:
+    """The preset asked for, else the family default: ``family/dataset``, then ``family/param=value``
+    (a split parameter, e.g. ``breeds/level=5`` for BREEDS' 450-epoch tasks), then ``family``."""
     presets, defaults = load_presets(settings.erm_presets)
-    name = preset or defaults.get(f"{family}/{dataset}") or defaults[family]
+    params = split.manifest.get("params", {})
+    by_param = [
+        name
+        for key, name in defaults.items()
+        if key.startswith(f"{split.family}/") and "=" in key
+        and str(params.get(key.split("/", 1)[1].split("=")[0])) == key.split("=", 1)[1]
+    ]  # fmt: skip
+    name = preset or defaults.get(f"{split.family}/{split.dataset}") or next(iter(by_param), defaults[split.family])
     if name not in presets:
         raise InputError(f"unknown preset {name!r}; known: {', '.join(sorted(presets))}", parameter="preset")
     return name, dict(presets[name])
@@ -133,7 +145,7 @@ def plan_run(
 ) -> RunPlan:
     """Everything a run needs, checked before anything trains."""
     split = published_split(settings, benchmark, version)
-    name, preset_values = _preset_for(settings, split.family, split.dataset, preset)
+    name, preset_values = _preset_for(settings, split, preset)
     values = {**preset_values, **dict(overrides or {}), "seed": seed}
     train_split = str(values.get("train_split", "train"))
     n_train = split.examples.filter(pl.col("split") == train_split).height
@@ -145,23 +157,32 @@ def plan_run(
             parameter="benchmark",
         )
     config = resolve_config(values, n_train)
+    checkpoint = (
+        checkpoints.resolve(config["init_checkpoint"], config["model"], settings.checkpoint_dir)
+        if config.get("init_checkpoint")
+        else None
+    )
     images = resolve_images(settings, split, image_root, path_template)
     run = run_name(benchmark, name, config, resolve_config({**preset_values, "seed": seed}, n_train))
     return RunPlan(
-        run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train
-    )
+        run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train,
+        checkpoint,
+    )  # fmt: skip
 
 
 def run_name(benchmark: str, preset: str, config: Mapping[str, Any], preset_config: Mapping[str, Any]) -> str:
-    """``<benchmark>.<preset>.<model>.seed<N>``; a run that departs from its preset in anything it
-    learns from is not that preset's run, so its name carries a hash of the changes: ``<preset>-<hash>``."""
+    """``<benchmark>.<preset>.<model>.seed<N>`` (``<model>.<method>`` for methods beside ERM); a run that
+    departs from its preset in anything it learns from is not that preset's run, so its name carries a
+    hash of the changes: ``<preset>-<hash>``."""
     changed = {
         key: value
         for key, value in config.items()
-        if key not in EXECUTION_ONLY | {"model", "seed"} and value != preset_config.get(key)
+        if key not in EXECUTION_ONLY | {"model", "method", "seed"} and value != preset_config.get(key)
     }
     protocol = f"{preset}-{sha256_json(changed)[:8]}" if changed else preset
-    return check_benchmark_name(f"{benchmark}.{protocol}.{config['model']}.seed{config['seed']}", "benchmark")
+    method = config.get("method", "erm")
+    learner = config["model"] if method == "erm" else f"{config['model']}.{method}"
+    return check_benchmark_name(f"{benchmark}.{protocol}.{learner}.seed{config['seed']}", "benchmark")
 
 
 @dataclass(frozen=True)
@@ -222,6 +243,7 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
         "split_version": plan.split_version,
         "family": plan.family,
         "model": plan.config["model"],
+        "method": plan.config.get("method", "erm"),
         "preset": plan.preset,
         "seed": plan.config["seed"],
     }

@@ -25,6 +25,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from shiftbench.erm.checkpoints import REGISTRY
 from shiftbench.errors import InputError
 from shiftbench.spec_files import Located, parse_yaml
 from shiftbench.textio import read_text
@@ -407,8 +408,10 @@ class PodSettings(_Model):
         rewritten = dict(job)
         for key in JOB_PATHS:
             rewritten[key] = self.in_pod(job[key], key)
+        if job.get("checkpoint"):
+            rewritten["checkpoint"] = self.in_pod(job["checkpoint"], "checkpoint")
         config = dict(job.get("config") or {})
-        if config.get("init_checkpoint"):
+        if config.get("init_checkpoint") and config["init_checkpoint"] not in REGISTRY:  # a path, not a name
             config["init_checkpoint"] = self.in_pod(config["init_checkpoint"], "init_checkpoint")
             rewritten["config"] = config
         return rewritten

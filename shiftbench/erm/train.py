@@ -16,7 +16,7 @@ import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +32,12 @@ from shiftbench.erm.data import (
     augment,
     decode,
     group_balanced_batches,
+    group_batches,
     normalize,
     standard_batches,
+    training_groups,
 )
+from shiftbench.erm.methods import build_method
 from shiftbench.erm.metrics import (
     Metric,
     calibration_metrics,
@@ -65,6 +68,8 @@ class TrainResult:
     cached: bool
     timings: dict[str, float] = field(default_factory=dict)
     train_images_per_s: float | None = None
+    lr_grid_scores: dict[str, float] = field(default_factory=dict)  # lr -> best selection score
+    training_groups: list[str] = field(default_factory=list)
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -144,7 +149,7 @@ def evaluate(
     with torch.inference_mode(), _autocast(device, precision):
         for start in range(0, len(rows), config.eval_batch_size):
             index = torch.from_numpy(rows[start : start + config.eval_batch_size])
-            x = normalize(batches(index), channels_last=channels_last)
+            x = normalize(batches(index), channels_last=channels_last, kind=config.normalization)
             y = torch.from_numpy(table.y[index.numpy()]).to(device)
             logits = model(x).float()
             losses.append(nn.functional.cross_entropy(logits, y, reduction="none").cpu())
@@ -171,10 +176,33 @@ def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
 
 
+@dataclass
+class _Fit:
+    """One training run at one learning rate: the selected weights and how they were chosen."""
+
+    model: nn.Module
+    step_model: nn.Module
+    best_state: dict[str, torch.Tensor]
+    best_score: float
+    best_iteration: int
+    iterations: int
+    stopped_early: bool
+    curve: list[tuple[int, str, str, float]]
+    steady_images: int
+    train_time: float
+
+
 def train(
-    table: SplitTable, paths: Sequence[Path], config: TrainConfig, out_dir: Path, log: Log = print
+    table: SplitTable,
+    paths: Sequence[Path],
+    config: TrainConfig,
+    out_dir: Path,
+    log: Log = print,
+    *,
+    checkpoint: Path | None = None,
 ) -> TrainResult:
-    """Train on ``config.train_split``, select on the selection split, evaluate every split."""
+    """Train on ``config.train_split`` (once per learning rate of ``lr_grid``), select on the selection
+    split, evaluate every split."""
     started = time.perf_counter()
     device = resolve_device(config.device)
     precision = ("bf16" if device.type == "cuda" else "fp32") if config.precision == "auto" else config.precision
@@ -186,13 +214,98 @@ def train(
             parameter="train_split",
         )
     selection = choose_selection(config, table.split_names)
+    if config.lr_grid and selection is None:
+        raise InputError("a learning-rate grid needs a selection split (val or id_val)", parameter="lr_grid")
+    groups, group_labels = training_groups(table, config.group_by)
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
+
+    rows = np.arange(len(paths))
+    t0 = time.perf_counter()
+    batches = _Batches(paths, config, device, rows)
+    timings = {"load_images_s": time.perf_counter() - t0}
+    present = len(np.unique(groups[train_rows]))
+    log(
+        f"{len(rows):,} images {'cached on ' + device.type if batches.cached else 'decoded per batch'} "
+        f"in {timings['load_images_s']:.1f}s; training {config.model} ({config.method}, {present} training groups "
+        f"by {config.group_by}) on {len(train_rows):,} {config.train_split} examples, selection on "
+        f"{selection or 'the last iterate'}, {precision}"
+    )
+    t_train = time.perf_counter()
+    grid_scores: dict[str, float] = {}
+    fit: _Fit | None = None
+    for lr in config.lr_grid or (config.lr,):
+        if config.lr_grid:
+            log(f"learning rate {lr:g} of the grid {', '.join(f'{v:g}' for v in config.lr_grid)}")
+        candidate = _fit(
+            table, batches, replace(config, lr=lr), train_rows, groups, selection, device, precision, channels_last,
+            checkpoint, log,
+        )  # fmt: skip
+        grid_scores[f"{lr:g}"] = candidate.best_score
+        if fit is None or candidate.best_score > fit.best_score:
+            fit = candidate
+    assert fit is not None
+    timings["train_s"] = time.perf_counter() - t_train
+    if config.lr_grid:
+        chosen = max(grid_scores, key=lambda k: grid_scores[k])
+        log(f"selected learning rate {chosen} on {selection} ({config.selection_metric}: {grid_scores})")
+
+    model, step_model = fit.model, fit.step_model
+    model.load_state_dict(fit.best_state)
+    t_eval = time.perf_counter()
+    metrics: list[Metric] = []
+    for split in table.split_names:
+        metrics += evaluate(
+            step_model, batches, table, split, config=config, device=device, precision=precision,
+            channels_last=channels_last, final=True,
+        )  # fmt: skip
+    metrics += gap_metrics(metrics)
+    timings["evaluate_s"] = time.perf_counter() - t_eval
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    weights = out_dir / "model.pt"
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights)
+    timings["total_s"] = time.perf_counter() - started
+    return TrainResult(
+        metrics=metrics,
+        curve=fit.curve,
+        selection_split=selection,
+        best_iteration=fit.best_iteration,
+        iterations=fit.iterations,
+        stopped_early=fit.stopped_early,
+        weights_path=weights,
+        weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
+        device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
+        precision=precision,
+        cached=batches.cached,
+        timings=timings,
+        train_images_per_s=fit.steady_images / fit.train_time if fit.steady_images and fit.train_time > 0 else None,
+        lr_grid_scores=grid_scores if config.lr_grid else {},
+        training_groups=group_labels,
+    )
+
+
+def _fit(
+    table: SplitTable,
+    batches: _Batches,
+    config: TrainConfig,
+    train_rows: np.ndarray,
+    groups: np.ndarray,
+    selection: str | None,
+    device: torch.device,
+    precision: str,
+    channels_last: bool,
+    checkpoint: Path | None,
+    log: Log,
+) -> _Fit:
+    """Initialise, then train with ``config.method`` until ``max_iters`` or early stopping."""
     torch.manual_seed(seed_for(config.seed, table.benchmark, "init"))
     model = build_model(config.model, table.num_classes, config.image_size)
-    if config.init_checkpoint:
-        missing = load_checkpoint(model, Path(config.init_checkpoint), keep_head=not config.linear_probe)
-        log(f"loaded {config.init_checkpoint} ({len(missing)} parameters left at init)")
+    if checkpoint is None and config.init_checkpoint:
+        checkpoint = Path(config.init_checkpoint)
+    if checkpoint is not None:
+        missing = load_checkpoint(model, checkpoint, keep_head=not config.linear_probe)
+        log(f"loaded {config.init_checkpoint} from {checkpoint} ({len(missing)} parameters left at init)")
     if config.linear_probe:
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name.startswith("fc."))
@@ -200,27 +313,25 @@ def train(
     if channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     step_model: nn.Module = torch.compile(model) if config.compile else model  # type: ignore[assignment]
-
-    rows = np.arange(len(paths))
-    t0 = time.perf_counter()
-    batches = _Batches(paths, config, device, rows)
-    timings = {"load_images_s": time.perf_counter() - t0}
-    log(
-        f"{len(rows):,} images {'cached on ' + device.type if batches.cached else 'decoded per batch'} "
-        f"in {timings['load_images_s']:.1f}s; training {config.model} on {len(train_rows):,} {config.train_split} "
-        f"examples, selection on {selection or 'the last iterate'}, {precision}"
-    )
+    method = build_method(config.method, groups[train_rows], int(groups.max()) + 1, method_params(config), device)
+    captured: list[torch.Tensor] = []
+    if method.needs_features:  # the input of the last layer: every model names it fc
+        model.get_submodule("fc").register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
 
     generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "batches"))
     augment_generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "augment"))
-    stream: Iterator[torch.Tensor] = (
-        group_balanced_batches(train_rows, table.group_index, config.batch_size, generator)
-        if config.loader == "group_balanced"
-        else standard_batches(train_rows, min(config.batch_size, train_rows.size), generator)
-    )
+    loader = method.default_loader if config.loader == "auto" else config.loader
+    stream: Iterator[torch.Tensor]
+    if loader == "group_balanced":
+        stream = group_balanced_batches(train_rows, groups, config.batch_size, generator)
+    elif loader == "groups":
+        stream = group_batches(train_rows, groups, config.batch_size, config.n_groups_per_batch, generator)
+    else:
+        stream = standard_batches(train_rows, min(config.batch_size, train_rows.size), generator)
     optimizer = _optimizer(model, config)
     scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.lr_milestones), config.lr_gamma)
     labels = torch.from_numpy(table.y)
+    group_codes = torch.from_numpy(groups)
 
     best_score, best_iteration, best_state = -math.inf, 0, copy.deepcopy(model.state_dict())
     patience_left, curve = config.patience, []
@@ -228,17 +339,28 @@ def train(
     running_loss = torch.zeros((), device=device)
     running_correct = torch.zeros((), device=device, dtype=torch.long)
     running_seen, steady_images, eval_time, stopped_early, iteration = 0, 0, 0.0, False, 0
-    t_train = t_steady = time.perf_counter()
+    t_steady = time.perf_counter()
     for iteration in range(1, config.max_iters + 1):
         model.train()
         if config.linear_probe:  # frozen features: keep batch-norm statistics too
             model.eval()
+        if method.reset_optimizer(iteration):
+            optimizer = _optimizer(model, config)
+            scheduler = torch.optim.lr_scheduler.MultiStepLR(
+                optimizer, [m - iteration + 1 for m in config.lr_milestones if m >= iteration], config.lr_gamma
+            )
         index = next(stream)
-        x = normalize(augment(batches(index), config.augment, augment_generator), channels_last=channels_last)
+        x = normalize(
+            augment(batches(index), config.augment, augment_generator),
+            channels_last=channels_last,
+            kind=config.normalization,
+        )
         y = labels[index].to(device, non_blocking=True)
+        g = group_codes[index].to(device, non_blocking=True)
+        captured.clear()
         with _autocast(device, precision):
             logits = step_model(x)
-            loss = nn.functional.cross_entropy(logits.float(), y)
+            loss = method.loss(logits.float(), captured[0] if captured else None, y, g, iteration)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
@@ -293,36 +415,14 @@ def train(
                 log(f"early stop at iteration {iteration}: no better {selection} score in {config.patience} checks")
                 break
     _synchronize(device)
-    timings["train_s"] = time.perf_counter() - t_train
     train_time = time.perf_counter() - t_steady - eval_time
+    return _Fit(
+        model, step_model, best_state, best_score, best_iteration, iteration, stopped_early, curve, steady_images,
+        train_time,
+    )  # fmt: skip
 
-    model.load_state_dict(best_state)
-    t_eval = time.perf_counter()
-    metrics: list[Metric] = []
-    for split in table.split_names:
-        metrics += evaluate(
-            step_model, batches, table, split, config=config, device=device, precision=precision,
-            channels_last=channels_last, final=True,
-        )  # fmt: skip
-    metrics += gap_metrics(metrics)
-    timings["evaluate_s"] = time.perf_counter() - t_eval
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    weights = out_dir / "model.pt"
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, weights)
-    timings["total_s"] = time.perf_counter() - started
-    return TrainResult(
-        metrics=metrics,
-        curve=curve,
-        selection_split=selection,
-        best_iteration=best_iteration,
-        iterations=iteration,
-        stopped_early=stopped_early,
-        weights_path=weights,
-        weights_sha256=hashlib.sha256(weights.read_bytes()).hexdigest(),
-        device=str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
-        precision=precision,
-        cached=batches.cached,
-        timings=timings,
-        train_images_per_s=steady_images / train_time if steady_images and train_time > 0 else None,
-    )
+def method_params(config: TrainConfig) -> dict[str, float]:
+    """The hyperparameters of the training objectives, by name (shiftbench.erm.methods)."""
+    names = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda")
+    return {name: float(getattr(config, name)) for name in names}

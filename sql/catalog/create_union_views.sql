@@ -1,11 +1,11 @@
--- One results vocabulary for every method (created after the table views): the ERM baselines trained
--- here (method 'erm') next to predictions scored by `shiftbench eval` (the method they were submitted
--- as). `results` shows only results on the latest version of their split (is_current), like its parts.
--- `setting` tells runs of one method apart: for ERM the run's name without benchmark and seed
--- ('smoke.mlp', or 'smoke-<hash>.small_cnn' for a run that departed from its preset), NULL for scored predictions.
+-- One results vocabulary for every method (created after the table views): the baselines trained
+-- here (ERM, reweighting, GroupDRO, IRM, CORAL: erm_results.method, 'erm' in runs older than the column)
+-- next to predictions scored by `shiftbench eval` (the method they were submitted as). `results` shows only results on the latest version of their split (is_current), like its parts.
+-- `setting` tells runs of one method apart: for trained runs the run's name without benchmark and seed
+-- ('smoke.mlp', 'smoke.mlp.groupdro', or 'smoke-<hash>.small_cnn' for a run that departed from its preset), NULL for scored predictions.
 
 CREATE OR REPLACE VIEW results_history AS
-SELECT benchmark, split_version, family, 'erm' AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
+SELECT benchmark, split_version, family, coalesce(method, 'erm') AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
        eval_split, metric, "group", value, is_current
 FROM erm_results_history
 UNION ALL

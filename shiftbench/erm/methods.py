@@ -1,0 +1,183 @@
+"""Training objectives beside ERM, one registry (DomainBed-style): the loss of a batch given its groups.
+
+Every method sees the same batch: logits, the features the last layer (``fc``) read, labels and the
+batch's training group codes (``group_by`` fields of the split). Definitions follow the papers, with
+DomainBed's and WILDS' hyperparameter defaults:
+
+- ``erm``: mean cross-entropy.
+- ``reweight``: cross-entropy weighted by 1 / n_g (the group's training count), normalised so every
+  training group carries the same total weight (importance weighting; Sagawa et al. 2020, Section 3).
+- ``groupdro``: online group DRO (Sagawa et al. 2020, Algorithm 1): a distribution q over groups,
+  q_g <- q_g * exp(eta * loss_g), normalised; the loss is sum_g q_g * loss_g over the groups in the batch.
+- ``irm``: IRMv1 (Arjovsky et al. 2019, Section 3.1): the squared gradient of each group's risk with
+  respect to a dummy scale w = 1 on the logits, estimated without bias from the two halves of the
+  group's examples (as DomainBed does); penalty weight 1 until ``irm_anneal_iters``, then
+  ``irm_lambda``, when the optimizer is reset (its moments were fitted to a different objective).
+- ``coral``: Deep CORAL (Sun and Saenko 2016): squared differences of feature means and covariances
+  between every pair of groups in the batch, averaged over pairs, weighted by ``coral_lambda``.
+
+Group-based methods need several groups in a batch: their default loader (``loader: auto``) is
+``group_balanced`` for GroupDRO (WILDS ``uniform_over_groups``) and ``groups`` for IRM and
+CORAL (``n_groups_per_batch`` groups per batch, equal examples each; WILDS' GroupSampler).
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from shiftbench.erm.config import METHODS as CONFIG_METHODS
+from shiftbench.errors import InputError
+
+
+class Method(ABC):
+    """One training objective; ``loss`` is called once per step with the batch's groups."""
+
+    name: ClassVar[str]
+    default_loader: ClassVar[str] = "standard"
+    needs_features: ClassVar[bool] = False
+
+    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
+        self.n_groups, self.params, self.device = n_groups, params, device
+        self.counts = torch.from_numpy(np.bincount(train_groups, minlength=n_groups)).to(device)
+
+    @abstractmethod
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor: ...
+
+    def reset_optimizer(self, iteration: int) -> bool:
+        """Whether the optimizer's state must start afresh before this iteration's step."""
+        return False
+
+
+class ERM(Method):
+    name = "erm"
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        return nn.functional.cross_entropy(logits, y)
+
+
+class Reweight(Method):
+    name = "reweight"
+
+    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
+        super().__init__(train_groups, n_groups, params, device)
+        present = self.counts > 0
+        # n / (G * n_g): every present group sums to n / G, the weights average 1 over the training set.
+        weights = torch.zeros(n_groups, dtype=torch.float32, device=device)
+        weights[present] = float(self.counts.sum()) / (int(present.sum()) * self.counts[present].float())
+        self.weights = weights
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        losses = nn.functional.cross_entropy(logits, y, reduction="none")
+        w = self.weights[g]
+        return (losses * w).sum() / w.sum()
+
+
+def group_means(values: torch.Tensor, g: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group means of ``values`` (0 for groups absent from the batch) and the per-group counts."""
+    counts = torch.bincount(g, minlength=n_groups).to(values.dtype)
+    sums = torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add(0, g, values)
+    return sums / counts.clamp(min=1), counts
+
+
+class GroupDRO(Method):
+    name = "groupdro"
+    default_loader = "group_balanced"
+
+    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
+        super().__init__(train_groups, n_groups, params, device)
+        present = (self.counts > 0).float()
+        self.q = present / present.sum()  # groups never seen in training keep q = 0 (WILDS)
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        losses = nn.functional.cross_entropy(logits, y, reduction="none")
+        group_loss, _ = group_means(losses, g, self.n_groups)
+        with torch.no_grad():
+            q = self.q * torch.exp(self.params["groupdro_eta"] * group_loss.detach())
+            self.q = q / q.sum()
+        return (self.q * group_loss).sum()
+
+
+class IRM(Method):
+    name = "irm"
+    default_loader = "groups"
+
+    def penalty_weight(self, iteration: int) -> float:
+        return self.params["irm_lambda"] if iteration > self.params["irm_anneal_iters"] else 1.0
+
+    def reset_optimizer(self, iteration: int) -> bool:
+        anneal = int(self.params["irm_anneal_iters"])
+        return anneal > 0 and iteration == anneal + 1 and self.params["irm_lambda"] != 1.0
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        nll = nn.functional.cross_entropy(logits, y)
+        penalties = []
+        for group in torch.unique(g).tolist():
+            rows = torch.nonzero(g == group).flatten()
+            if rows.numel() < 2:
+                continue
+            scale = torch.ones((), device=logits.device, requires_grad=True)
+            first, second = rows[0::2], rows[1::2]
+            loss_1 = nn.functional.cross_entropy(logits[first] * scale, y[first])
+            loss_2 = nn.functional.cross_entropy(logits[second] * scale, y[second])
+            grad_1 = torch.autograd.grad(loss_1, [scale], create_graph=True)[0]
+            grad_2 = torch.autograd.grad(loss_2, [scale], create_graph=True)[0]
+            penalties.append(grad_1 * grad_2)
+        penalty = torch.stack(penalties).mean() if penalties else torch.zeros((), device=logits.device)
+        weight = self.penalty_weight(iteration)
+        # Arjovsky et al.'s reference code divides by the weight once it exceeds 1: gradients keep their scale.
+        return (nll + weight * penalty) / max(1.0, weight)
+
+
+class CORAL(Method):
+    name = "coral"
+    default_loader = "groups"
+    needs_features = True
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        assert features is not None
+        nll = nn.functional.cross_entropy(logits, y)
+        moments = []
+        for group in torch.unique(g).tolist():
+            x = features[g == group].float()
+            if x.shape[0] < 2:
+                continue
+            mean = x.mean(0, keepdim=True)
+            centred = x - mean
+            moments.append((mean, centred.t() @ centred / (x.shape[0] - 1)))
+        pairs = list(itertools.combinations(moments, 2))
+        if not pairs:
+            return nll
+        penalty = torch.stack(
+            [(m1 - m2).pow(2).mean() + (c1 - c2).pow(2).mean() for (m1, c1), (m2, c2) in pairs]
+        ).mean()
+        return nll + self.params["coral_lambda"] * penalty
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL)}
+assert tuple(METHODS) == CONFIG_METHODS, "shiftbench.erm.config.METHODS must list the methods"
+
+
+def build_method(
+    name: str, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device
+) -> Method:
+    if name not in METHODS:
+        raise InputError(f"unknown method {name!r}; known: {', '.join(METHODS)}", parameter="method")
+    return METHODS[name](train_groups, n_groups, params, device)
