@@ -56,3 +56,11 @@ def retrain() -> dg.AutomationCondition:
     return (~C.missing() & new_split.since_last_handled() & _settled()).with_label(
         "retrain trained baselines on a new split version"
     )
+
+
+def reanalyse() -> dg.AutomationCondition:
+    """Rebuild an analysis when a result (or a split) it reads was published since it was last handled."""
+    published = C.any_deps_updated().with_label("a result or split it reads was published")
+    return (published.since_last_handled() & ~C.any_deps_in_progress() & ~C.in_progress()).with_label(
+        "reanalyse when results change"
+    )

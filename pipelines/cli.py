@@ -474,6 +474,24 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyse(args: argparse.Namespace) -> int:
+    """Rebuild the papers' analyses from the results in the catalog and publish the ones with data."""
+    from shiftbench.analysis import ANALYSES, publish
+
+    settings = Settings.from_env()
+    unknown = [n for n in args.analysis if n not in ANALYSES]
+    if unknown:
+        raise InputError(f"unknown analysis {unknown[0]!r}; known: {', '.join(ANALYSES)}", parameter="analysis")
+    for name in args.analysis or list(ANALYSES):
+        outcome, frame = publish(settings, ANALYSES[name])
+        if outcome is None:
+            print(f"{name}: no results yet (shiftbench train, shiftbench eval)")
+            continue
+        figure = outcome.staged.path / "files" / ANALYSES[name].figure_file
+        print(f"{name}: version {outcome.staged.version}, {frame.height} rows; table {ANALYSES[name].table}; {figure}")
+    return 0
+
+
 def cmd_versions(args: argparse.Namespace) -> int:
     from pipelines.terminal import table
     from shiftbench.store import Store
@@ -587,6 +605,9 @@ def build_parser() -> argparse.ArgumentParser:
     board.add_argument("--splits", default="test", metavar="SPLIT,...")
     board.add_argument("--format", choices=("text", "markdown"), default="text")
     board.set_defaults(func=cmd_leaderboard)
+    analyse = sub.add_parser("analyse", help="the papers' analyses over the results (tables + plots)")
+    analyse.add_argument("analysis", nargs="*", help="default: all (metashift-accuracy-vs-distance, ...)")
+    analyse.set_defaults(func=cmd_analyse)
     versions = sub.add_parser("versions", help="list published versions")
     versions.add_argument("benchmark", nargs="?")
     versions.set_defaults(func=cmd_versions)

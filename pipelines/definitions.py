@@ -6,6 +6,8 @@
   partitions (single-run backfill policy).
 - ``erm_<family>_<kinds>``: one ERM baseline per (benchmark, seed), under its split in the lineage,
   the job launched through Dagster Pipes; only for families whose images are configured.
+- ``analysis/<name>``: the papers' analyses (MetaShift accuracy vs distance, BREEDS source vs target,
+  ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes.
 - ``observe_sources``: observe the raw source files now (the automation does it nightly).
 - Sensors: ``shiftbench_partitions`` (benchmark partitions = buildable specs and named variants;
   observes spec changes) and ``shiftbench_automation`` (the declarative automation conditions of
@@ -22,10 +24,12 @@ import dagster as dg
 # in 1.13 but are the documented way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 
+from assets.analysis import analysis_assets  # noqa: E402
 from assets.erm import baseline_assets, trainable_kinds  # noqa: E402
 from assets.factory import family_assets  # noqa: E402
 from pipelines.resources import settings_from_environment  # noqa: E402
 from pipelines.sensors import partitions_sensor  # noqa: E402
+from shiftbench import registry  # noqa: E402
 from shiftbench.registry import FAMILIES  # noqa: E402
 from shiftbench.settings import Settings  # noqa: E402
 
@@ -45,11 +49,12 @@ def build_definitions() -> dg.Definitions:
     """
     families = {name: family_assets(family) for name, family in FAMILIES.items()}
     settings = _load_settings()
-    erm = [
-        baseline_assets(family, kind)
+    trained = [
+        kind
         for family in FAMILIES.values()
         for kind in (trainable_kinds(family, settings) if settings is not None else [])
     ]
+    erm = [baseline_assets(registry.family(kind.family), kind) for kind in trained]
     observe_sources_job = dg.define_asset_job(
         "observe_sources",
         selection=dg.AssetSelection.assets(*[s.key for f in families.values() for s in f.raw_sources]),
@@ -65,6 +70,7 @@ def build_definitions() -> dg.Definitions:
         assets=[
             *[asset for family in families.values() for asset in family.assets],
             *[asset for asset, _ in erm],
+            *analysis_assets(trained),
         ],
         jobs=[
             *[job for family in families.values() for job in family.jobs],

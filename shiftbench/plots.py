@@ -241,3 +241,82 @@ def erm_id_vs_ood(results: pl.DataFrame, title: str) -> bytes:
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return _png(fig)
+
+
+def _label(row: dict[str, Any]) -> str:
+    return f"{row['method']} {row['setting']}".strip()
+
+
+def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
+    """MetaShift: test accuracy against d, one panel per task family, one line per method and setting."""
+    plt = _pyplot()
+    families = sorted({(r["task_kind"], r["classes"]) for r in table.iter_rows(named=True)})
+    fig, axes = plt.subplots(1, len(families), figsize=(3.6 * len(families) + 0.6, 3.2), squeeze=False)
+    for axis, (kind, classes) in zip(axes[0], families, strict=True):
+        part = table.filter((pl.col("task_kind") == kind) & (pl.col("classes") == classes)).drop_nulls("distance")
+        for label, rows in sorted(part.group_by(pl.concat_str("method", "setting", separator=" ")), key=str):
+            rows = rows.sort("distance")
+            axis.errorbar(
+                rows["distance"].to_list(), rows["acc_mean"].to_list(), yerr=rows["acc_std"].fill_null(0).to_list(),
+                marker="o", markersize=4, linewidth=1.2, capsize=2, label=str(label[0]).strip(),
+            )  # fmt: skip
+        axis.set_title(f"{kind}: {classes}", fontsize=8)
+        axis.set_xlabel("distance d (train vs test subsets)")
+        axis.set_ylabel("test accuracy")
+        axis.set_ylim(0, 1.02)
+        axis.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def source_vs_target(table: pl.DataFrame, title: str) -> bytes:
+    """BREEDS: target against source accuracy per task and method (the diagonal is no shift), and the
+    relative accuracy target / source."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.4))
+    for row in table.iter_rows(named=True):
+        left.scatter(row["source_acc"], row["target_acc"], s=18)
+        left.annotate(f"{row['task']} {_label(row)}", (row["source_acc"], row["target_acc"]), fontsize=5)
+    left.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
+    left.set_xlabel("source accuracy (id_test, else id_val)")
+    left.set_ylabel("target accuracy (test)")
+    left.set_xlim(0, 1.02)
+    left.set_ylim(0, 1.02)
+    labels = [f"{r['task']}\n{_label(r)}" for r in table.iter_rows(named=True)]
+    right.bar(range(table.height), table["relative_acc"].fill_null(0).to_list(), color="#4C72B0")
+    right.set_xticks(range(table.height), labels, fontsize=5, rotation=60, ha="right")
+    right.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    right.set_ylabel("relative accuracy (target / source)")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def accuracy_by_shift(table: pl.DataFrame, title: str) -> bytes:
+    """ConDS: mean test accuracy over cases by shift kind, and by number of concurrent shifts, per method."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.4), gridspec_kw={"width_ratios": [2, 1]})
+    learner = pl.concat_str("method", "setting", separator=" ").str.strip_chars().alias("learner")
+    learners = sorted(set(table.select(learner)["learner"].to_list()))
+    width = 0.8 / max(1, len(learners))
+    for axis, key in ((left, "shift_kind"), (right, "n_shifts")):
+        means = table.with_columns(learner).group_by(key, "learner").agg(pl.col("acc_mean").mean())
+        keys = sorted(set(means[key].to_list()), key=lambda k: (str(k) != "uniform", len(str(k)), str(k)))
+        for offset, name in enumerate(learners):
+            values = {r[key]: r["acc_mean"] for r in means.filter(pl.col("learner") == name).iter_rows(named=True)}
+            axis.bar(
+                [k + offset * width for k in range(len(keys))], [values.get(k, 0.0) for k in keys], width=width,
+                label=name,
+            )  # fmt: skip
+        slanted = key == "shift_kind"
+        centres = [k + width * (len(learners) - 1) / 2 for k in range(len(keys))]
+        axis.set_xticks(centres, [str(k) for k in keys], fontsize=6, rotation=45 if slanted else 0,
+                        ha="right" if slanted else "center")  # fmt: skip
+        axis.set_ylim(0, 1.02)
+        axis.set_ylabel("mean test accuracy over cases")
+        axis.set_xlabel("shift kind" if key == "shift_kind" else "concurrent shifts")
+    left.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)

@@ -196,7 +196,8 @@ class PublishedSplit:
     examples: pl.DataFrame  # example_id, split, y, y_name, group
 
 
-RESULT_FAMILIES = (FAMILY, "eval")  # store entries that are results (ERM runs, scored predictions), not splits
+# Store entries that are results (ERM runs, scored predictions, analyses over them), not splits.
+RESULT_FAMILIES = (FAMILY, "eval", "analysis")
 
 
 def published_split(settings: Settings, benchmark: str, version: str | None = None) -> PublishedSplit:

@@ -1,0 +1,147 @@
+"""The papers' analyses: each query against hand-computed values on a small catalog, then the ConDS
+analysis end to end (scored predictions -> `shiftbench analyse` -> a published, checked version with its
+plot and view) and through its Dagster asset, whose materialization carries the plot."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+from pipelines.cli import main
+from shiftbench.analysis import ANALYSES
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+
+CASES = ("sprites-uniform", "sprites-sc-object_color")
+
+
+def _run(query: str, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
+    con = duckdb.connect()
+    for name, frame in tables.items():
+        con.register(name, frame.to_arrow())
+    return con.sql(query).pl()
+
+
+def _board(rows: list[tuple[str, str, str, str, int, float, float | None]]) -> pl.DataFrame:
+    return pl.DataFrame(
+        [
+            {"benchmark": b, "split_version": "v1", "method": m, "setting": s, "eval_split": e, "metric": "acc_avg",
+             "n_seeds": n, "mean": mean, "std": std}
+            for b, m, s, e, n, mean, std in rows
+        ],
+        schema_overrides={"setting": pl.String, "std": pl.Float64},
+    )  # fmt: skip
+
+
+def test_metashift_accuracy_vs_distance_joins_each_task_with_its_distance() -> None:
+    tasks = pl.DataFrame(
+        {
+            "benchmark": ["cat-dog-a", "cat-dog-b"], "version": ["v1", "v1"], "task_kind": ["dg", "dg"],
+            "classes": ["cat,dog", "cat,dog"], "distance_class": ["dog", "dog"], "distance": [0.4, 0.9],
+            "paper_distance": [0.44, None],
+        }
+    )  # fmt: skip
+    board = _board(
+        [
+            ("cat-dog-a", "erm", "domainbed.resnet18", "test", 3, 0.8, 0.01),
+            ("cat-dog-a", "erm", "domainbed.resnet18", "id_val", 3, 0.95, 0.01),  # not OOD: left out
+            ("cat-dog-b", "erm", "domainbed.resnet18", "test", 3, 0.6, 0.02),
+            ("cat-dog-b", "mine", None, "test", 1, 0.7, None),
+            ("other", "erm", "x", "test", 1, 0.1, None),  # not a MetaShift task
+        ]
+    )
+    got = _run(ANALYSES["metashift-accuracy-vs-distance"].sql(), {"leaderboard": board, "metashift_tasks": tasks})
+    assert got.select("task", "distance", "method", "setting", "acc_mean").rows() == [
+        ("cat-dog-a", 0.4, "erm", "domainbed.resnet18", 0.8),
+        ("cat-dog-b", 0.9, "erm", "domainbed.resnet18", 0.6),
+        ("cat-dog-b", 0.9, "mine", "", 0.7),
+    ]
+
+
+def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
+    benchmarks = pl.DataFrame({"benchmark": ["living17", "entity13", "sprites"], "family": ["breeds"] * 2 + ["conds"]})
+    board = _board(
+        [
+            ("living17", "erm", "breeds.resnet18", "id_val", 2, 0.9, 0.0),
+            ("living17", "erm", "breeds.resnet18", "id_test", 2, 0.8, 0.0),
+            ("living17", "erm", "breeds.resnet18", "test", 2, 0.4, 0.0),
+            ("entity13", "groupdro", "s", "id_val", 1, 0.5, None),
+            ("entity13", "groupdro", "s", "test", 1, 0.45, None),
+            ("sprites", "erm", "s", "id_val", 1, 0.9, None),
+            ("sprites", "erm", "s", "test", 1, 0.3, None),
+        ]
+    )
+    got = _run(ANALYSES["breeds-source-vs-target"].sql(), {"leaderboard": board, "benchmarks": benchmarks})
+    rows = {r["task"]: r for r in got.iter_rows(named=True)}
+    assert set(rows) == {"living17", "entity13"}
+    assert rows["living17"]["source_split"] == "id_test" and rows["living17"]["relative_acc"] == pytest.approx(0.5)
+    assert rows["entity13"]["source_split"] == "id_val" and rows["entity13"]["relative_acc"] == pytest.approx(0.9)
+
+
+@pytest.mark.slow
+def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    settings = cli_env()
+    for case in CASES:
+        assert main(["build", "conds", "--benchmark", case]) == 0
+    assert main(["analyse", "conds-accuracy-by-shift"]) == 0
+    assert "no results yet" in capsys.readouterr().out
+    expected: dict[tuple[str, str], list[float]] = {}
+    store = Store(settings.store_dir)
+    for case in CASES:
+        latest = store.latest(case)
+        assert latest is not None
+        examples = pl.read_parquet(store.staged("conds", case, latest.version).path / "examples.parquet")
+        for seed in (0, 1):
+            # Right on every test example whose position is a multiple of (seed + 2): a known accuracy per seed.
+            rows = np.arange(examples.height)
+            wrong = (examples["y"].to_numpy() + 1) % 3
+            y_pred = np.where(rows % (seed + 2) == 0, examples["y"].to_numpy(), wrong)
+            path = tmp_path / f"{case}-{seed}.parquet"
+            pl.DataFrame({"example_id": examples["example_id"], "y_pred": y_pred}).write_parquet(path)
+            assert main(["eval", case, str(path), "--method", "every-kth", "--seed", str(seed)]) == 0
+            test = (examples["split"] == "test").to_numpy()
+            expected.setdefault((case, "every-kth"), []).append(
+                float((y_pred == examples["y"].to_numpy())[test].mean())
+            )
+    capsys.readouterr()
+    assert main(["analyse", "conds-accuracy-by-shift"]) == 0
+    out = capsys.readouterr().out
+    assert "conds-accuracy-by-shift: version" in out and "2 rows" in out
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        got = con.execute(
+            "SELECT conds_case, shift_kind, n_shifts, method, n_seeds, acc_mean, acc_std FROM analysis_conds_shifts"
+        ).fetchall()
+    by_case = {row[0]: row for row in got}
+    assert by_case["sprites-uniform"][1:3] == ("uniform", 0)
+    assert by_case["sprites-sc-object_color"][1:3] == ("sc", 1)
+    for case in CASES:
+        values = expected[(case, "every-kth")]
+        assert by_case[case][4] == 2
+        assert by_case[case][5] == pytest.approx(np.mean(values))
+        assert by_case[case][6] == pytest.approx(np.std(values, ddof=1))
+    latest = store.latest("conds-accuracy-by-shift")
+    assert latest is not None
+    version = store.staged("analysis", "conds-accuracy-by-shift", latest.version).path
+    assert (version / "files" / "accuracy_by_shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (version / "files" / "card.md").is_file()
+
+    # The asset: the same version (same results -> same content id), the plot on the materialization.
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions()
+    key = dg.AssetKey(["analysis", "conds_accuracy_by_shift"])
+    job = defs.resolve_implicit_global_asset_job_def()
+    result = job.get_subset(asset_selection={key}).execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert result.success
+    (event,) = result.asset_materializations_for_node("analysis__conds_accuracy_by_shift")
+    assert event.metadata["version"].value == latest.version
+    assert str(event.metadata["plot"].value).startswith("![")
+    assert event.metadata["rows"].value == 2
