@@ -1,0 +1,63 @@
+"""Screenshot a Dagster UI page in headless Chromium after clicking through it: the community dialog,
+then each given text (e.g. "[Show Markdown]" opens a plot). How the UI checks of docs/dagster.md are made.
+
+Usage: python scripts/ui_screenshot.py URL OUT.png [TEXT_TO_CLICK ...]   (apt-get install chromium)
+"""
+
+import base64
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import websocket  # websocket-client, installed with dagster's dependencies
+
+PORT = 9333
+CLICK = """(() => {{
+  const found = [...document.querySelectorAll('button, a, span, div')].filter(e => e.textContent.trim() === {text});
+  if (found.length) {{ found[found.length - 1].click(); return true; }}
+  return false;
+}})()"""
+
+
+def main(url: str, out: Path, clicks: list[str]) -> None:
+    browser = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--remote-debugging-port={PORT}"]
+    proc = subprocess.Popen([*browser, "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        tabs: list[dict[str, Any]] = []
+        for _ in range(50):
+            try:
+                tabs = json.load(urllib.request.urlopen(f"http://127.0.0.1:{PORT}/json"))
+                break
+            except OSError:
+                time.sleep(0.2)
+        page = next(t for t in tabs if t["type"] == "page")
+        ws = websocket.create_connection(page["webSocketDebuggerUrl"])
+        counter = iter(range(1, 1_000_000))
+
+        def call(method: str, **params: Any) -> dict[str, Any]:
+            ident = next(counter)
+            ws.send(json.dumps({"id": ident, "method": method, "params": params}))
+            while True:
+                message = json.loads(ws.recv())
+                if message.get("id") == ident:
+                    return dict(message.get("result", {}))
+
+        call("Page.enable")
+        call("Emulation.setDeviceMetricsOverride", width=1400, height=1600, deviceScaleFactor=1, mobile=False)
+        call("Page.navigate", url=url)
+        time.sleep(12)  # the UI loads its GraphQL data after the page
+        for text in ["Skip", *clicks]:
+            result = call("Runtime.evaluate", expression=CLICK.format(text=json.dumps(text)), returnByValue=True)
+            print(f"clicked {text!r}: {result.get('result', {}).get('value')}")
+            time.sleep(3)
+        out.write_bytes(base64.b64decode(call("Page.captureScreenshot", format="png")["data"]))
+    finally:
+        proc.kill()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]), sys.argv[3:])
