@@ -1,0 +1,89 @@
+"""What the methods beside ERM and the batched augmentations cost per training step (CPU, this machine).
+
+Side by side in one run, medians of --repeats: one optimisation step (forward, the method's loss,
+backward, Adam) of the small CNN on a batch of 128 32x32 images with 9 training groups, for every
+method of shiftbench.erm.methods; and one batch of each augmentation of shiftbench.erm.data.augment,
+against the plain per-image Python loop over the same transforms as the simple baseline.
+
+    .venv/bin/python bench/bench_methods.py --out bench/results/methods.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from shiftbench.erm.data import augment, normalize
+from shiftbench.erm.methods import METHODS, build_method
+from shiftbench.erm.models import build_model
+
+PARAMS = {"groupdro_eta": 0.01, "irm_lambda": 100.0, "irm_anneal_iters": 500, "coral_lambda": 1.0}
+
+
+def median_seconds(step: object, repeats: int) -> float:
+    assert callable(step)
+    step()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def training_step(name: str, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
+    """One optimisation step of the small CNN with method ``name`` (features captured for CORAL)."""
+    model = build_model("small_cnn", 3, 32)
+    optimizer = torch.optim.Adam(model.parameters(), 1e-3)
+    method = build_method(name, np.arange(9).repeat(10), 9, PARAMS, torch.device("cpu"))
+    captured: list[torch.Tensor] = []
+    if method.needs_features:
+        model.get_submodule("fc").register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
+
+    def step() -> None:
+        captured.clear()
+        logits = model(normalize(x, channels_last=False))
+        loss = method.loss(logits, captured[0] if captured else None, y, g, 1)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+
+    return step
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    x_uint8 = torch.randint(0, 256, (128, 3, 32, 32), dtype=torch.uint8)
+    y = torch.randint(0, 3, (128,))
+    g = torch.randint(0, 9, (128,))
+    results: dict[str, dict[str, float]] = {"step_ms": {}, "augment_ms": {}}
+    for name in METHODS:
+        results["step_ms"][name] = 1000 * median_seconds(training_step(name, x_uint8, y, g), args.repeats)
+    generator = torch.Generator().manual_seed(0)
+    for kind in ("none", "flip_rot90", "domainbed"):
+        results["augment_ms"][kind] = 1000 * median_seconds(lambda k=kind: augment(x_uint8, k, generator), args.repeats)
+    # The simple alternative: the same DomainBed transform applied image by image in a Python loop.
+    results["augment_ms"]["domainbed_per_image_loop"] = 1000 * median_seconds(
+        lambda: torch.cat([augment(x_uint8[i : i + 1], "domainbed", generator) for i in range(128)]), args.repeats
+    )
+    results["machine"] = {"cpus": float(torch.get_num_threads())}
+    report = {**results, "python": platform.python_version(), "torch": torch.__version__}
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
