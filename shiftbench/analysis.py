@@ -87,7 +87,11 @@ def compute(settings: Settings, analysis: Analysis) -> pl.DataFrame:
         frame = con.sql(analysis.sql()).pl()
     assert isinstance(frame, pl.DataFrame)
     columns = [c for c in contracts()[analysis.table].columns if c not in {"benchmark", "version"}]
-    return frame.select(columns)
+    # DuckDB's parallel aggregates may sum in any order: rounding to 12 places keeps the bytes (and the
+    # version id) the same for the same results, and sorting fixes the row order.
+    floats = [c for c in columns if frame.schema[c].is_float()]
+    keys = [c for c in columns if c not in floats]
+    return frame.select(columns).with_columns(pl.col(floats).round(12)).sort(keys, nulls_last=True)
 
 
 def publish(settings: Settings, analysis: Analysis) -> tuple[PublishOutcome | None, pl.DataFrame]:
