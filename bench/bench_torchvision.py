@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import re
 import statistics
@@ -69,7 +70,10 @@ def timed(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, Timed
             tick = time.perf_counter()
             fn()
             runs[name].append(time.perf_counter() - tick)
-    return {name: {"median_s": statistics.median(r), "runs_s": [round(t, 5) for t in r]} for name, r in runs.items()}
+    return {
+        name: {"median_s": statistics.median(r), "min_s": min(r), "runs_s": [round(t, 5) for t in r]}
+        for name, r in runs.items()
+    }
 
 
 def natural(n: int, h: int, w: int, seed: int) -> torch.Tensor:
@@ -187,7 +191,9 @@ def model_speed(name: str, repeats: int) -> list[dict[str, Any]]:
                 "batch": batch,
                 "size": size,
                 **{f"{k}_s": v["median_s"] for k, v in result.items()},
+                **{f"{k}_min_s": v["min_s"] for k, v in result.items()},
                 "torchvision_over_shiftbench": result["torchvision"]["median_s"] / result["shiftbench"]["median_s"],
+                "torchvision_over_shiftbench_min": result["torchvision"]["min_s"] / result["shiftbench"]["min_s"],
                 "runs": result,
             }
         )
@@ -221,6 +227,7 @@ def augmentation(batch_size: int, size: int, repeats: int) -> dict[str, Any]:
     row: dict[str, Any] = {"batch": batch_size, "size": size}
     for name, r in result.items():
         row[f"{name}_ms"] = 1000 * r["median_s"]
+        row[f"{name}_min_ms"] = 1000 * r["min_s"]
         row[f"{name}_images_per_s"] = batch_size / r["median_s"]
     # Per-image randomness: the same image repeated B times gives how many distinct outputs?
     row["copies"] = batch_size
@@ -326,6 +333,8 @@ def decoding(count: int, repeats: int) -> dict[str, Any]:
         result["decode_only"] = {
             "pillow_ms_per_image": 1000 * only["pillow"]["median_s"] / count,
             "torchvision_ms_per_image": 1000 * only["torchvision"]["median_s"] / count,
+            "pillow_min_ms_per_image": 1000 * only["pillow"]["min_s"] / count,
+            "torchvision_min_ms_per_image": 1000 * only["torchvision"]["min_s"] / count,
             "mean_abs_diff": float(np.abs(a - b).mean()),
             "max_abs_diff": int(np.abs(a - b).max()),
             "runs": only,
@@ -337,6 +346,7 @@ def decoding(count: int, repeats: int) -> dict[str, Any]:
             row: dict[str, Any] = {"size": size}
             for name, r in runs.items():
                 row[f"{name}_ms_per_image"] = 1000 * r["median_s"] / count
+                row[f"{name}_min_ms_per_image"] = 1000 * r["min_s"] / count
                 row[f"{name}_images_per_s"] = count / r["median_s"]
             pil = np.stack([sb_data.decode(p, size) for p in paths]).astype(np.int16)
             tvo = torch.stack(tv_decode(paths, size)).numpy().astype(np.int16)
@@ -420,32 +430,29 @@ def main() -> None:
         "import_s": import_times(args.repeats),
     }
     print(json.dumps(results), flush=True)
+    # The machine may be shared: the load around each section tells whether its timings are clean.
+    load: dict[str, list[float]] = {"start": [round(v, 2) for v in os.getloadavg()]}
+    results["load_average_1_5_15_min"] = load
     results["model_parity"] = {name: model_parity(name) for name in RESNETS}
     print(json.dumps(results["model_parity"]), flush=True)
     results["model_speed"] = [row for name in RESNETS for row in model_speed(name, args.repeats)]
+    load["after_model_speed"] = [round(v, 2) for v in os.getloadavg()]
     results["augmentation"] = {
         "note": "v2_whole_batch draws ONE crop/flip/jitter/greyscale for the whole batch (v2 samples its "
         "parameters once per call), so it is not per-image augmentation; the others draw per image.",
         "rows": [augmentation(32, 224, args.repeats), augmentation(128, 64, args.repeats)],
     }
+    load["after_augmentation"] = [round(v, 2) for v in os.getloadavg()]
     results["decoding"] = decoding(args.images, args.repeats)
+    load["end"] = [round(v, 2) for v in os.getloadavg()]
     results["total_s"] = time.perf_counter() - started
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
-    speed_cols = ["model", "batch", "size", "shiftbench_s", "torchvision_s", "torchvision_over_shiftbench"]
-    aug_cols = ["batch", "size", "copies"] + [
-        f"{n}_{c}" for n in ("v2_per_image", "v2_whole_batch", "shiftbench_batched") for c in ("ms", "distinct_outputs")
-    ]
-    dec_cols = ["size"] + [
-        f"{n}_ms_per_image"
-        for n in (
-            "pillow_sequential",
-            "pillow_2_threads",
-            "torchvision_sequential",
-            "torchvision_2_threads",
-            "pillow_draft_sequential",
-        )
-    ]
+    methods = ("v2_per_image", "v2_whole_batch", "shiftbench_batched")
+    decoders = ("pillow_sequential", "pillow_2_threads", "torchvision_sequential", "torchvision_2_threads")
+    speed_cols = ["model", "batch", "size", "shiftbench_s", "torchvision_s", "shiftbench_min_s", "torchvision_min_s"]
+    aug_cols = ["batch", "size", "copies"] + [f"{n}_{c}" for n in methods for c in ("ms", "min_ms", "distinct_outputs")]
+    dec_cols = ["size"] + [f"{n}_ms_per_image" for n in (*decoders, "pillow_draft_sequential")]
     dec_cols += ["pillow_vs_torchvision_mean_abs_diff"]
     print(_table(results["model_speed"], speed_cols))
     print(_table(results["augmentation"]["rows"], aug_cols))
