@@ -346,6 +346,9 @@ def _fit(
             model.eval()
         if method.reset_optimizer(iteration):
             optimizer = _optimizer(model, config)
+            passed = sum(1 for m in config.lr_milestones if m < iteration)  # drops already taken stay taken
+            for group in optimizer.param_groups:
+                group["lr"] = config.lr * config.lr_gamma**passed
             scheduler = torch.optim.lr_scheduler.MultiStepLR(
                 optimizer, [m - iteration + 1 for m in config.lr_milestones if m >= iteration], config.lr_gamma
             )
