@@ -30,6 +30,8 @@ fi
 .venv/bin/shiftbench train sprites-sc-object_color --preset quick
 .venv/bin/shiftbench train sprites-uniform --preset quick
 .venv/bin/shiftbench train "$task" --preset smoke
+# The papers' analyses over these results (tables, views and plots; those without results say so).
+.venv/bin/shiftbench analyse
 
 query="SELECT b.family, b.benchmark, b.version, coalesce(b.params->>'hierarchy', b.sources->>'dataset') AS source,
   coalesce(s.n_selected || ' subsets', b.n_examples || ' examples') AS size
