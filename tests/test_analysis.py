@@ -14,11 +14,13 @@ import polars as pl
 import pytest
 
 from pipelines.cli import main
+from shiftbench import plots
 from shiftbench.analysis import ANALYSES
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 CASES = ("sprites-uniform", "sprites-sc-object_color")
+PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def _run(query: str, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
@@ -43,7 +45,7 @@ def test_metashift_accuracy_vs_distance_joins_each_task_with_its_distance() -> N
     tasks = pl.DataFrame(
         {
             "benchmark": ["cat-dog-a", "cat-dog-b"], "version": ["v1", "v1"], "task_kind": ["dg", "dg"],
-            "classes": ["cat,dog", "cat,dog"], "distance_class": ["dog", "dog"], "distance": [0.4, 0.9],
+            "classes": [["cat", "dog"], ["cat", "dog"]], "distance_class": ["dog", "dog"], "distance": [0.4, 0.9],
             "paper_distance": [0.44, None],
         }
     )  # fmt: skip
@@ -62,6 +64,8 @@ def test_metashift_accuracy_vs_distance_joins_each_task_with_its_distance() -> N
         ("cat-dog-b", 0.9, "erm", "domainbed.resnet18", 0.6),
         ("cat-dog-b", 0.9, "mine", "", 0.7),
     ]
+    assert set(got["classes"]) == {"cat,dog"}
+    assert plots.accuracy_vs_distance(got, "t")[:8] == PNG
 
 
 def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
@@ -82,6 +86,7 @@ def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
     assert set(rows) == {"living17", "entity13"}
     assert rows["living17"]["source_split"] == "id_test" and rows["living17"]["relative_acc"] == pytest.approx(0.5)
     assert rows["entity13"]["source_split"] == "id_val" and rows["entity13"]["relative_acc"] == pytest.approx(0.9)
+    assert plots.source_vs_target(got, "t")[:8] == PNG
 
 
 @pytest.mark.slow

@@ -1,7 +1,7 @@
 -- MetaShift Section 4.2 / Figure 5: out-of-distribution accuracy of every method against the measured
 -- distance d between training and test subsets, per task family (task kind and classes). One row per
 -- (task, method, setting) over the seeds of the task's latest split version (the leaderboard's).
-SELECT t.benchmark AS task, t.task_kind, t.classes, t.distance_class, t.distance, t.paper_distance,
+SELECT t.benchmark AS task, t.task_kind, array_to_string(t.classes, ',') AS classes, t.distance_class, t.distance, t.paper_distance,
        l.split_version, l.method, coalesce(l.setting, '') AS setting, l.eval_split, l.n_seeds,
        l.mean AS acc_mean, l.std AS acc_std
 FROM leaderboard AS l
