@@ -11,4 +11,6 @@ echo "[test] mypy (--strict on the library)"
 .venv/bin/mypy --strict shiftbench
 .venv/bin/mypy assets pipelines
 echo "[test] pytest (on every core: pytest-xdist)"
-.venv/bin/python -m pytest -q -n "${SHIFTBENCH_TEST_WORKERS:-auto}" --durations=5 "$@"
+# worksteal: an idle worker takes queued tests from a busy one, so one 90 s Dagster test does not leave a
+# worker waiting at the end (on 2 cores: 362 s against 420 s with the default scheduling, same machine).
+.venv/bin/python -m pytest -q -n "${SHIFTBENCH_TEST_WORKERS:-auto}" --dist worksteal --durations=5 "$@"
