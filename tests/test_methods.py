@@ -197,6 +197,7 @@ def test_a_learning_rate_grid_keeps_the_best_on_the_selection_split(warehouse: S
     assert curve.is_file()
     selected = pl.read_parquet(curve).filter((pl.col("split") == "id_val") & (pl.col("metric") == "acc_avg"))
     assert math.isclose(selected["value"].max(), scores[best])  # the kept curve is the chosen rate's
+    assert outcome.staged.manifest()["training"]["lr_grid_scores"] == scores  # recorded with the results
     bad = launch.plan_run(warehouse, CASE, preset="smoke", overrides={**overrides, "selection": "last"})
     with pytest.raises(InputError, match="needs a selection split"):
         launch.train_in_process(warehouse, bad, launch.scratch_dir(warehouse, bad, "h"), log=print)

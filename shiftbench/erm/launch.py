@@ -316,8 +316,13 @@ def stage_run(
         "preset": plan.preset,
         "weights": {"file": "files/model.pt", "sha256": summary["weights"]["sha256"]},
         "training": {
-            k: summary[k]
-            for k in ("device", "precision", "cached", "train_images_per_s", "timings", "selection_split", "splits")
+            **{
+                k: summary[k]
+                for k in ("device", "precision", "cached", "train_images_per_s", "timings", "selection_split", "splits")
+            },
+            # Which learning rate of the grid won, on which score; the groups the method trained on.
+            "lr_grid_scores": summary.get("lr_grid_scores", {}),
+            "training_groups": summary.get("training_groups", []),
         },
     }
     store = Store(settings.store_dir)
