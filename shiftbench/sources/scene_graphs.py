@@ -18,14 +18,18 @@ GQA scene graphs"). Several files are read side by side.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+from array import array
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from shiftbench import progress
 from shiftbench.errors import InputError
@@ -144,33 +148,69 @@ def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
         ) from None
     if not scenes:
         raise InputError("no scene graphs: the file maps no image id to a scene graph", path=path)
-    image_ids, locations, weathers = [], [], []
-    object_images, object_ids, names, attributes = [], [], [], []
-    for image_id, raw in scenes.items():
-        try:
-            scene = _DECODE_SCENE(raw)
-        except msgspec.ValidationError as exc:
-            raise InputError(_scene_problem(image_id, bytes(raw), str(exc)), path=path) from None
-        image_ids.append(image_id)
-        locations.append(scene.location)
-        weathers.append(scene.weather)
-        for object_id, obj in scene.objects.items():
-            if not obj.name.strip():
-                raise InputError(f"image {image_id!r}, object {object_id!r}: object 'name' is empty", path=path)
-            object_images.append(image_id)
-            object_ids.append(object_id)
-            names.append(obj.name)
-            attributes.append(obj.attributes or [])
+    # Columnar and integer-coded while reading: names and attributes become codes into dictionaries (one
+    # dict lookup per string, no Python object kept per object), expanded to strings by polars at the end.
+    # The cyclic collector is off for the loop: it would re-walk every list built so far, many times over
+    # (nothing here makes a reference cycle).
+    image_ids: list[str] = []
+    locations: list[str | None] = []
+    weathers: list[str | None] = []
+    object_ids: list[str] = []
+    object_image, name_code, attribute_code = array("i"), array("i"), array("i")
+    attribute_offsets = array("q", [0])
+    name_codes: dict[str, int] = {}
+    attribute_codes: dict[str, int] = {}
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for index, (image_id, raw) in enumerate(scenes.items()):
+            try:
+                scene = _DECODE_SCENE(raw)
+            except msgspec.ValidationError as exc:
+                raise InputError(_scene_problem(image_id, bytes(raw), str(exc)), path=path) from None
+            image_ids.append(image_id)
+            locations.append(scene.location)
+            weathers.append(scene.weather)
+            found = scene.objects
+            object_ids.extend(found)
+            object_image.extend([index] * len(found))
+            for object_id, obj in found.items():
+                code = name_codes.get(obj.name)
+                if code is None:
+                    if not obj.name.strip():
+                        raise InputError(f"image {image_id!r}, object {object_id!r}: object 'name' is empty", path=path)
+                    code = name_codes[obj.name] = len(name_codes)
+                name_code.append(code)
+                if obj.attributes:
+                    attribute_code.extend([attribute_codes.setdefault(a, len(attribute_codes)) for a in obj.attributes])
+                attribute_offsets.append(len(attribute_code))
+    finally:
+        if collecting:
+            gc.enable()
     del scenes, data
+    attribute_values = _decode(attribute_codes, attribute_code)
+    attributes = pa.LargeListArray.from_arrays(
+        pa.array(np.frombuffer(attribute_offsets, dtype=np.int64)),
+        attribute_values.to_arrow(compat_level=pl.CompatLevel.oldest()),
+    )
     objects = pl.DataFrame(
-        {"image_id": object_images, "object_id": object_ids, "name": names, "attributes": attributes},
-        schema=OBJECTS_SCHEMA,  # type: ignore[arg-type]
+        {
+            "image_id": pl.Series(image_ids, dtype=pl.String).gather(np.frombuffer(object_image, dtype=np.int32)),
+            "object_id": pl.Series(object_ids, dtype=pl.String),
+            "name": _decode(name_codes, name_code),
+            "attributes": pl.Series(attributes, dtype=pl.List(pl.String)),
+        }
     )
     images = pl.DataFrame(
         {"image_id": image_ids, "location": locations, "weather": weathers, "general": [[]] * len(image_ids)},
         schema=IMAGES_SCHEMA,  # type: ignore[arg-type]
     )
     return objects, images
+
+
+def _decode(codes: dict[str, int], coded: array) -> pl.Series:
+    """Strings from their codes (``codes`` maps each string to its code, in insertion order)."""
+    return pl.Series(list(codes), dtype=pl.String).gather(np.frombuffer(coded, dtype=np.int32))
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
