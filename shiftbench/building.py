@@ -26,6 +26,7 @@ from shiftbench.family import Description, Family, Kind, Markdown, Table, Target
 from shiftbench.naming import tagged
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
+from shiftbench.streamed import StreamedTable
 from shiftbench.store import Publication, StagedVersion, Store
 
 
@@ -33,7 +34,7 @@ def stage_tables(
     settings: Settings,
     family: str,
     benchmark: str,
-    tables: Mapping[str, pl.DataFrame],
+    tables: Mapping[str, pl.DataFrame | StreamedTable],
     *,
     spec: str,
     origin: Mapping[str, Any],

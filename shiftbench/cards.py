@@ -25,6 +25,7 @@ import polars as pl
 
 from shiftbench.magnitudes import MEASURES, SCOPE_ALL
 from shiftbench.store import SCHEMA_VERSION
+from shiftbench.streamed import StreamedTable
 
 CROISSANT_CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 # The JSON-LD context every Croissant 1.0 document carries (the specification's standard context).
@@ -89,7 +90,7 @@ class Version:
     benchmark: str
     version: str
     manifest: Mapping[str, Any]  # spec, params, sources, warnings, family
-    tables: Mapping[str, pl.DataFrame]  # as staged (no benchmark/version columns); may add the split's magnitudes
+    tables: Mapping[str, pl.DataFrame | StreamedTable]  # as staged (no benchmark/version columns); may add the split's magnitudes
     files: Mapping[str, Mapping[str, Any]]  # the manifest's table entries: file, rows, bytes, sha256
     figures: Sequence[str]  # attachment names, shown on the card
     info: CardInfo

@@ -3,13 +3,20 @@
 Fingerprints hash content, never paths or timestamps, so the same inputs give the same id on
 any machine. Tables are hashed through Arrow IPC (a stable, specified byte layout) after
 sorting rows, so row order coming out of a join never changes an id.
+
+The IPC stream holds record batches of at most :data:`BATCH_ROWS` rows (a table up to that size is
+one batch), and its bytes are hashed as the writer produces them: a table of tens of millions of rows
+can then be hashed batch by batch as it is generated (:func:`sha256_batches`, the streamed tables of
+:mod:`shiftbench.streamed`), with the same hash as the whole table would have, and never as one
+buffer.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +24,9 @@ import polars as pl
 import pyarrow as pa
 
 _CHUNK = 1 << 20
+# Rows per IPC record batch in a table's fingerprint. Tables up to this size (every table of the
+# fixtures and defaults) hash exactly as they did when the whole table was one batch.
+BATCH_ROWS = 1 << 21
 
 
 def sha256_file(path: Path) -> str:
@@ -44,15 +54,78 @@ def sha256_json(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
+class _HashSink:
+    """A write-only file that hashes what it is given (the IPC writer's output, never kept)."""
+
+    def __init__(self) -> None:
+        self.digest = hashlib.sha256()
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data)
+        self.digest.update(view)
+        return view.nbytes
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def arrow_batch(frame: pl.DataFrame) -> pa.Table:
+    # The oldest compat level keeps the Arrow types (and so the ids) stable across polars releases.
+    table: pa.Table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
+    return table
+
+
+def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
+    """Hash of the IPC stream of ``batches`` (each written as one record batch), written straight into sha256."""
+    sink = _HashSink()
+    with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema) as writer:
+        for batch in batches:
+            writer.write_table(batch.combine_chunks())
+    return sink.digest.hexdigest()
+
+
+def rebatch(frames: Iterable[pl.DataFrame], rows: int | None = None) -> Iterator[pl.DataFrame]:
+    """The rows of ``frames`` again, in frames of exactly ``rows`` (:data:`BATCH_ROWS`) rows (the last may have fewer). A table
+    without rows is one empty frame (its schema)."""
+    rows = rows or BATCH_ROWS
+    pending: list[pl.DataFrame] = []
+    held = 0
+    yielded = False
+    empty: pl.DataFrame | None = None
+    for frame in frames:
+        if empty is None:
+            empty = frame.clear()
+        while frame.height:
+            take = min(rows - held, frame.height)
+            pending.append(frame.slice(0, take))
+            frame = frame.slice(take)
+            held += take
+            if held == rows:
+                yield pl.concat(pending, rechunk=True)
+                pending, held, yielded = [], 0, True
+    if pending:
+        yield pl.concat(pending, rechunk=True)
+    elif not yielded and empty is not None:
+        yield empty
+
+
+def sha256_frames(frames: Iterable[pl.DataFrame]) -> str:
+    """Fingerprint of the table made of ``frames`` (already in canonical row order), as :func:`sha256_table`
+    gives it: the IPC stream of its :data:`BATCH_ROWS`-row batches, each converted on its own (so that its
+    buffers hold exactly its rows; an empty table is its schema alone)."""
+    batches = (arrow_batch(frame) for frame in rebatch(frames))
+    first = next(batches)
+    return sha256_batches(first.schema, itertools.chain([first], batches) if first.num_rows else [])
+
+
 def sha256_table(frame: pl.DataFrame) -> str:
     """Order-independent content hash of a table (schema included)."""
     ordered = frame.sort(frame.columns, nulls_last=True) if frame.height else frame
-    # The oldest compat level keeps the Arrow types (and so the ids) stable across polars releases.
-    table: pa.Table = ordered.to_arrow(compat_level=pl.CompatLevel.oldest()).combine_chunks()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return hashlib.sha256(memoryview(sink.getvalue())).hexdigest()  # hashed in place, not copied to bytes
+    return sha256_frames([ordered])
 
 
 def sha256_text(text: str) -> str:

@@ -9,6 +9,7 @@ vocabulary; the contract ``data_contracts/shift_magnitudes.yaml`` allows exactly
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -50,6 +51,11 @@ def magnitudes_table(family: str, rows: Iterable[tuple[str, str, float | None]])
     return pl.DataFrame(listed, schema=SCHEMA, orient="row")
 
 
+def exact_sum(values: pl.Series, chunk: int = 1 << 20) -> float:
+    """``math.fsum`` of a column, a million values at a time (never tens of millions of Python floats at once)."""
+    return math.fsum(itertools.chain.from_iterable(values.slice(k, chunk).to_list() for k in range(0, len(values), chunk)))
+
+
 def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, float | None]]:
     """Mean, median, p90 and max of a distance column as ``(measure, scope, value)`` rows."""
     clean = values.drop_nulls().drop_nans() if values.dtype.is_float() else values.drop_nulls()
@@ -58,7 +64,7 @@ def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, 
     return [
         # fsum is exactly rounded whatever the order: the rows of a class arrive in an order parallel
         # joins choose, and a plain sum would differ in the last bits (and so the version id).
-        (f"{prefix}_mean", scope, math.fsum(clean.to_list()) / clean.len()),
+        (f"{prefix}_mean", scope, exact_sum(clean) / clean.len()),
         (f"{prefix}_median", scope, float(clean.median())),  # type: ignore[arg-type]
         (f"{prefix}_p90", scope, float(clean.quantile(0.9, interpolation="linear"))),  # type: ignore[arg-type]
         (f"{prefix}_max", scope, float(clean.max())),  # type: ignore[arg-type]

@@ -39,11 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow.parquet as pq
 from filelock import FileLock
 
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, InputError, StoreError
-from shiftbench.fingerprint import canonical_json, sha256_file, sha256_json, sha256_table
+from shiftbench.fingerprint import arrow_batch, canonical_json, rebatch, sha256_file, sha256_frames, sha256_json, sha256_table
+from shiftbench.streamed import StreamedTable
 
 SCHEMA_VERSION = 1
 VERSION_ID_LENGTH = 16
@@ -214,7 +216,7 @@ class Store:
         self,
         family: str,
         benchmark: str,
-        tables: Mapping[str, pl.DataFrame],
+        tables: Mapping[str, pl.DataFrame | StreamedTable],
         *,
         manifest_extra: Mapping[str, Any] | None = None,
         attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
@@ -235,7 +237,10 @@ class Store:
         if other is not None and other != family:
             raise InputError(f"benchmark {benchmark!r} already belongs to family {other!r}", parameter="name")
         prepared = {name: self._canonical(frame, benchmark) for name, frame in sorted(tables.items())}
-        hashes = {name: sha256_table(frame) for name, frame in prepared.items()}
+        hashes = {
+            name: sha256_frames(frame.frames()) if isinstance(frame, StreamedTable) else sha256_table(frame)
+            for name, frame in prepared.items()
+        }
         version = version_id(family, benchmark, hashes)
         final = self.version_dir(family, benchmark, version)
         if (final / "manifest.json").exists():
@@ -251,15 +256,15 @@ class Store:
         try:
             files: dict[str, Any] = {}
             for name, frame in prepared.items():
-                with_version = frame.with_columns(pl.lit(version).alias("version")).select(
-                    ["benchmark", "version", *[c for c in frame.columns if c != "benchmark"]]
-                )
                 path = staging / f"{name}.parquet"
-                self._write_table(with_version, path)
+                if isinstance(frame, StreamedTable):
+                    self._write_streamed(frame, version, path)
+                else:
+                    self._write_table(self._with_version(frame, version), path)
                 files[name] = {
                     "file": path.name,
                     "bytes": path.stat().st_size,
-                    "rows": with_version.height,
+                    "rows": frame.height,
                     "sha256": sha256_file(path),
                     "content_sha256": hashes[name],
                 }
@@ -381,7 +386,10 @@ class Store:
             raise ContractViolation(f"{name} {problem}: not published")
 
     @staticmethod
-    def _canonical(frame: pl.DataFrame, benchmark: str) -> pl.DataFrame:
+    def _canonical(frame: pl.DataFrame | StreamedTable, benchmark: str) -> pl.DataFrame | StreamedTable:
+        if isinstance(frame, StreamedTable):  # made in canonical order: only the benchmark column is added
+            schema = pl.Schema({"benchmark": pl.String(), **{k: v for k, v in frame.schema.items() if k != "benchmark"}})
+            return frame.map(schema, lambda part: part.with_columns(pl.lit(benchmark).alias("benchmark")).select(schema.names()))
         if "version" in frame.columns:
             frame = frame.drop("version")
         if "benchmark" not in frame.columns:
@@ -391,9 +399,30 @@ class Store:
         return frame.sort(frame.columns, nulls_last=True, maintain_order=True)
 
     @staticmethod
+    def _with_version(frame: pl.DataFrame, version: str) -> pl.DataFrame:
+        return frame.with_columns(pl.lit(version).alias("version")).select(
+            ["benchmark", "version", *[c for c in frame.columns if c != "benchmark"]]
+        )
+
+    @staticmethod
     def _write_table(frame: pl.DataFrame, path: Path) -> None:
         frame.write_parquet(path, compression="zstd", statistics=True)
         with path.open("rb+") as handle:
+            os.fsync(handle.fileno())
+
+    @classmethod
+    def _write_streamed(cls, table: StreamedTable, version: str, path: Path) -> None:
+        """A streamed table as Parquet, one row group per batch: never more than a batch in memory."""
+        with path.open("wb") as handle:
+            writer: pq.ParquetWriter | None = None
+            for frame in rebatch(table.frames()):
+                batch = arrow_batch(cls._with_version(frame, version))
+                if writer is None:
+                    writer = pq.ParquetWriter(handle, batch.schema, compression="zstd", write_statistics=True)
+                writer.write_table(batch, row_group_size=batch.num_rows or None)
+            if writer is not None:
+                writer.close()
+            handle.flush()
             os.fsync(handle.fileno())
 
     def _clean_stale_staging(self) -> None:

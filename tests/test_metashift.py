@@ -54,7 +54,7 @@ def _task_data(objects: pl.DataFrame, images: pl.DataFrame, name: str) -> TaskDa
 # -- exactness --------------------------------------------------------------------------------
 def test_released_attribute_subsets_are_reproduced_exactly(fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]) -> None:
     objects, images = fixture_scenes
-    memberships = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts)
+    memberships = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts).frame()
     released = pl.read_parquet(METASHIFT / "attribute_subsets.parquet")
     assert memberships["subset"].n_unique() == released["subset"].n_unique() == 4962
     ours = set(zip(memberships["subset"], memberships["image_id"], strict=True))
@@ -94,7 +94,7 @@ def test_sparse_overlaps_equal_pairwise_set_intersections(fixture_scenes: tuple[
     memberships = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts)
     nodes = mg.node_order(subset_table(memberships, 25, 6).filter(pl.col("selected")))
     edges = mg.overlap_edges(memberships, nodes, 0.0)
-    sets = {k[0]: set(v["image_id"]) for k, v in memberships.partition_by("subset", as_dict=True).items()}
+    sets = {k[0]: set(v["image_id"]) for k, v in memberships.frame().partition_by("subset", as_dict=True).items()}
     expected = {}
     for _, frame in nodes.partition_by("class", as_dict=True).items():
         for a, b in combinations(sorted(frame["subset"]), 2):
@@ -148,8 +148,8 @@ def test_mostly_null_distances_are_warned_about(fixture_scenes: tuple[pl.DataFra
     expected = r"\(9\d%\) are NULL: (degenerate_eigenvalues|different_components) [\d,]+, "
     for overrides, expect in (({}, None), (released, expected)):
         spec = SPECS.collections["metashift-attributes"].with_overrides(overrides)
-        tables, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
-        warnings = build.distance_warnings(tables["metashift_distances"], spec.embedding)
+        _, results = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
+        warnings = build.distance_warnings(build.summarise_distances(results), spec.embedding)
         if expect is None:
             assert warnings == []
         else:
@@ -343,7 +343,7 @@ def test_tag_tables_build_subsets_and_reject_numeric_ids(tmp_path: Path) -> None
     csv.write_text("image_id,tag,kind\na,cat,object\na,sofa,object\na,indoors,general\nb,cat,object\nb,grass,object\n")
     tables = read_tags_table(csv)
     memberships = candidate_memberships(tables.objects, tables.images, ["object", "general"], SPECS.general_contexts)
-    assert set(memberships["subset"]) >= {"cat(sofa)", "cat(grass)", "cat(indoors)", "sofa(cat)"}
+    assert set(memberships.frame()["subset"]) >= {"cat(sofa)", "cat(grass)", "cat(indoors)", "sofa(cat)"}
     pl.DataFrame({"image_id": [1, 2], "tag": ["cat", "dog"]}).write_parquet(tmp_path / "tags.parquet")
     with pytest.raises(InputError, match="column 'image_id' must be strings"):
         read_tags_table(tmp_path / "tags.parquet")
@@ -445,9 +445,9 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
     script = (
         "from shiftbench.metashift.build import collection_tables; from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
-        "from shiftbench.fingerprint import sha256_table; s = load_specs(); o, i, _ = generate_scene_tables();"
-        "t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
-        "print({k: sha256_table(v) for k, v in sorted(t.items())})"
+        "from shiftbench.fingerprint import sha256_frames, sha256_table; s = load_specs();"
+        "o, i, _ = generate_scene_tables(); t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
+        "print({k: sha256_table(v) if hasattr(v, 'columns') else sha256_frames(v.frames()) for k, v in sorted(t.items())})"
     )
     outputs = {
         subprocess.run(

@@ -17,12 +17,14 @@ Dataset card
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
@@ -30,8 +32,9 @@ from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table, summary
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
-from shiftbench.metashift.subsets import candidate_memberships, image_classes, subset_table
+from shiftbench.metashift.subsets import SUBSET_COLUMNS, Memberships, candidate_memberships, image_classes, subset_table
 from shiftbench.metashift.tasks import TaskData, build_task
+from shiftbench.streamed import StreamedTable
 
 FAMILY = "metashift"
 _BENCHMARK_SCHEMA = {
@@ -73,6 +76,85 @@ def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFram
     return results
 
 
+def class_distances(name: str, result: ClassResult) -> pl.DataFrame:
+    """One class's rows of ``metashift_distances``, sorted by (subset_a, subset_b) as the store sorts them.
+
+    Pairs come as node indices; they are ordered by the ranks of the subsets' names, so the strings are
+    only gathered once, already in order.
+    """
+    pairs = em.pair_distances(result.embedding)
+    names = result.graph.nodes
+    by_name = sorted(range(len(names)), key=names.__getitem__)
+    rank = np.empty(len(names), dtype=np.int64)
+    rank[by_name] = np.arange(len(names))
+    first = np.minimum(rank[pairs.i], rank[pairs.j])
+    second = np.maximum(rank[pairs.i], rank[pairs.j])
+    order = np.argsort(first * len(names) + second, kind="stable")
+    ordered = pl.Series([names[k] for k in by_name], dtype=pl.String)
+    return pl.DataFrame(
+        {
+            "class": pl.Series([name], dtype=pl.String).gather(np.zeros(len(order), dtype=np.int64)),
+            "subset_a": ordered.gather(first[order]),
+            "subset_b": ordered.gather(second[order]),
+            "distance": _nullable(pairs.distance[order]),
+            "raw_distance": pairs.raw[order].astype(np.float64),
+            "status": pl.Series(pairs.status[order], dtype=pl.String),
+        },
+        schema=DISTANCE_SCHEMA,
+    )
+
+
+def _nullable(values: np.ndarray) -> pl.Series:
+    """NaN as NULL, with 0.0 stored under each NULL: the bytes under a NULL enter the table's fingerprint
+    (Arrow IPC writes the whole buffer), and a column built from Python ``None`` holds 0.0 there."""
+    missing = np.isnan(values)
+    return pl.Series(pa.array(np.where(missing, 0.0, values), mask=missing), dtype=pl.Float64)
+
+
+def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
+    classes = sorted(results)
+    height = sum(len(results[c].graph.nodes) * (len(results[c].graph.nodes) - 1) // 2 for c in classes)
+    return StreamedTable(DISTANCE_SCHEMA, height, lambda: (class_distances(c, results[c]) for c in classes))
+
+
+MEMBERSHIP_BATCH = 1 << 21
+
+
+def _subset_images_table(memberships: Memberships) -> StreamedTable:
+    schema = pl.Schema({"subset": pl.String(), "image_id": pl.String()})
+
+    def frames() -> Iterator[pl.DataFrame]:
+        for start in range(0, max(memberships.height, 1), MEMBERSHIP_BATCH):
+            yield memberships.frame(start, MEMBERSHIP_BATCH).select(schema.names())
+
+    return StreamedTable(schema, memberships.height, frames)
+
+
+@dataclass(frozen=True)
+class DistanceSummary:
+    """What the collection's magnitudes and warnings need of its distances, gathered without their strings."""
+
+    values: np.ndarray  # every defined distance, class by class
+    class_sums: dict[str, tuple[float, int]]  # exactly rounded sum and count of each class's defined distances
+    null_statuses: dict[str, int]  # NULL distances by status
+    total: int
+
+
+def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
+    values, class_sums, nulls, total = [], {}, Counter[str](), 0
+    for name in sorted(results):
+        pairs = em.pair_distances(results[name].embedding)
+        known = pairs.distance[~np.isnan(pairs.distance)]
+        values.append(known)
+        if len(known):
+            class_sums[name] = (math.fsum(known.tolist()), len(known))
+        statuses, counts = np.unique(pairs.status[np.isnan(pairs.distance)], return_counts=True)
+        nulls.update(dict(zip(statuses.tolist(), counts.tolist(), strict=True)))
+        total += len(pairs.distance)
+    joined = np.concatenate(values) if values else np.zeros(0)
+    return DistanceSummary(joined, class_sums, dict(nulls), total)
+
+
 def collection_tables(
     spec: CollectionSpec,
     objects: pl.DataFrame,
@@ -80,8 +162,13 @@ def collection_tables(
     general_contexts: Mapping[str, Sequence[str]],
     sources: Mapping[str, Any],
     class_groups: pl.DataFrame | None = None,
-) -> tuple[dict[str, pl.DataFrame], dict[str, ClassResult]]:
-    """All tables of one collection version (without ``version``), and the per-class graphs."""
+) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult]]:
+    """All tables of one collection version (without ``version``), and the per-class graphs.
+
+    ``metashift_subset_images`` and ``metashift_distances`` are :class:`StreamedTable`\ s, made from
+    integer codes and the embeddings whenever they are read (at GQA scale they have tens of millions of
+    rows); the other tables are data frames.
+    """
     memberships = candidate_memberships(objects, images, spec.context_kinds, general_contexts, class_groups)
     subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
     if not subsets["selected"].any():  # an empty collection would publish as a result: refuse it
@@ -93,10 +180,10 @@ def collection_tables(
             parameter="min_subset_size",
         )
     nodes = mg.node_order(subsets.filter(pl.col("selected")))
-    edges = mg.overlap_edges(memberships.select("subset", "image_id"), nodes, spec.edge_threshold)
+    edges = mg.overlap_edges(memberships, nodes, spec.edge_threshold)
     results = _class_results(spec, nodes, edges)
 
-    community_rows, embedding_rows, distance_parts, graph_rows = [], [], [], []
+    community_rows, embedding_rows, graph_rows = [], [], []
     for name, result in sorted(results.items()):
         graph, emb = result.graph, result.embedding
         size_of = dict(zip(graph.nodes, graph.sizes.tolist(), strict=True))
@@ -108,23 +195,6 @@ def collection_tables(
             embedding_rows.append(
                 (name, subset, int(emb.component[k]), [float(x) for x in emb.coords[k]], str(emb.component_status[k]))
             )
-        pairs = em.pair_distances(emb)
-        names = np.array(graph.nodes, dtype=object)
-        a, b = names[pairs.i], names[pairs.j]
-        swap = a > b
-        distance_parts.append(
-            pl.DataFrame(
-                {
-                    "class": [name] * len(pairs.i),
-                    "subset_a": np.where(swap, b, a).tolist(),
-                    "subset_b": np.where(swap, a, b).tolist(),
-                    "distance": [None if np.isnan(v) else float(v) for v in pairs.distance],
-                    "raw_distance": pairs.raw.astype(np.float64),
-                    "status": pairs.status.tolist(),
-                },
-                schema=DISTANCE_SCHEMA,
-            )
-        )
         n_components = int(emb.component.max()) + 1 if len(graph.nodes) else 0
         largest = int(np.sum(emb.component == 0))
         statuses = sorted(set(emb.component_status.tolist()) - {"ok"})
@@ -141,31 +211,27 @@ def collection_tables(
                 emb.eigenvalues[0] if emb.eigenvalues else [],
             )
         )
-    tables = {
+    tables: dict[str, pl.DataFrame | StreamedTable] = {
         "benchmarks": benchmarks_row(spec.name, {**spec.params(), "kind": "collection"}, sources, 0),
-        "metashift_subsets": subsets.select(
-            "subset", "class", "context", "context_kind", "context_group", "n_images", "selected", "selection"
-        ),
-        "metashift_subset_images": memberships.select("subset", "image_id"),
+        "metashift_subsets": subsets.select(SUBSET_COLUMNS),
+        "metashift_subset_images": _subset_images_table(memberships),
         "metashift_edges": edges,
-        "metashift_distances": pl.concat(distance_parts) if distance_parts else pl.DataFrame(schema=DISTANCE_SCHEMA),
+        "metashift_distances": _distances_table(results),
         "metashift_communities": pl.DataFrame(community_rows, schema=COMMUNITY_SCHEMA, orient="row"),
         "metashift_embeddings": pl.DataFrame(embedding_rows, schema=EMBEDDING_SCHEMA, orient="row"),
         "metashift_graphs": pl.DataFrame(graph_rows, schema=GRAPH_SCHEMA, orient="row"),
     }
-    tables["shift_magnitudes"] = collection_magnitudes(tables["metashift_distances"])
+    tables["shift_magnitudes"] = collection_magnitudes(summarise_distances(results))
     return tables, results
 
 
-def collection_magnitudes(distances: pl.DataFrame) -> pl.DataFrame:
+def collection_magnitudes(distances: DistanceSummary) -> pl.DataFrame:
     """The distribution of subset distances: over every class (scope ``all``), and each class's mean."""
-    rows = summary(distances["distance"], "subset_distance", SCOPE_ALL)
-    # Each class's mean with an exactly rounded sum: a parallel group_by adds partial sums in whatever order
-    # its threads finish, which changed the last bits (and the version id) from run to run.
-    known = distances.filter(pl.col("distance").is_not_null() & ~pl.col("distance").is_nan())
-    for (name,), part in sorted(known.partition_by("class", as_dict=True).items()):
-        values = part["distance"].to_list()
-        rows.append(("subset_distance_mean", str(name), math.fsum(values) / len(values)))
+    rows = summary(pl.Series(distances.values, dtype=pl.Float64), "subset_distance", SCOPE_ALL)
+    # Each class's mean with an exactly rounded sum (math.fsum): the same value whatever order the
+    # distances come in (a parallel group_by once changed its last bits, and the version id, between runs).
+    for name, (total, count) in sorted(distances.class_sums.items()):
+        rows.append(("subset_distance_mean", name, total / count))
     return magnitudes_table(FAMILY, rows)
 
 
@@ -180,27 +246,27 @@ def task_magnitudes(summary_row: Mapping[str, Any], communities: pl.DataFrame) -
 NULL_DISTANCE_WARNING_SHARE = 0.5
 
 
-def distance_warnings(distances: pl.DataFrame, embedding: str) -> list[str]:
+def distance_warnings(distances: DistanceSummary, embedding: str) -> list[str]:
     """Say loudly when most distances of a collection are NULL (published, but mostly unusable).
 
     Sparse meta-graphs (high ``edge_threshold``, attribute contexts) split into many components,
     and in ``networkx`` mode a graph with several zero eigenvalues is embedded as a whole, so
     most of its pairs are flagged; the user should know before picking tasks from it.
     """
-    if distances.is_empty():
+    if distances.total == 0:
         return ["no distances: no class has two or more selected subsets"]
-    null = distances.filter(pl.col("distance").is_null())
-    share = null.height / distances.height
+    n_null = sum(distances.null_statuses.values())
+    share = n_null / distances.total
     if share <= NULL_DISTANCE_WARNING_SHARE:
         return []
-    counts = null.group_by("status").len().sort("len", "status", descending=[True, False])
-    reasons = ", ".join(f"{status} {n:,}" for status, n in counts.iter_rows())
+    counts = sorted(distances.null_statuses.items(), key=lambda item: (-item[1], item[0]))
+    reasons = ", ".join(f"{status} {n:,}" for status, n in counts)
     hint = (
         " (networkx mode embeds each meta-graph as a whole: use embedding=paper for per-component distances)"
         if embedding == "networkx"
         else " (meta-graphs are split into components: a lower edge_threshold joins more of them)"
     )
-    return [f"{null.height:,} of {distances.height:,} distances ({share:.0%}) are NULL: {reasons}{hint}"]
+    return [f"{n_null:,} of {distances.total:,} distances ({share:.0%}) are NULL: {reasons}{hint}"]
 
 
 DISTANCE_SCHEMA = pl.Schema(
@@ -272,7 +338,7 @@ def task_data(
     """Images per candidate subset of the task's classes, and per class."""
     classes = image_classes(objects, class_groups).filter(pl.col("class").is_in(list(spec.classes)))
     relevant = objects.filter(pl.col("image_id").is_in(classes["image_id"].unique().implode()))
-    memberships = candidate_memberships(relevant, images, spec.context_kinds, general_contexts, class_groups)
+    memberships = candidate_memberships(relevant, images, spec.context_kinds, general_contexts, class_groups).frame()
     subset_images = {
         str(key[0]): frozenset(frame["image_id"].to_list())
         for key, frame in memberships.select("subset", "image_id").partition_by("subset", as_dict=True).items()

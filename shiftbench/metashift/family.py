@@ -247,7 +247,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         code_version=CODE_VERSION,
         images=None,
         attachments=figures,
-        warnings=build.distance_warnings(tables["metashift_distances"], spec.embedding),
+        warnings=build.distance_warnings(build.summarise_distances(results), spec.embedding),
         card=card_info(str(scenes.meta["dataset"]), COLLECTION_SHIFT),
     )
 

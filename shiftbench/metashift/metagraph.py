@@ -12,6 +12,7 @@ Communities: Louvain (the paper, seeded) or greedy modularity (what the released
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import networkx as nx
@@ -20,6 +21,7 @@ import polars as pl
 import scipy.sparse as sp
 
 from shiftbench.errors import InputError
+from shiftbench.metashift.subsets import Memberships
 
 COMMUNITY_METHODS = ("louvain", "greedy_modularity")
 EDGE_SCHEMA = {
@@ -44,18 +46,21 @@ def node_order(subsets: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def overlap_edges(memberships: pl.DataFrame, nodes: pl.DataFrame, threshold: float) -> pl.DataFrame:
+def overlap_edges(memberships: Memberships, nodes: pl.DataFrame, threshold: float) -> pl.DataFrame:
     """Edges (overlap >= threshold and > 0) between subsets of the same class.
 
-    ``memberships``: (subset, image_id); ``nodes``: (class, subset, n_images) of the subsets to
-    connect. Returns ``class, subset_a, subset_b, n_shared, overlap`` with subset_a < subset_b.
+    ``nodes``: (class, subset, n_images, code, class_code) of the subsets to connect, ``code`` being the
+    memberships' subset code. Returns ``class, subset_a, subset_b, n_shared, overlap`` with
+    subset_a < subset_b. The incidence matrix is built from integer codes only.
     """
-    columns = nodes.select("class", "subset", "n_images").with_row_index("col")
+    columns = nodes.select("class", "subset", "n_images", "code", "class_code").with_row_index("col")
     if columns.height < 2:
         return pl.DataFrame(schema=EDGE_SCHEMA)
-    incidence = memberships.join(columns.select("subset", "class", "col"), on="subset", how="inner")
-    rows = incidence.select("class", "image_id").unique().with_row_index("row")
-    incidence = incidence.join(rows, on=["class", "image_id"])
+    incidence = memberships.pairs.join(
+        columns.select(pl.col("code").alias("subset"), "class_code", "col"), on="subset", how="inner"
+    )
+    rows = incidence.select("class_code", "image").unique().with_row_index("row")
+    incidence = incidence.join(rows, on=["class_code", "image"])
     matrix = sp.csr_array(
         (
             np.ones(incidence.height, dtype=np.int64),
@@ -63,6 +68,7 @@ def overlap_edges(memberships: pl.DataFrame, nodes: pl.DataFrame, threshold: flo
         ),
         shape=(rows.height, columns.height),
     )
+    del incidence, rows
     shared = sp.triu(matrix.T @ matrix, k=1).tocoo()
     sizes = columns["n_images"].to_numpy()
     i, j, n = shared.row, shared.col, shared.data
@@ -141,10 +147,33 @@ def detect_communities(graph: ClassGraph, method: str, seed: int) -> list[list[s
 
 
 def modularity(graph: ClassGraph, communities: list[list[str]]) -> float | None:
-    g = graph.to_networkx()
-    if g.number_of_edges() == 0:
+    """Newman's weighted modularity (resolution 1), as ``networkx.community.modularity`` defines it.
+
+    Written here rather than called from networkx: networkx adds the communities' terms in the order
+    of Python sets, which changes with the process's string hashing, and rounding that sum to 12
+    digits still flipped its last digit in some processes (and with it the version id). Here every sum
+    is exactly rounded (``math.fsum``), so the value does not depend on any order; it is rounded to 12
+    digits as before, so the published values stay those networkx gave.
+    """
+    coo = sp.triu(graph.weights, k=1).tocoo()
+    if coo.nnz == 0:
         return None
-    value = nx.community.modularity(g, [set(c) for c in communities], weight="weight")
-    # networkx sums over sets, whose order varies with the process's string hashing: round away
-    # the last bits so that the same graph gives the same bytes (and version id) in every process.
-    return round(float(value), 12) + 0.0
+    index = {name: k for k, name in enumerate(graph.nodes)}
+    label = np.full(len(graph.nodes), -1, dtype=np.int64)
+    for number, members in enumerate(communities):
+        label[[index[name] for name in members]] = number
+    ends = np.concatenate([coo.row, coo.col])
+    incident = np.concatenate([coo.data, coo.data])
+    by_node = np.argsort(ends, kind="stable")
+    bounds = np.searchsorted(ends[by_node], np.arange(len(graph.nodes) + 1))
+    ordered = incident[by_node]
+    degree = np.array([math.fsum(ordered[bounds[k] : bounds[k + 1]].tolist()) for k in range(len(graph.nodes))])
+    degree_sum = math.fsum(degree.tolist())
+    m = degree_sum / 2
+    internal = label[coo.row] == label[coo.col]
+    terms = []
+    for number in range(len(communities)):
+        inside = math.fsum(coo.data[internal & (label[coo.row] == number)].tolist())
+        total = math.fsum(degree[label == number].tolist())
+        terms.append(inside / m - total * total / degree_sum**2)
+    return round(math.fsum(terms), 12) + 0.0

@@ -8,7 +8,8 @@ holds the images that show a cat and a sofa. Three kinds of context:
 - ``general``: an image-level tag (GQA ``location`` / ``weather`` or a tag table's ``general``
   rows) that appears in the paper's general-context ontology (``cat(indoors)``).
 
-All of it is relational (joins on ``image_id``), done in polars; nothing loops over images.
+All of it is relational (joins on integer image and string codes), done in polars; nothing loops over
+images.
 A context name can exist in two kinds (the object "grass" and the place "grass"): the object
 subset keeps ``cat(grass)`` and the other is named ``cat(general:grass)``, so names stay unique.
 """
@@ -16,12 +17,15 @@ subset keeps ``cat(grass)`` and the other is named ``cat(general:grass)``, so na
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
 
 from shiftbench.errors import InputError
 
 CONTEXT_KINDS = ("object", "attribute", "general")
+SUBSET_COLUMNS = ("subset", "class", "context", "context_kind", "context_group", "n_images", "selected", "selection")
 MEMBERSHIP_SCHEMA = {
     "subset": pl.String,
     "class": pl.String,
@@ -61,54 +65,96 @@ def image_classes(objects: pl.DataFrame, class_groups: pl.DataFrame | None) -> p
     return names.join(class_groups, on="name", how="inner")
 
 
-def _object_contexts(objects: pl.DataFrame, class_groups: pl.DataFrame | None) -> pl.DataFrame:
-    classes = image_classes(objects, class_groups).select("image_id", "class").unique()
-    names = objects.select("image_id", pl.col("name").alias("context")).unique()
-    pairs = classes.join(names, on="image_id").filter(pl.col("class") != pl.col("context"))
-    if class_groups is not None:  # "furniture(sofa)" would only restate that the image shows furniture
-        members = class_groups.rename({"name": "context"})
-        pairs = pairs.join(members, on=["context", "class"], how="anti")
-    return pairs.with_columns(pl.lit("object").alias("context_kind"), pl.lit(None, pl.String).alias("context_group"))
+@dataclass(frozen=True)
+class Memberships:
+    """Candidate subsets and their images, integer-coded.
+
+    ``subsets``: one row per candidate subset (``subset, class, context, context_kind, context_group``,
+    and ``class_code``), row k has code k, in subset-name order. ``image_ids``: the images, sorted; an
+    image's code is its position. ``pairs``: (``subset``, ``image``) codes, unique, sorted by subset then
+    image, so that in strings too they are sorted by (subset, image_id). A GQA-scale object-context
+    collection has about 19 M pairs: 8 bytes each here, against about 60 as a table of strings.
+    """
+
+    subsets: pl.DataFrame
+    image_ids: pl.Series
+    pairs: pl.DataFrame
+
+    @property
+    def height(self) -> int:
+        return self.pairs.height
+
+    def sizes(self) -> np.ndarray:
+        """Images per subset, by code."""
+        sizes: np.ndarray = np.bincount(self.pairs["subset"].to_numpy(), minlength=self.subsets.height)
+        return sizes
+
+    def frame(self, start: int = 0, length: int | None = None) -> pl.DataFrame:
+        """(a slice of) the memberships as strings: ``subset, class, context, context_kind, context_group, image_id``."""
+        pairs = self.pairs.slice(start, length)
+        subsets = self.subsets.drop("class_code")
+        rows = subsets.gather(pairs["subset"]).with_columns(image_id=self.image_ids.gather(pairs["image"]))
+        return rows.select(list(MEMBERSHIP_SCHEMA))
+
+    @classmethod
+    def from_frame(cls, frame: pl.DataFrame) -> Memberships:
+        """Memberships given as (subset, image_id) strings (a task's few subsets); the class comes from the name."""
+        subsets = (
+            frame.select("subset")
+            .unique()
+            .sort("subset")
+            .with_columns(
+                pl.col("subset").map_elements(lambda n: parse_subset_name(n)[0], return_dtype=pl.String).alias("class")
+            )
+        )
+        subsets = subsets.with_columns(pl.col("class").rank("dense").cast(pl.UInt32).alias("class_code"))
+        image_ids = frame["image_id"].unique().sort()
+        pairs = (
+            frame.select("subset", "image_id")
+            .join(subsets.select("subset").with_row_index("code"), on="subset")
+            .join(image_ids.to_frame().with_row_index("image"), on="image_id")
+            .select(pl.col("code").alias("subset"), "image")
+            .unique()
+            .sort("subset", "image")
+        )
+        return cls(subsets, image_ids, pairs)
 
 
-def _attribute_contexts(objects: pl.DataFrame, class_groups: pl.DataFrame | None) -> pl.DataFrame:
-    exploded = (
-        objects.select("image_id", "name", pl.col("attributes").alias("context"))
-        .explode("context")
-        .drop_nulls("context")
-    )
-    if class_groups is None:
+def _coded(values: pl.Expr, vocabulary: pl.DataFrame) -> pl.Expr:
+    """Strings as their codes in ``vocabulary`` (NULL for a string it lacks)."""
+    return values.replace_strict(vocabulary["value"], vocabulary["code"], default=None)
+
+
+def _object_contexts(coded: pl.DataFrame, classes: pl.DataFrame, groups: pl.DataFrame | None) -> pl.DataFrame:
+    names = coded.select("image", pl.col("name").alias("context")).unique()
+    pairs = classes.join(names, on="image").filter(pl.col("class") != pl.col("context"))
+    if groups is not None:  # "furniture(sofa)" would only restate that the image shows furniture
+        pairs = pairs.join(groups.rename({"name": "context"}), on=["context", "class"], how="anti")
+    return pairs.with_columns(pl.lit(0, pl.UInt8).alias("kind"))
+
+
+def _attribute_contexts(coded: pl.DataFrame, groups: pl.DataFrame | None) -> pl.DataFrame:
+    exploded = coded.select("image", "name", pl.col("attributes").alias("context")).explode("context").drop_nulls()
+    if groups is None:
         exploded = exploded.with_columns(pl.col("name").alias("class"))
     else:
-        exploded = exploded.join(class_groups, on="name", how="inner")
-    return (
-        exploded.select("image_id", "class", "context")
-        .unique()
-        .with_columns(pl.lit("attribute").alias("context_kind"), pl.lit(None, pl.String).alias("context_group"))
-    )
+        exploded = exploded.join(groups, on="name", how="inner")
+    return exploded.select("image", "class", "context").unique().with_columns(pl.lit(1, pl.UInt8).alias("kind"))
 
 
 def _general_contexts(
-    objects: pl.DataFrame,
-    images: pl.DataFrame,
-    ontology: Mapping[str, Sequence[str]],
-    class_groups: pl.DataFrame | None,
+    images: pl.DataFrame, image_codes: pl.DataFrame, classes: pl.DataFrame, context: pl.DataFrame
 ) -> pl.DataFrame:
-    vocabulary = pl.DataFrame(
-        [(value, group) for group, values in ontology.items() for value in values],
-        schema={"context": pl.String, "context_group": pl.String},
-        orient="row",
-    ).unique("context", keep="first", maintain_order=True)
     tags = pl.concat(
         [
-            images.select("image_id", pl.col("location").alias("context")),
-            images.select("image_id", pl.col("weather").alias("context")),
-            images.select("image_id", pl.col("general").alias("context")).explode("context"),
+            images.select("image_id", pl.col("location").alias("value")),
+            images.select("image_id", pl.col("weather").alias("value")),
+            images.select("image_id", pl.col("general").alias("value")).explode("value"),
         ]
-    ).drop_nulls("context")
-    tags = tags.join(vocabulary, on="context", how="inner").unique()
-    classes = image_classes(objects, class_groups).select("image_id", "class").unique()
-    return classes.join(tags, on="image_id").with_columns(pl.lit("general").alias("context_kind"))
+    ).drop_nulls("value")
+    tags = tags.join(context, on="value", how="inner").join(image_codes, on="image_id", how="inner")
+    tags = tags.select("image", pl.col("code").alias("context")).unique()
+    return classes.join(tags, on="image").with_columns(pl.lit(2, pl.UInt8).alias("kind"))
 
 
 def candidate_memberships(
@@ -117,47 +163,107 @@ def candidate_memberships(
     kinds: Sequence[str],
     general_ontology: Mapping[str, Sequence[str]],
     class_groups: pl.DataFrame | None = None,
-) -> pl.DataFrame:
-    """One row per (candidate subset, image), every candidate whatever its size."""
+) -> Memberships:
+    """Every candidate subset whatever its size, and its images (one pair per (subset, image)).
+
+    The joins run on integer codes (images, and one vocabulary for object names, attributes, class
+    groups and general tags, so that ``class != context`` compares codes); strings come back only for
+    the candidate subsets' names.
+    """
     kinds = check_context_kinds(kinds)
+    ontology = pl.DataFrame(
+        [(value, group) for group, values in general_ontology.items() for value in values],
+        schema={"value": pl.String, "context_group": pl.String},
+        orient="row",
+    ).unique("value", keep="first", maintain_order=True)
+    strings = [objects["name"], objects["attributes"].explode().drop_nulls(), ontology["value"]]
+    if class_groups is not None:
+        strings += [class_groups["class"]]
+    vocabulary = (
+        pl.concat([s.rename("value") for s in strings]).unique().sort().to_frame().with_row_index("code")
+    )
+    image_ids = objects["image_id"].unique().sort()
+    image_codes = image_ids.to_frame().with_row_index("image")
+    coded = objects.join(image_codes, on="image_id", how="left").select(
+        "image",
+        _coded(pl.col("name"), vocabulary).alias("name"),
+        pl.col("attributes").list.eval(_coded(pl.element(), vocabulary)).alias("attributes"),
+    )
+    groups = None
+    if class_groups is not None:
+        groups = class_groups.select(
+            _coded(pl.col("name"), vocabulary).alias("name"), _coded(pl.col("class"), vocabulary).alias("class")
+        ).drop_nulls()
+    classes = coded.select("image", "name").unique()
+    classes = (
+        classes.rename({"name": "class"})
+        if groups is None
+        else classes.join(groups, on="name", how="inner").select("image", "class").unique()
+    )
     parts = []
     if "object" in kinds:
-        parts.append(_object_contexts(objects, class_groups))
+        parts.append(_object_contexts(coded, classes, groups))
     if "attribute" in kinds:
-        parts.append(_attribute_contexts(objects, class_groups))
+        parts.append(_attribute_contexts(coded, groups))
     if "general" in kinds:
-        parts.append(_general_contexts(objects, images, general_ontology, class_groups))
-    columns = ["image_id", "class", "context", "context_kind", "context_group"]
-    rows = pl.concat([p.select(columns) for p in parts]) if parts else pl.DataFrame(schema=MEMBERSHIP_SCHEMA)
+        context = ontology.join(vocabulary, on="value").select("value", "code")
+        parts.append(_general_contexts(images, image_codes, classes, context))
+    columns = ["image", "class", "context", "kind"]
+    rows = (
+        pl.concat([p.select(columns) for p in parts])
+        if parts
+        else pl.DataFrame(schema={"image": pl.UInt32, "class": pl.UInt32, "context": pl.UInt32, "kind": pl.UInt8})
+    )
+    kind_names = pl.Series(CONTEXT_KINDS)
+    keys = rows.select("class", "context", "kind").unique()
+    values = vocabulary["value"]
+    keys = keys.with_columns(
+        values.gather(keys["class"]).alias("class_name"),
+        values.gather(keys["context"]).alias("context_name"),
+        kind_names.gather(keys["kind"]).alias("context_kind"),
+    )
     # Unique names: the first kind (object, attribute, general) keeps class(context).
-    order = {kind: rank for rank, kind in enumerate(CONTEXT_KINDS)}
+    keys = keys.sort("class_name", "context_name", "kind").with_columns(
+        (pl.int_range(pl.len()).over("class", "context") > 0).alias("clash")
+    )
+    plain = pl.col("class_name") + pl.lit("(") + pl.col("context_name") + pl.lit(")")
+    qualified = (
+        pl.col("class_name") + pl.lit("(") + pl.col("context_kind") + pl.lit(":") + pl.col("context_name") + pl.lit(")")
+    )
+    groups_of = ontology.rename({"value": "context_name"}).with_columns(pl.lit("general").alias("context_kind"))
     keys = (
-        rows.select("class", "context", "context_kind")
+        keys.with_columns(pl.when(pl.col("clash")).then(qualified).otherwise(plain).alias("subset"))
+        .join(groups_of, on=["context_name", "context_kind"], how="left")
+        .sort("subset")
+        .with_row_index("code")
+    )
+    pairs = (
+        rows.join(keys.select("class", "context", "kind", "code"), on=["class", "context", "kind"])
+        .select(pl.col("code").alias("subset"), "image")
         .unique()
-        .with_columns(pl.col("context_kind").replace_strict(order, return_dtype=pl.Int8).alias("rank"))
-        .sort("class", "context", "rank")
-        .with_columns((pl.int_range(pl.len()).over("class", "context") > 0).alias("clash"))
+        .sort("subset", "image")
     )
-    plain = pl.col("class") + pl.lit("(") + pl.col("context") + pl.lit(")")
-    qualified = pl.col("class") + pl.lit("(") + pl.col("context_kind") + pl.lit(":") + pl.col("context") + pl.lit(")")
-    keys = keys.with_columns(pl.when(pl.col("clash")).then(qualified).otherwise(plain).alias("subset"))
-    return (
-        rows.join(keys.select("class", "context", "context_kind", "subset"), on=["class", "context", "context_kind"])
-        .select(list(MEMBERSHIP_SCHEMA))
-        .unique(["subset", "image_id"])
-        .sort("subset", "image_id")
+    subsets = keys.select(
+        "subset",
+        pl.col("class_name").alias("class"),
+        pl.col("context_name").alias("context"),
+        "context_kind",
+        "context_group",
+        pl.col("class").alias("class_code"),
     )
+    return Memberships(subsets, image_ids, pairs)
 
 
-def subset_table(memberships: pl.DataFrame, min_subset_size: int, min_subsets_per_class: int) -> pl.DataFrame:
+def subset_table(memberships: Memberships, min_subset_size: int, min_subsets_per_class: int) -> pl.DataFrame:
     """One row per candidate subset with its size and whether it enters its class's meta-graph.
 
     ``selection``: ``selected``; ``too_small`` (fewer than ``min_subset_size`` images); or
     ``class_too_few_subsets`` (the class has fewer than ``min_subsets_per_class`` large subsets;
-    the released scripts drop classes with 5 or fewer).
+    the released scripts drop classes with 5 or fewer). ``code`` and ``class_code`` tie a row to the
+    memberships' codes.
     """
-    sizes = memberships.group_by("subset", "class", "context", "context_kind", "context_group").agg(
-        pl.len().cast(pl.Int64).alias("n_images")
+    sizes = memberships.subsets.with_row_index("code").with_columns(
+        pl.Series("n_images", memberships.sizes(), dtype=pl.Int64)
     )
     large = pl.col("n_images") >= min_subset_size
     per_class = sizes.filter(large).group_by("class").agg(pl.len().alias("n_large"))
@@ -173,4 +279,5 @@ def subset_table(memberships: pl.DataFrame, min_subset_size: int, min_subsets_pe
         sizes.with_columns(selection.alias("selection"), (selection == "selected").alias("selected"))
         .drop("n_large")
         .sort("class", "subset")
+        .select(*SUBSET_COLUMNS, "code", "class_code")
     )

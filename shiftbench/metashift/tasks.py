@@ -33,6 +33,7 @@ from shiftbench.errors import InputError
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import Community, TaskSpec
+from shiftbench.metashift.subsets import Memberships
 from shiftbench.seeding import rng_for
 
 EXAMPLE_SCHEMA = {"image_id": pl.String, "split": pl.String, "y": pl.Int32, "y_name": pl.String, "group": pl.String}
@@ -287,10 +288,12 @@ def build_subpopulation(spec: TaskSpec, data: TaskData) -> tuple[_Builder, pl.Da
 def _graph_from_sets(
     class_name: str, names: list[str], sets: Mapping[str, set[str]], threshold: float
 ) -> mg.ClassGraph:
-    memberships = pl.DataFrame(
-        [(n, i) for n in names for i in sorted(sets[n])],
-        schema={"subset": pl.String, "image_id": pl.String},
-        orient="row",
+    memberships = Memberships.from_frame(
+        pl.DataFrame(
+            [(n, i) for n in names for i in sorted(sets[n])],
+            schema={"subset": pl.String, "image_id": pl.String},
+            orient="row",
+        )
     )
     nodes = pl.DataFrame(
         {
@@ -300,7 +303,7 @@ def _graph_from_sets(
             "node": list(range(len(names))),
         },
         schema={"class": pl.String, "subset": pl.String, "n_images": pl.Int64, "node": pl.Int64},
-    )
+    ).join(memberships.subsets.with_row_index("code").select("subset", "code", "class_code"), on="subset", how="left")
     edges = mg.overlap_edges(memberships, nodes, threshold)
     return mg.class_graphs(nodes, edges)[class_name]
 
