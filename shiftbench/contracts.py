@@ -21,6 +21,8 @@ The same rules back the blocking Dagster asset checks and the tests.
 from __future__ import annotations
 
 import hashlib
+import os
+import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -40,6 +42,9 @@ from pydantic import ValidationError
 from shiftbench.errors import InputError
 
 CONTRACTS_DIR = Path(__file__).resolve().parents[1] / "data_contracts"
+# DuckDB's memory for one version's checks (SHIFTBENCH_CHECK_MEMORY overrides it); beyond it joins and
+# aggregates spill to disk. Its own default is 80 % of RAM, which a GQA-scale collection's self-joins took.
+CHECK_MEMORY_LIMIT = "1GB"
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "mustBe": lambda v, t: v == t,
     "mustNotBe": lambda v, t: v != t,
@@ -226,6 +231,12 @@ class _Checker:
 
     def key(self, rule: str, columns: Sequence[str], description: str) -> None:
         cols = ", ".join(_quote(c) for c in columns)
+        # As many distinct 64-bit hashes of the key as rows proves the key unique, with a hash table of
+        # integers instead of the keys' strings (a 27 M-row distance table: 1.7 s instead of 17 s). Fewer
+        # (a duplicate, or a hash collision) falls back to counting duplicated keys exactly.
+        if self.scalar(f"SELECT count(*) = count(DISTINCT hash({cols})) FROM {self.table}"):
+            self.add(rule, 0, "mustBe", 0, description)
+            return
         dupes = self.scalar(f"SELECT count(*) FROM (SELECT {cols} FROM {self.table} GROUP BY ALL HAVING count(*) > 1)")
         self.add(rule, dupes, "mustBe", 0, description)
 
@@ -309,7 +320,13 @@ def connect_tables(tables: Mapping[str, Path]) -> duckdb.DuckDBPyConnection:
     Contract tables a version does not have (a MetaShift collection has no ``examples``) are
     empty views, so cross-table rules see zero rows instead of failing to bind.
     """
-    con = duckdb.connect()
+    con = duckdb.connect(
+        config={
+            "memory_limit": os.environ.get("SHIFTBENCH_CHECK_MEMORY", CHECK_MEMORY_LIMIT),
+            "temp_directory": str(Path(tempfile.gettempdir()) / "shiftbench-duckdb"),
+            "preserve_insertion_order": False,  # counts only: lets DuckDB spill joins and aggregates
+        }
+    )
     for name, path in tables.items():
         con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM read_parquet({_literal(str(path))})")
     for name, contract in contracts().items():

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,11 +70,17 @@ class ClassResult:
 
 
 def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassResult]:
-    results = {}
-    for name, graph in mg.class_graphs(nodes, edges).items():
-        communities = mg.detect_communities(graph, spec.community_method, spec.seed)
-        results[name] = ClassResult(graph, communities, em.embed(graph.weights, spec.embedding_dim, spec.embedding))
-    return results
+    """Communities and embeddings of every class. The embeddings (LAPACK, which releases the GIL) run on a
+    second thread while this one runs Louvain (pure Python): at GQA scale they are the two largest stages."""
+    graphs = mg.class_graphs(nodes, edges)
+    largest_first = sorted(graphs, key=lambda name: -len(graphs[name].nodes))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        embeddings = {
+            name: pool.submit(em.embed, graphs[name].weights, spec.embedding_dim, spec.embedding)
+            for name in largest_first
+        }
+        communities = {name: mg.detect_communities(graphs[name], spec.community_method, spec.seed) for name in graphs}
+        return {name: ClassResult(graphs[name], communities[name], embeddings[name].result()) for name in graphs}
 
 
 def class_distances(name: str, result: ClassResult) -> pl.DataFrame:
@@ -98,10 +105,13 @@ def class_distances(name: str, result: ClassResult) -> pl.DataFrame:
             "subset_b": ordered.gather(second[order]),
             "distance": _nullable(pairs.distance[order]),
             "raw_distance": pairs.raw[order].astype(np.float64),
-            "status": pl.Series(pairs.status[order], dtype=pl.String),
+            "status": STATUS_NAMES.gather(pairs.status_code[order]),
         },
         schema=DISTANCE_SCHEMA,
     )
+
+
+STATUS_NAMES = pl.Series(em.STATUSES, dtype=pl.String)
 
 
 def _nullable(values: np.ndarray) -> pl.Series:
@@ -125,7 +135,13 @@ def _subset_images_table(memberships: Memberships) -> StreamedTable:
 
     def frames() -> Iterator[pl.DataFrame]:
         for start in range(0, max(memberships.height, 1), MEMBERSHIP_BATCH):
-            yield memberships.frame(start, MEMBERSHIP_BATCH).select(schema.names())
+            pairs = memberships.pairs.slice(start, MEMBERSHIP_BATCH)
+            yield pl.DataFrame(
+                {
+                    "subset": memberships.subsets["subset"].gather(pairs["subset"]),
+                    "image_id": memberships.image_ids.gather(pairs["image"]),
+                }
+            )
 
     return StreamedTable(schema, memberships.height, frames)
 
@@ -148,8 +164,8 @@ def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
         values.append(known)
         if len(known):
             class_sums[name] = (math.fsum(known.tolist()), len(known))
-        statuses, counts = np.unique(pairs.status[np.isnan(pairs.distance)], return_counts=True)
-        nulls.update(dict(zip(statuses.tolist(), counts.tolist(), strict=True)))
+        counts = np.bincount(pairs.status_code[np.isnan(pairs.distance)], minlength=len(em.STATUSES))
+        nulls.update({status: int(n) for status, n in zip(em.STATUSES, counts.tolist(), strict=True) if n})
         total += len(pairs.distance)
     joined = np.concatenate(values) if values else np.zeros(0)
     return DistanceSummary(joined, class_sums, dict(nulls), total)

@@ -188,7 +188,11 @@ class PairDistances:
     j: np.ndarray
     raw: np.ndarray  # Euclidean distance between the published coordinates
     distance: np.ndarray  # raw where defined, NaN elsewhere
-    status: np.ndarray
+    status_code: np.ndarray  # index into STATUSES
+
+    @property
+    def status(self) -> np.ndarray:
+        return np.asarray(STATUSES)[self.status_code]
 
 
 def pair_distances(embedding: Embedding) -> PairDistances:
@@ -198,13 +202,14 @@ def pair_distances(embedding: Embedding) -> PairDistances:
     raw = np.linalg.norm(embedding.coords[i] - embedding.coords[j], axis=1)
     # A pair across components is undefined whatever else is true of the graph, so that status wins;
     # within a component the component's (networkx: the whole graph's) status applies.
+    node_status = np.array([STATUSES.index(str(s)) for s in embedding.component_status], dtype=np.int8)
     status = np.where(
         embedding.component[i] != embedding.component[j],
-        "different_components",
-        embedding.component_status[i],
-    )
-    distance = np.where(status == "ok", raw, np.nan)
-    return PairDistances(i, j, raw, distance, status.astype(str))
+        np.int8(STATUSES.index("different_components")),
+        node_status[i],
+    ).astype(np.int8)
+    distance = np.where(status == 0, raw, np.nan)
+    return PairDistances(i, j, raw, distance, status)
 
 
 def point_distance(a: np.ndarray, b: np.ndarray) -> float:

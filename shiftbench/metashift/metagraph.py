@@ -61,10 +61,11 @@ def overlap_edges(memberships: Memberships, nodes: pl.DataFrame, threshold: floa
     )
     rows = incidence.select("class_code", "image").unique().with_row_index("row")
     incidence = incidence.join(rows, on=["class_code", "image"])
-    matrix = sp.csr_array(
+    # int32 throughout (counts and indices fit): half the memory of the default int64 for ~19 M entries.
+    matrix = sp.csc_array(
         (
-            np.ones(incidence.height, dtype=np.int64),
-            (incidence["row"].to_numpy(), incidence["col"].to_numpy()),
+            np.ones(incidence.height, dtype=np.int32),
+            (incidence["row"].cast(pl.Int32).to_numpy(), incidence["col"].cast(pl.Int32).to_numpy()),
         ),
         shape=(rows.height, columns.height),
     )

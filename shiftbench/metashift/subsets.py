@@ -214,13 +214,21 @@ def candidate_memberships(
         if parts
         else pl.DataFrame(schema={"image": pl.UInt32, "class": pl.UInt32, "context": pl.UInt32, "kind": pl.UInt8})
     )
-    kind_names = pl.Series(CONTEXT_KINDS)
-    keys = rows.select("class", "context", "kind").unique()
+    # One 64-bit key per (class, context, kind): a single-column unique and join instead of three columns.
+    size = vocabulary.height
+    key = (pl.col("class").cast(pl.UInt64) * size + pl.col("context")) * len(CONTEXT_KINDS) + pl.col("kind")
+    rows = rows.select(key.alias("key"), "image")
+    keys = rows.select("key").unique()
+    keys = keys.with_columns(
+        (pl.col("key") // len(CONTEXT_KINDS) // size).cast(pl.UInt32).alias("class"),
+        (pl.col("key") // len(CONTEXT_KINDS) % size).cast(pl.UInt32).alias("context"),
+        (pl.col("key") % len(CONTEXT_KINDS)).cast(pl.UInt8).alias("kind"),
+    )
     values = vocabulary["value"]
     keys = keys.with_columns(
         values.gather(keys["class"]).alias("class_name"),
         values.gather(keys["context"]).alias("context_name"),
-        kind_names.gather(keys["kind"]).alias("context_kind"),
+        pl.Series(CONTEXT_KINDS).gather(keys["kind"]).alias("context_kind"),
     )
     # Unique names: the first kind (object, attribute, general) keeps class(context).
     keys = keys.sort("class_name", "context_name", "kind").with_columns(
@@ -237,11 +245,16 @@ def candidate_memberships(
         .sort("subset")
         .with_row_index("code")
     )
+    # Each part's rows are unique (image, class, context) and kinds never share a key, so the pairs are
+    # unique as they are; one 64-bit sort key orders them by subset, then image.
     pairs = (
-        rows.join(keys.select("class", "context", "kind", "code"), on=["class", "context", "kind"])
-        .select(pl.col("code").alias("subset"), "image")
-        .unique()
-        .sort("subset", "image")
+        rows.join(keys.select("key", "code"), on="key")
+        .select((pl.col("code").cast(pl.UInt64) * 2**32 + pl.col("image")).alias("pair"))
+        .sort("pair")
+        .select(
+            (pl.col("pair") // 2**32).cast(pl.UInt32).alias("subset"),
+            (pl.col("pair") % 2**32).cast(pl.UInt32).alias("image"),
+        )
     )
     subsets = keys.select(
         "subset",
