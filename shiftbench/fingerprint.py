@@ -104,11 +104,11 @@ def rebatch(frames: Iterable[pl.DataFrame], rows: int | None = None) -> Iterator
             pending.append(frame.slice(0, take))
             frame = frame.slice(take)
             held += take
-            if held == rows:
-                yield pl.concat(pending, rechunk=True)
+            if held == rows:  # not rechunked: the Arrow conversion makes the one contiguous copy
+                yield pl.concat(pending, rechunk=False)
                 pending, held, yielded = [], 0, True
     if pending:
-        yield pl.concat(pending, rechunk=True)
+        yield pl.concat(pending, rechunk=False)
     elif not yielded and empty is not None:
         yield empty
 

@@ -56,12 +56,28 @@ def overlap_edges(memberships: Memberships, nodes: pl.DataFrame, threshold: floa
     columns = nodes.select("class", "subset", "n_images", "code", "class_code").with_row_index("col")
     if columns.height < 2:
         return pl.DataFrame(schema=EDGE_SCHEMA)
-    incidence = memberships.pairs.join(
+    # The product is block-diagonal by class: classes are taken in groups of about OVERLAP_CHUNK
+    # incidence entries, so the incidence matrix and its product never exist for all classes at once.
+    selected = memberships.pairs.join(
         columns.select(pl.col("code").alias("subset"), "class_code", "col"), on="subset", how="inner"
     )
+    per_class = selected.group_by("class_code").len().sort("class_code")
+    group = (per_class["len"].cum_sum() - per_class["len"]) // OVERLAP_CHUNK
+    parts = []
+    for chunk in per_class.with_columns(group.alias("group")).partition_by("group"):
+        incidence = selected.join(chunk.select("class_code"), on="class_code", how="semi")
+        parts.append(_chunk_edges(incidence, columns, threshold))
+    del selected
+    return pl.concat(parts).sort("class", "subset_a", "subset_b")
+
+
+OVERLAP_CHUNK = 4_000_000
+
+
+def _chunk_edges(incidence: pl.DataFrame, columns: pl.DataFrame, threshold: float) -> pl.DataFrame:
     rows = incidence.select("class_code", "image").unique().with_row_index("row")
     incidence = incidence.join(rows, on=["class_code", "image"])
-    # int32 throughout (counts and indices fit): half the memory of the default int64 for ~19 M entries.
+    # int32 throughout (counts and indices fit): half the memory of scipy's default int64.
     matrix = sp.csc_array(
         (
             np.ones(incidence.height, dtype=np.int32),
@@ -89,7 +105,7 @@ def overlap_edges(memberships: Memberships, nodes: pl.DataFrame, threshold: floa
             "overlap": overlap[keep].astype(np.float64),
         },
         schema=EDGE_SCHEMA,
-    ).sort("class", "subset_a", "subset_b")
+    )
 
 
 @dataclass(frozen=True)
