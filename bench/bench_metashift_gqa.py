@@ -148,7 +148,11 @@ def run_reference(path: Path, collection: str) -> dict[str, Any]:
 
 def run_cli(path: Path, collection: str, home: Path) -> dict[str, Any]:
     name, overrides = COLLECTIONS[collection]
-    sets = [arg for key, value in overrides.items() for arg in ("--set", f"{key}={','.join(value) if isinstance(value, list) else value}")]
+    sets = [
+        arg
+        for key, value in overrides.items()
+        for arg in ("--set", f"{key}={','.join(value) if isinstance(value, list) else value}")
+    ]
     command = [
         "/usr/bin/time", "-f", "WALL %e RSS_KB %M",
         str(PROJECT / ".venv" / "bin" / "shiftbench"), "build", "metashift", "--benchmark", name, *sets,
@@ -181,7 +185,18 @@ def worker(impl: str, path: Path, collection: str, home: Path) -> dict[str, Any]
 def spawn(impl: str, path: Path, collection: str, home: Path) -> dict[str, Any]:
     if impl == "cli":
         return run_cli(path, collection, home)
-    command = [sys.executable, __file__, "--one", impl, "--file", str(path), "--collection", collection, "--home", str(home)]
+    command = [
+        sys.executable,
+        __file__,
+        "--one",
+        impl,
+        "--file",
+        str(path),
+        "--collection",
+        collection,
+        "--home",
+        str(home),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     if done.returncode != 0 or not lines:
@@ -226,7 +241,8 @@ def main() -> None:
                     shutil.rmtree(home, ignore_errors=True)
                     runs[f"{collection} {impl}"].append(one)
                     print(f"{collection} {impl}: {one['seconds']:.1f} s, {one['hwm_mb']:,.0f} MiB "
-                          f"{json.dumps({k: v for k, v in one.items() if k not in ('seconds', 'hwm_mb')})}", flush=True)  # fmt: skip
+                          f"{json.dumps({k: v for k, v in one.items() if k not in ('seconds', 'hwm_mb')})}",
+                          flush=True)  # fmt: skip
         results["runs"] = runs
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -237,7 +253,10 @@ def main() -> None:
     results["summary"] = summary
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
-    print("\n| collection | implementation | time (median) | peak RSS | reference (collector on) / this | reference (collector off) / this |")
+    print(
+        "\n| collection | implementation | time (median) | peak RSS "
+        "| reference (collector on) / this | reference (collector off) / this |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for collection in args.collections:
         ref = summary.get(f"{collection} reference")

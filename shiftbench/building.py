@@ -26,8 +26,8 @@ from shiftbench.family import Description, Family, Kind, Markdown, Table, Target
 from shiftbench.naming import tagged
 from shiftbench.publishing import check_version, environment
 from shiftbench.settings import Settings
-from shiftbench.streamed import StreamedTable
 from shiftbench.store import Publication, StagedVersion, Store
+from shiftbench.streamed import StreamedTable, in_memory
 
 
 def stage_tables(
@@ -46,7 +46,7 @@ def stage_tables(
 ) -> StagedVersion:
     """Stage a version with the manifest every family writes (params, sources, images, environment),
     and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given."""
-    row = tables["benchmarks"].row(0, named=True)
+    row = in_memory(tables["benchmarks"]).row(0, named=True)
     manifest = {
         "spec": spec,
         "params": json.loads(row["params"]),

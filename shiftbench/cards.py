@@ -25,7 +25,7 @@ import polars as pl
 
 from shiftbench.magnitudes import MEASURES, SCOPE_ALL
 from shiftbench.store import SCHEMA_VERSION
-from shiftbench.streamed import StreamedTable
+from shiftbench.streamed import StreamedTable, in_memory
 
 CROISSANT_CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
 # The JSON-LD context every Croissant 1.0 document carries (the specification's standard context).
@@ -90,7 +90,9 @@ class Version:
     benchmark: str
     version: str
     manifest: Mapping[str, Any]  # spec, params, sources, warnings, family
-    tables: Mapping[str, pl.DataFrame | StreamedTable]  # as staged (no benchmark/version columns); may add the split's magnitudes
+    tables: Mapping[
+        str, pl.DataFrame | StreamedTable
+    ]  # as staged (no benchmark/version columns); may add the split's magnitudes
     files: Mapping[str, Mapping[str, Any]]  # the manifest's table entries: file, rows, bytes, sha256
     figures: Sequence[str]  # attachment names, shown on the card
     info: CardInfo
@@ -127,7 +129,7 @@ def croissant(v: Version) -> dict[str, Any]:
         for table, entry in sorted(files.items())
     ]
     record_sets: list[dict[str, Any]] = []
-    splits = sorted(tables["examples"]["split"].unique().to_list()) if "examples" in tables else []
+    splits = sorted(in_memory(tables["examples"])["split"].unique().to_list()) if "examples" in tables else []
     if splits:
         record_sets.append(
             {
@@ -202,7 +204,7 @@ def card(v: Version) -> str:
     lines = [f"# {benchmark}", "", f"{info.title}, shiftbench version `{version}` (spec `{manifest.get('spec')}`).", ""]
     lines += ["## What shifts", "", info.shift, ""]
     lines += ["## How much", ""]
-    magnitudes = tables.get("shift_magnitudes")
+    magnitudes = in_memory(tables["shift_magnitudes"]) if "shift_magnitudes" in tables else None
     if magnitudes is not None and magnitudes.height:
         overall = magnitudes.filter(pl.col("scope") == SCOPE_ALL).sort("measure")
         lines += [markdown_table(overall.select("measure", "value")), ""]
@@ -214,7 +216,7 @@ def card(v: Version) -> str:
                          f"`SELECT * FROM shift_magnitudes WHERE benchmark = '{benchmark}'`")  # fmt: skip
         lines.append("")
     if "examples" in tables:
-        examples = tables["examples"]
+        examples = in_memory(tables["examples"])
         per_group = examples.group_by("split", "group").agg(pl.len().alias("examples")).sort("split", "group")
         per_split = per_group.group_by("split").agg(
             pl.col("examples").sum(),

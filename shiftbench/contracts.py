@@ -320,13 +320,19 @@ def connect_tables(tables: Mapping[str, Path]) -> duckdb.DuckDBPyConnection:
     Contract tables a version does not have (a MetaShift collection has no ``examples``) are
     empty views, so cross-table rules see zero rows instead of failing to bind.
     """
-    con = duckdb.connect(
-        config={
-            "memory_limit": os.environ.get("SHIFTBENCH_CHECK_MEMORY", CHECK_MEMORY_LIMIT),
-            "temp_directory": str(Path(tempfile.gettempdir()) / "shiftbench-duckdb"),
-            "preserve_insertion_order": False,  # counts only: lets DuckDB spill joins and aggregates
-        }
-    )
+    limit = os.environ.get("SHIFTBENCH_CHECK_MEMORY") or CHECK_MEMORY_LIMIT
+    try:
+        con = duckdb.connect(
+            config={
+                "memory_limit": limit,
+                "temp_directory": str(Path(tempfile.gettempdir()) / "shiftbench-duckdb"),
+                "preserve_insertion_order": False,  # counts only: lets DuckDB spill joins and aggregates
+            }
+        )
+    except duckdb.Error:
+        raise InputError(
+            f"not a memory size such as 1GB or 512MB: {limit!r}", parameter="SHIFTBENCH_CHECK_MEMORY"
+        ) from None
     for name, path in tables.items():
         con.execute(f"CREATE VIEW {_quote(name)} AS SELECT * FROM read_parquet({_literal(str(path))})")
     for name, contract in contracts().items():

@@ -89,8 +89,8 @@ def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
 
 
 def rebatch(frames: Iterable[pl.DataFrame], rows: int | None = None) -> Iterator[pl.DataFrame]:
-    """The rows of ``frames`` again, in frames of exactly ``rows`` (:data:`BATCH_ROWS`) rows (the last may have fewer). A table
-    without rows is one empty frame (its schema)."""
+    """The rows of ``frames`` again, in frames of exactly ``rows`` (:data:`BATCH_ROWS`) rows (the last may
+    have fewer). A table without rows is one empty frame (its schema)."""
     rows = rows or BATCH_ROWS
     pending: list[pl.DataFrame] = []
     held = 0

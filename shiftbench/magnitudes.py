@@ -53,7 +53,9 @@ def magnitudes_table(family: str, rows: Iterable[tuple[str, str, float | None]])
 
 def exact_sum(values: pl.Series, chunk: int = 1 << 20) -> float:
     """``math.fsum`` of a column, a million values at a time (never tens of millions of Python floats at once)."""
-    return math.fsum(itertools.chain.from_iterable(values.slice(k, chunk).to_list() for k in range(0, len(values), chunk)))
+    return math.fsum(
+        itertools.chain.from_iterable(values.slice(k, chunk).to_list() for k in range(0, len(values), chunk))
+    )
 
 
 def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, float | None]]:

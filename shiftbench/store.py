@@ -44,7 +44,15 @@ from filelock import FileLock
 
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, InputError, StoreError
-from shiftbench.fingerprint import arrow_batch, canonical_json, rebatch, sha256_file, sha256_frames, sha256_json, sha256_table
+from shiftbench.fingerprint import (
+    arrow_batch,
+    canonical_json,
+    rebatch,
+    sha256_file,
+    sha256_frames,
+    sha256_json,
+    sha256_table,
+)
 from shiftbench.streamed import StreamedTable
 
 SCHEMA_VERSION = 1
@@ -388,8 +396,12 @@ class Store:
     @staticmethod
     def _canonical(frame: pl.DataFrame | StreamedTable, benchmark: str) -> pl.DataFrame | StreamedTable:
         if isinstance(frame, StreamedTable):  # made in canonical order: only the benchmark column is added
-            schema = pl.Schema({"benchmark": pl.String(), **{k: v for k, v in frame.schema.items() if k != "benchmark"}})
-            return frame.map(schema, lambda part: part.with_columns(pl.lit(benchmark).alias("benchmark")).select(schema.names()))
+            schema = pl.Schema(
+                {"benchmark": pl.String(), **{k: v for k, v in frame.schema.items() if k != "benchmark"}}
+            )
+            return frame.map(
+                schema, lambda part: part.with_columns(pl.lit(benchmark).alias("benchmark")).select(schema.names())
+            )
         if "version" in frame.columns:
             frame = frame.drop("version")
         if "benchmark" not in frame.columns:

@@ -36,4 +36,8 @@ class StreamedTable:
         return StreamedTable(schema, self.height, lambda: (step(frame) for frame in frames()))
 
 
-Tables = dict[str, "pl.DataFrame | StreamedTable"]
+def in_memory(table: pl.DataFrame | StreamedTable) -> pl.DataFrame:
+    """A table that is never streamed (``benchmarks``, ``examples``, magnitudes), as the data frame it is."""
+    if isinstance(table, StreamedTable):
+        raise TypeError("this table is streamed: read it with frames()")
+    return table

@@ -168,3 +168,13 @@ def test_a_broken_contract_file_is_a_clear_error(tmp_path: Path) -> None:
     unknown_field.write_text(text)
     with pytest.raises(InputError, match="not a valid ODCS contract"):
         load_contract(unknown_field)
+
+
+def test_a_wrong_check_memory_setting_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shiftbench.contracts import connect_tables
+
+    monkeypatch.setenv("SHIFTBENCH_CHECK_MEMORY", "lots")
+    with pytest.raises(InputError, match=r"SHIFTBENCH_CHECK_MEMORY.*'lots'"):
+        connect_tables({})
+    monkeypatch.setenv("SHIFTBENCH_CHECK_MEMORY", "256MB")
+    connect_tables({}).close()

@@ -446,8 +446,10 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
         "from shiftbench.metashift.build import collection_tables; from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
         "from shiftbench.fingerprint import sha256_frames, sha256_table; s = load_specs();"
-        "o, i, _ = generate_scene_tables(); t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
-        "print({k: sha256_table(v) if hasattr(v, 'columns') else sha256_frames(v.frames()) for k, v in sorted(t.items())})"
+        "o, i, _ = generate_scene_tables();"
+        "t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
+        "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_frames(v.frames());"
+        "print({k: h(v) for k, v in sorted(t.items())})"
     )
     outputs = {
         subprocess.run(
@@ -460,3 +462,36 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
         for seed in ("1", "2")
     }
     assert len(outputs) == 1
+
+
+def test_edge_contract_recomputes_overlaps_within_the_class(
+    tmp_path: Path, generated: tuple[pl.DataFrame, pl.DataFrame]
+) -> None:
+    """The edge rule joins images within a class: a wrong count, or an edge to another class's subset, fails it."""
+    from shiftbench.contracts import check_tables
+    from shiftbench.store import Store
+
+    objects, images = generated
+    spec = SPECS.collections["metashift"]
+    tables, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {"test": True})
+    staged = Store(tmp_path / "store").stage("metashift", "edges-test", tables)
+    paths = {t: staged.table_path(t) for t in staged.tables}
+    assert not failures(check_tables(paths, ["metashift_edges"]))
+    edges = pl.read_parquet(paths["metashift_edges"])
+    subsets = pl.read_parquet(paths["metashift_subsets"]).filter(pl.col("selected"))
+    first = edges.row(0, named=True)
+    other = subsets.filter(pl.col("class") != first["class"]).sort("subset")["subset"][0]
+    for mutated in (
+        edges.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0)
+            .then(pl.col("n_shared") + 1)
+            .otherwise(pl.col("n_shared"))
+            .alias("n_shared")
+        ),
+        edges.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(other)).otherwise(pl.col("subset_b")).alias("subset_b")
+        ),
+    ):
+        mutated.write_parquet(tmp_path / "edges.parquet")
+        found = failures(check_tables({**paths, "metashift_edges": tmp_path / "edges.parquet"}, ["metashift_edges"]))
+        assert "overlap_matches_memberships" in {r.rule for r in found}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import networkx as nx
@@ -34,7 +35,7 @@ def _streamed(frame: pl.DataFrame, cuts: list[int]) -> StreamedTable:
     ordered = frame.sort(frame.columns, nulls_last=True)
     bounds = [0, *cuts, ordered.height]
     return StreamedTable(
-        ordered.schema, ordered.height, lambda: (ordered.slice(a, b - a) for a, b in zip(bounds, bounds[1:]))
+        ordered.schema, ordered.height, lambda: (ordered.slice(a, b - a) for a, b in itertools.pairwise(bounds))
     )
 
 

@@ -181,7 +181,7 @@ def collection_tables(
 ) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult]]:
     """All tables of one collection version (without ``version``), and the per-class graphs.
 
-    ``metashift_subset_images`` and ``metashift_distances`` are :class:`StreamedTable`\ s, made from
+    ``metashift_subset_images`` and ``metashift_distances`` are streamed tables (:class:`StreamedTable`), made from
     integer codes and the embeddings whenever they are read (at GQA scale they have tens of millions of
     rows); the other tables are data frames.
     """

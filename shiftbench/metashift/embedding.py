@@ -192,7 +192,8 @@ class PairDistances:
 
     @property
     def status(self) -> np.ndarray:
-        return np.asarray(STATUSES)[self.status_code]
+        names: np.ndarray = np.asarray(STATUSES)[self.status_code]
+        return names
 
 
 def pair_distances(embedding: Embedding) -> PairDistances:

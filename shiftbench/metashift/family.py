@@ -37,6 +37,7 @@ from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, packaged
 from shiftbench.sources.scene_graphs import SceneTables, read_class_groups, read_gqa_scene_graphs, read_tags_table
 from shiftbench.store import StagedVersion
+from shiftbench.streamed import in_memory
 
 # Bump when a change to the MetaShift builders can change their output.
 CODE_VERSION = "metashift-2"
@@ -217,9 +218,10 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     tables, results = build.collection_tables(
         spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
     )
-    params = json.loads(tables["benchmarks"]["params"][0])
+    benchmarks = in_memory(tables["benchmarks"])
+    params = json.loads(benchmarks["params"][0])
     params["overrides"] = dict(target.overrides)
-    tables["benchmarks"] = tables["benchmarks"].with_columns(pl.lit(canonical_json(params)).alias("params"))
+    tables["benchmarks"] = benchmarks.with_columns(pl.lit(canonical_json(params)).alias("params"))
 
     def figures() -> dict[str, bytes]:
         attachments = {}
@@ -232,9 +234,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
             shown = min(len(nodes), MAX_FIGURE_NODES)
             coo = result.graph.weights.tocoo()
             edges = [
-                (int(i), int(j), float(w))
-                for i, j, w in zip(coo.row, coo.col, coo.data, strict=True)
-                if i < j < shown
+                (int(i), int(j), float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True) if i < j < shown
             ]
             drawn = f"the {shown} largest of " if shown < len(nodes) else ""
             attachments[figure_name(class_name)] = metagraph_figure(

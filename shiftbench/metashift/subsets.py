@@ -90,7 +90,8 @@ class Memberships:
         return sizes
 
     def frame(self, start: int = 0, length: int | None = None) -> pl.DataFrame:
-        """(a slice of) the memberships as strings: ``subset, class, context, context_kind, context_group, image_id``."""
+        """(A slice of) the memberships as strings: ``subset, class, context, context_kind, context_group,
+        image_id``."""
         pairs = self.pairs.slice(start, length)
         subsets = self.subsets.drop("class_code")
         rows = subsets.gather(pairs["subset"]).with_columns(image_id=self.image_ids.gather(pairs["image"]))
@@ -179,9 +180,7 @@ def candidate_memberships(
     strings = [objects["name"], objects["attributes"].explode().drop_nulls(), ontology["value"]]
     if class_groups is not None:
         strings += [class_groups["class"]]
-    vocabulary = (
-        pl.concat([s.rename("value") for s in strings]).unique().sort().to_frame().with_row_index("code")
-    )
+    vocabulary = pl.concat([s.rename("value") for s in strings]).unique().sort().to_frame().with_row_index("code")
     image_ids = objects["image_id"].unique().sort()
     image_codes = image_ids.to_frame().with_row_index("image")
     coded = objects.join(image_codes, on="image_id", how="left").select(

@@ -208,7 +208,7 @@ def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
     return objects, images
 
 
-def _decode(codes: dict[str, int], coded: array) -> pl.Series:
+def _decode(codes: dict[str, int], coded: array[int]) -> pl.Series:
     """Strings from their codes (``codes`` maps each string to its code, in insertion order)."""
     return pl.Series(list(codes), dtype=pl.String).gather(np.frombuffer(coded, dtype=np.int32))
 
