@@ -495,3 +495,22 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
         mutated.write_parquet(tmp_path / "edges.parquet")
         found = failures(check_tables({**paths, "metashift_edges": tmp_path / "edges.parquet"}, ["metashift_edges"]))
         assert "overlap_matches_memberships" in {r.rule for r in found}
+
+
+def test_networkx_mode_from_500_nodes_gives_networkx_s_dense_distances() -> None:
+    """From 500 nodes networkx itself runs unseeded ARPACK; shiftbench's symmetric solver gives the distances
+    networkx's dense path gives (eigenvectors up to sign), deterministically."""
+    rng = np.random.default_rng(5)
+    n = 520
+    graph = nx.connected_watts_strogatz_graph(n, 8, 0.3, seed=5)
+    weights = np.zeros((n, n))
+    for u, v in graph.edges:
+        weights[u, v] = weights[v, u] = 0.2 + 0.8 * float(rng.random())
+    ours = em.pair_distances(em.embed(sp.csr_array(weights), 5, "networkx"))
+    dense = nx.rescale_layout(nx.drawing.layout._spectral(weights, 5))
+    i, j = np.triu_indices(n, k=1)
+    expected = np.linalg.norm(dense[i] - dense[j], axis=1)
+    assert np.allclose(ours.raw, expected, rtol=0, atol=1e-9)
+    assert (ours.status_code == 0).all()
+    again = em.pair_distances(em.embed(sp.csr_array(weights), 5, "networkx"))
+    assert np.array_equal(again.raw, ours.raw)

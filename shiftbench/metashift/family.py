@@ -40,7 +40,7 @@ from shiftbench.store import StagedVersion
 from shiftbench.streamed import in_memory
 
 # Bump when a change to the MetaShift builders can change their output.
-CODE_VERSION = "metashift-2"
+CODE_VERSION = "metashift-3"
 # The names of the specs shipped with the package (the papers' names), parsed once.
 SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None).collections) | frozenset(load_specs(None).tasks))
 # Per dataset: how an image id becomes an example id, and where the example's image is.
