@@ -7,8 +7,9 @@ End to end from GQA scene graphs to distances, for the attribute collection (``m
 with the released scripts' semantics: edges >= 0.2, networkx ``spectral_layout`` dim 5, classes
 with more than 5 subsets of >= 25 images), by two implementations:
 
-(A) shiftbench's library path (no Dagster): ``read_gqa_scene_graphs`` (DuckDB) and
-    ``collection_tables`` (polars joins, one sparse product for all overlaps, dense eig per class).
+(A) shiftbench's library path (no Dagster): ``read_gqa_scene_graphs`` (msgspec, integer-coded) and
+    ``collection_tables`` (polars joins on integer codes, sparse products for the overlaps, dense eig per
+    class; the subset-image and distance tables are streamed tables, not materialized here).
     It also computes Louvain communities and modularity, which (B) does not.
 (B) a straightforward reference of the released MetaShift scripts, written below: ``json.load``,
     ``dict[str, set[image_id]]`` of candidate subsets ``name(attribute)``, Python set
@@ -141,15 +142,15 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
     specs, spec = shiftbench_spec()
     if stages is not None:
         stages.add(READ_TOTAL, 0.0)
-        stages.wrap(scene_graphs, "read_gqa_scene_graph_file", "- DuckDB parse + type checks, file by file")
+        stages.wrap(scene_graphs, "read_gqa_scene_graph_file", "- msgspec decode + type checks, file by file")
         stages.wrap(scene_graphs.SceneTables, "from_frames", "- from_frames: cast, sort, fingerprint")
         stages.wrap(scene_graphs, "sha256_table", "- (of which table fingerprints: sort, Arrow IPC, sha256)")
         stages.wrap(scene_graphs, "sha256_files", "- sha256 of the input files")
         stages.add(BUILD_TOTAL, 0.0)
-        stages.wrap(build, "candidate_memberships", "- candidate memberships (polars joins)")
+        stages.wrap(build, "candidate_memberships", "- candidate memberships (polars joins on codes)")
         stages.wrap(build, "subset_table", "- subset sizes and selection")
         stages.wrap(mg, "node_order", "- node order")
-        stages.wrap(mg, "overlap_edges", "- overlap edges (one sparse product)")
+        stages.wrap(mg, "overlap_edges", "- overlap edges (sparse products, groups of classes)")
         stages.wrap(mg, "class_graphs", "- per-class weight matrices")
         stages.wrap(mg, "detect_communities", "- Louvain communities (B does not)")
         stages.wrap(mg, "modularity", "- modularity (B does not)")
@@ -308,7 +309,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     }
     assert edges_a.keys() == edges_b.keys(), f"edges differ: {sorted(edges_a.keys() ^ edges_b.keys())[:10]}"
     overlap_diff = max((abs(edges_a[k] - edges_b[k]) for k in edges_a), default=0.0)
-    distances = tables["metashift_distances"]
+    distances = tables["metashift_distances"].collect()
     dist_a = {(r["class"], r["subset_a"], r["subset_b"]): r["raw_distance"] for r in distances.iter_rows(named=True)}
     assert dist_a.keys() == dist_b.keys(), "distance pairs differ"
     distance_diff = max((abs(dist_a[k] - dist_b[k]) for k in dist_a), default=0.0)
