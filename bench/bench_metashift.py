@@ -159,7 +159,7 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
     start = time.perf_counter()
     scene = scene_graphs.read_gqa_scene_graphs(paths)
     read_s = time.perf_counter() - start
-    tables, results = build.collection_tables(
+    tables, results, _ = build.collection_tables(
         spec, scene.objects, scene.images, specs.general_contexts, {"bench": True}
     )
     build_s = time.perf_counter() - start - read_s

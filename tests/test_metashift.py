@@ -148,8 +148,8 @@ def test_mostly_null_distances_are_warned_about(fixture_scenes: tuple[pl.DataFra
     expected = r"\(9\d%\) are NULL: (degenerate_eigenvalues|different_components) [\d,]+, "
     for overrides, expect in (({}, None), (released, expected)):
         spec = SPECS.collections["metashift-attributes"].with_overrides(overrides)
-        _, results = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
-        warnings = build.distance_warnings(build.summarise_distances(results), spec.embedding)
+        _, _, distances = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
+        warnings = build.distance_warnings(distances, spec.embedding)
         if expect is None:
             assert warnings == []
         else:
@@ -447,7 +447,7 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
         "from shiftbench.fingerprint import sha256_frames, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
-        "t, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
+        "t, _, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
         "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_frames(v.frames());"
         "print({k: h(v) for k, v in sorted(t.items())})"
     )
@@ -473,7 +473,7 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
 
     objects, images = generated
     spec = SPECS.collections["metashift"]
-    tables, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {"test": True})
+    tables, _, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {"test": True})
     staged = Store(tmp_path / "store").stage("metashift", "edges-test", tables)
     paths = {t: staged.table_path(t) for t in staged.tables}
     assert not failures(check_tables(paths, ["metashift_edges"]))

@@ -178,8 +178,9 @@ def collection_tables(
     general_contexts: Mapping[str, Sequence[str]],
     sources: Mapping[str, Any],
     class_groups: pl.DataFrame | None = None,
-) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult]]:
-    """All tables of one collection version (without ``version``), and the per-class graphs.
+) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult], DistanceSummary]:
+    """All tables of one collection version (without ``version``), the per-class graphs, and what the
+    magnitudes and warnings know of the distances (their pairs are computed once for both).
 
     ``metashift_subset_images`` and ``metashift_distances`` are streamed tables (:class:`StreamedTable`), made from
     integer codes and the embeddings whenever they are read (at GQA scale they have tens of millions of
@@ -237,8 +238,9 @@ def collection_tables(
         "metashift_embeddings": pl.DataFrame(embedding_rows, schema=EMBEDDING_SCHEMA, orient="row"),
         "metashift_graphs": pl.DataFrame(graph_rows, schema=GRAPH_SCHEMA, orient="row"),
     }
-    tables["shift_magnitudes"] = collection_magnitudes(summarise_distances(results))
-    return tables, results
+    distances = summarise_distances(results)
+    tables["shift_magnitudes"] = collection_magnitudes(distances)
+    return tables, results, distances
 
 
 def collection_magnitudes(distances: DistanceSummary) -> pl.DataFrame:

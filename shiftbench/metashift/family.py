@@ -215,7 +215,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     specs = load_specs(settings.metashift_specs)
     objects, images = _read(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
-    tables, results = build.collection_tables(
+    tables, results, distances = build.collection_tables(
         spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
     )
     benchmarks = in_memory(tables["benchmarks"])
@@ -256,7 +256,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         code_version=CODE_VERSION,
         images=None,
         attachments=figures,
-        warnings=build.distance_warnings(build.summarise_distances(results), spec.embedding),
+        warnings=build.distance_warnings(distances, spec.embedding),
         card=card_info(str(scenes.meta["dataset"]), COLLECTION_SHIFT),
     )
 
