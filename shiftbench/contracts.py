@@ -13,7 +13,11 @@ rules that run as SQL over the staged Parquet files:
   ``arguments.validValues``, ``duplicateValues`` with ``arguments.properties``, ``rowCount``)
   and ``type: sql`` rules whose ``query`` returns one number compared with
   ``mustBe``/``mustBeGreaterThan``/... . In a query ``${object}`` names the contract's table;
-  the other tables of the same version are visible under their own names.
+  the other tables of the same version are visible under their own names;
+- ``type: custom`` rules with ``engine: shiftbench`` and ``implementation: shiftbench.<module>:<function>``:
+  the few rules SQL cannot run in reasonable time on large versions (MetaShift's edge overlaps). The
+  function gets the version's table files and returns the number compared; its module's source is part
+  of the contract's fingerprint, so editing it invalidates earlier check records as editing the YAML does.
 
 The same rules back the blocking Dagster asset checks and the tests.
 """
@@ -21,6 +25,8 @@ The same rules back the blocking Dagster asset checks and the tests.
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +48,7 @@ from pydantic import ValidationError
 from shiftbench.errors import InputError
 
 CONTRACTS_DIR = Path(__file__).resolve().parents[1] / "data_contracts"
+CUSTOM_ENGINE = "shiftbench"  # the engine of type: custom rules (functions of this package)
 # DuckDB's memory for one version's checks (SHIFTBENCH_CHECK_MEMORY overrides it); beyond it joins and
 # aggregates spill to disk. Its own default is 80 % of RAM, which a GQA-scale collection's self-joins took.
 CHECK_MEMORY_LIMIT = "1GB"
@@ -139,11 +146,48 @@ def load_contract(path: Path) -> Contract:
         raise InputError("expected kind DataContract and an ODCS v3 apiVersion", path=path)
     if not model.schema_ or len(model.schema_) != 1 or not model.schema_[0].name:
         raise InputError("expected exactly one schema object (the table)", path=path)
-    contract = Contract(str(model.schema_[0].name), path, model, hashlib.sha256(text.encode("utf-8")).hexdigest())
+    digest = hashlib.sha256(text.encode("utf-8"))
+    rules = list(model.schema_[0].quality or []) + [
+        q for p in model.schema_[0].properties or [] for q in p.quality or []
+    ]
+    for quality in rules:
+        if quality.type == "custom":  # the code a rule runs is part of the rules checked
+            digest.update(_custom_module_source(quality, path))
+    contract = Contract(str(model.schema_[0].name), path, model, digest.hexdigest())
     for prop in contract.properties:
         if not prop.name or not prop.physicalType:
             raise InputError(f"property {prop.name!r} needs a name and a physicalType", path=path)
     return contract
+
+
+def _custom_target(quality: DataQuality, path: Path) -> tuple[str, str]:
+    """(module, function) of a ``type: custom`` rule; only this package's functions run."""
+    name = quality.name or "custom"
+    target = quality.implementation if isinstance(quality.implementation, str) else ""
+    module, _, function = target.partition(":")
+    if quality.engine != CUSTOM_ENGINE or not module.startswith(f"{CUSTOM_ENGINE}.") or not function.isidentifier():
+        raise InputError(
+            f"custom rule {name!r} needs engine: {CUSTOM_ENGINE} and implementation: "
+            f"{CUSTOM_ENGINE}.<module>:<function>",
+            path=path,
+        )
+    return module, function
+
+
+def _custom_module_source(quality: DataQuality, path: Path) -> bytes:
+    module, _ = _custom_target(quality, path)
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise InputError(f"custom rule {quality.name!r}: no module {module}", path=path)
+    return Path(spec.origin).read_bytes()
+
+
+def _custom_function(quality: DataQuality, path: Path) -> Callable[[Mapping[str, Path]], Any]:
+    module, function = _custom_target(quality, path)
+    found = getattr(importlib.import_module(module), function, None)
+    if not callable(found):
+        raise InputError(f"custom rule {quality.name!r}: {module} has no function {function}", path=path)
+    return found  # type: ignore[no-any-return]
 
 
 @cache
@@ -187,8 +231,9 @@ def _compare(quality: DataQuality) -> tuple[str, Any] | None:
 
 
 class _Checker:
-    def __init__(self, con: duckdb.DuckDBPyConnection, contract: Contract) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, contract: Contract, files: Mapping[str, Path]) -> None:
         self.con = con
+        self.files = files
         self.contract = contract
         self.table = _quote(contract.table)
         self.results: list[RuleResult] = []
@@ -275,6 +320,8 @@ class _Checker:
                 observed = self.scalar(sql)
             except duckdb.Error as exc:
                 raise InputError(f"sql rule {rule!r} failed: {exc}", path=self.contract.path) from None
+        elif quality.type == "custom":
+            observed = _custom_function(quality, self.contract.path)(self.files)
         elif metric == "nullValues" and column:
             observed = self.scalar(f"SELECT count(*) FROM {self.table} WHERE {_quote(column)} IS NULL")
         elif metric == "invalidValues" and column:
@@ -295,9 +342,12 @@ class _Checker:
         self.add(rule, observed, operator, threshold, description)
 
 
-def check_contract(con: duckdb.DuckDBPyConnection, contract: Contract) -> list[RuleResult]:
-    """Run every rule of ``contract`` against the relation named ``contract.table`` in ``con``."""
-    checker = _Checker(con, contract)
+def check_contract(
+    con: duckdb.DuckDBPyConnection, contract: Contract, files: Mapping[str, Path] | None = None
+) -> list[RuleResult]:
+    """Run every rule of ``contract`` against the relation named ``contract.table`` in ``con`` (custom rules read
+    the version's ``files``)."""
+    checker = _Checker(con, contract, files or {})
     if not checker.schema():
         return checker.results  # the other rules would fail on missing columns for no new reason
     if contract.primary_key:
@@ -345,7 +395,7 @@ def check_tables(tables: Mapping[str, Path], only: Sequence[str] | None = None) 
     """Check the given table files (one version) against their contracts."""
     con = connect_tables(tables)
     try:
-        return {name: check_contract(con, contract_for(name)) for name in (only or sorted(tables))}
+        return {name: check_contract(con, contract_for(name), tables) for name in (only or sorted(tables))}
     finally:
         con.close()
 

@@ -18,10 +18,13 @@ import itertools
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from shiftbench.streamed import StreamedTable
 
 _CHUNK = 1 << 20
 # Rows per IPC record batch in a table's fingerprint. Tables up to this size (every table of the
@@ -120,6 +123,12 @@ def sha256_frames(frames: Iterable[pl.DataFrame]) -> str:
     batches = (arrow_batch(frame) for frame in rebatch(frames))
     first = next(batches)
     return sha256_batches(first.schema, itertools.chain([first], batches) if first.num_rows else [])
+
+
+def sha256_streamed(table: StreamedTable) -> str:
+    """Fingerprint of a streamed table (made in canonical order, in batches of :data:`BATCH_ROWS` rows), as
+    :func:`sha256_table` gives it for the same rows held as a data frame."""
+    return sha256_batches(table.arrow_schema, (batch for batch in table.batches(BATCH_ROWS) if batch.num_rows))
 
 
 def sha256_table(frame: pl.DataFrame) -> str:

@@ -39,21 +39,21 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 from filelock import FileLock
 
+from shiftbench import fingerprint
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, InputError, StoreError
 from shiftbench.fingerprint import (
-    arrow_batch,
     canonical_json,
-    rebatch,
     sha256_file,
-    sha256_frames,
     sha256_json,
+    sha256_streamed,
     sha256_table,
 )
-from shiftbench.streamed import StreamedTable
+from shiftbench.streamed import StreamedTable, constant_strings
 
 SCHEMA_VERSION = 1
 VERSION_ID_LENGTH = 16
@@ -246,7 +246,7 @@ class Store:
             raise InputError(f"benchmark {benchmark!r} already belongs to family {other!r}", parameter="name")
         prepared = {name: self._canonical(frame, benchmark) for name, frame in sorted(tables.items())}
         hashes = {
-            name: sha256_frames(frame.frames()) if isinstance(frame, StreamedTable) else sha256_table(frame)
+            name: sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)
             for name, frame in prepared.items()
         }
         version = version_id(family, benchmark, hashes)
@@ -396,12 +396,7 @@ class Store:
     @staticmethod
     def _canonical(frame: pl.DataFrame | StreamedTable, benchmark: str) -> pl.DataFrame | StreamedTable:
         if isinstance(frame, StreamedTable):  # made in canonical order: only the benchmark column is added
-            schema = pl.Schema(
-                {"benchmark": pl.String(), **{k: v for k, v in frame.schema.items() if k != "benchmark"}}
-            )
-            return frame.map(
-                schema, lambda part: part.with_columns(pl.lit(benchmark).alias("benchmark")).select(schema.names())
-            )
+            return frame.with_constants({"benchmark": benchmark})
         if "version" in frame.columns:
             frame = frame.drop("version")
         if "benchmark" not in frame.columns:
@@ -422,18 +417,15 @@ class Store:
         with path.open("rb+") as handle:
             os.fsync(handle.fileno())
 
-    @classmethod
-    def _write_streamed(cls, table: StreamedTable, version: str, path: Path) -> None:
-        """A streamed table as Parquet, one row group per batch: never more than a batch in memory."""
+    @staticmethod
+    def _write_streamed(table: StreamedTable, version: str, path: Path) -> None:
+        """A streamed table (``benchmark`` first) as Parquet, one row group per batch: one batch in memory at a time."""
+        schema = table.arrow_schema.insert(1, pa.field("version", pa.large_string()))
         with path.open("wb") as handle:
-            writer: pq.ParquetWriter | None = None
-            for frame in rebatch(table.frames()):
-                batch = arrow_batch(cls._with_version(frame, version))
-                if writer is None:
-                    writer = pq.ParquetWriter(handle, batch.schema, compression="zstd", write_statistics=True)
-                writer.write_table(batch, row_group_size=batch.num_rows or None)
-            if writer is not None:
-                writer.close()
+            with pq.ParquetWriter(handle, schema, compression="zstd", write_statistics=True) as writer:
+                for batch in table.batches(fingerprint.BATCH_ROWS):
+                    rows = batch.add_column(1, schema.field(1), constant_strings(version, batch.num_rows))
+                    writer.write_table(rows, row_group_size=batch.num_rows or None)
             handle.flush()
             os.fsync(handle.fileno())
 

@@ -1,43 +1,119 @@
-"""Streamed tables: tables too large to hold as strings, made frame by frame whenever they are read.
+"""Streamed tables: tables too large to hold as strings, made batch by batch whenever they are read.
 
 A MetaShift collection at GQA scale has about 19 M (subset, image) memberships and 17-27 M subset
 distances. As polars strings each would take 1.5-2.5 GB, and hashing, sorting and writing used to
 copy them twice more. A :class:`StreamedTable` is instead a function that makes the table's rows in
-canonical order (sorted by every column, as the store sorts any table) from integer codes, a few
-million rows at a time. The store hashes it (:func:`shiftbench.fingerprint.sha256_frames`, the same
-fingerprint as the whole table would have) and writes it to Parquet row group by row group, each in
-its own pass over the frames, so its memory is one batch whatever the table's size.
+canonical order (sorted by every column, as the store sorts any table) from integer codes, as Arrow
+record batches of exactly the fingerprint's batch size: the strings of one batch exist at a time. The
+store hashes it (the same fingerprint as the whole table would have, :mod:`shiftbench.fingerprint`) and
+writes it to Parquet row group by row group, each in its own pass over the batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 
 @dataclass(frozen=True)
 class StreamedTable:
-    """``frames()`` makes the rows again, in canonical order; ``height`` and ``schema`` are known upfront."""
+    """``batches(rows)`` makes the rows again, in canonical order, as Arrow tables of exactly ``rows`` rows (the
+    last may have fewer; a table without rows is one empty batch); ``schema`` and ``height`` are known upfront.
+
+    The batches have the Arrow types polars gives ``schema`` at its oldest compat level (:attr:`arrow_schema`:
+    ``large_string``, ``double``, ...), so that a streamed table hashes as the same table held as a data frame does.
+    """
 
     schema: pl.Schema
     height: int
-    frames: Callable[[], Iterator[pl.DataFrame]]
+    batches: Callable[[int], Iterator[pa.Table]]
+
+    @functools.cached_property
+    def arrow_schema(self) -> pa.Schema:
+        return arrow_schema(self.schema)
 
     def collect(self) -> pl.DataFrame:
         """The whole table (tests and small tables only: this is what streaming avoids)."""
-        parts = list(self.frames())
-        return pl.concat(parts) if parts else pl.DataFrame(schema=self.schema)
+        parts = list(self.batches(max(self.height, 1)))
+        frame = pl.from_arrow(pa.concat_tables(parts) if parts else self.arrow_schema.empty_table())
+        assert isinstance(frame, pl.DataFrame)
+        return frame
 
-    def map(self, schema: pl.Schema, step: Callable[[pl.DataFrame], pl.DataFrame]) -> StreamedTable:
-        """The same rows with ``step`` applied to every frame (it must keep the canonical order)."""
-        frames = self.frames
-        return StreamedTable(schema, self.height, lambda: (step(frame) for frame in frames()))
+    def with_constants(self, values: dict[str, str]) -> StreamedTable:
+        """The same rows with string columns of one value each first (the store's ``benchmark`` and ``version``),
+        in place of any columns of those names."""
+        rest = [name for name in self.schema.names() if name not in values]
+        schema = pl.Schema({**{name: pl.String() for name in values}, **{name: self.schema[name] for name in rest}})
+        arrow = arrow_schema(schema)
+        batches = self.batches
+
+        def with_values(rows: int) -> Iterator[pa.Table]:
+            for batch in batches(rows):
+                columns = [constant_strings(value, batch.num_rows) for value in values.values()]
+                yield pa.Table.from_arrays([*columns, *(batch.column(n) for n in rest)], schema=arrow)
+
+        return StreamedTable(schema, self.height, with_values)
+
+    @classmethod
+    def from_frames(cls, schema: pl.Schema, height: int, frames: Callable[[], Iterable[pl.DataFrame]]) -> StreamedTable:
+        """A table given as data frames of any heights, already in canonical order (small tables, tests)."""
+        from shiftbench.fingerprint import arrow_batch, rebatch
+
+        def batches(rows: int) -> Iterator[pa.Table]:
+            return (arrow_batch(frame) for frame in rebatch(frames(), rows))
+
+        return cls(schema, height, batches)
+
+
+def arrow_schema(schema: pl.Schema) -> pa.Schema:
+    """The Arrow schema polars exports for ``schema`` at its oldest compat level (what fingerprints hash)."""
+    from shiftbench.fingerprint import arrow_batch
+
+    return arrow_batch(pl.DataFrame(schema=schema)).schema
 
 
 def in_memory(table: pl.DataFrame | StreamedTable) -> pl.DataFrame:
     """A table that is never streamed (``benchmarks``, ``examples``, magnitudes), as the data frame it is."""
     if isinstance(table, StreamedTable):
-        raise TypeError("this table is streamed: read it with frames()")
+        raise TypeError("this table is streamed: read it with batches()")
     return table
+
+
+def regroup(pieces: Iterable[Sequence[np.ndarray]], rows: int) -> Iterator[list[np.ndarray]]:
+    """Columns of integer codes (and values) given in pieces of any length, again in pieces of exactly ``rows``
+    rows (the last may have fewer; nothing at all when there are no rows)."""
+    pending: list[Sequence[np.ndarray]] = []
+    held = 0
+    for piece in pieces:
+        length = len(piece[0])
+        start = 0
+        while start < length:
+            take = min(rows - held, length - start)
+            pending.append([column[start : start + take] for column in piece])
+            start += take
+            held += take
+            if held == rows:
+                yield [np.concatenate(columns) for columns in zip(*pending, strict=True)]
+                pending, held = [], 0
+    if pending:
+        yield [np.concatenate(columns) for columns in zip(*pending, strict=True)]
+
+
+def constant_strings(value: str, length: int) -> pa.LargeStringArray:
+    """``length`` copies of one string as a ``large_string`` array, built from two buffers (no Python loop)."""
+    data = value.encode("utf-8")
+    offsets = np.arange(length + 1, dtype=np.int64) * len(data)
+    return pa.LargeStringArray.from_buffers(length, pa.py_buffer(offsets), pa.py_buffer(data * length))
+
+
+def float_column(values: np.ndarray, missing: np.ndarray | None = None) -> pa.Array:
+    """Float64 values, NULL where ``missing``, with 0.0 stored under each NULL: the bytes under a NULL enter the
+    table's fingerprint (IPC writes the whole buffer), and polars holds 0.0 there for a NULL made from None."""
+    if missing is None or not missing.any():
+        return pa.array(values, type=pa.float64())
+    return pa.array(np.where(missing, 0.0, values), type=pa.float64(), mask=missing)

@@ -445,10 +445,10 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
     script = (
         "from shiftbench.metashift.build import collection_tables; from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
-        "from shiftbench.fingerprint import sha256_frames, sha256_table; s = load_specs();"
+        "from shiftbench.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
         "t, _, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
-        "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_frames(v.frames());"
+        "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_streamed(v);"
         "print({k: h(v) for k, v in sorted(t.items())})"
     )
     outputs = {

@@ -34,7 +34,7 @@ def _table(n: int, seed: int = 0) -> pl.DataFrame:
 def _streamed(frame: pl.DataFrame, cuts: list[int]) -> StreamedTable:
     ordered = frame.sort(frame.columns, nulls_last=True)
     bounds = [0, *cuts, ordered.height]
-    return StreamedTable(
+    return StreamedTable.from_frames(
         ordered.schema, ordered.height, lambda: (ordered.slice(a, b - a) for a, b in itertools.pairwise(bounds))
     )
 
@@ -44,12 +44,12 @@ def test_batched_fingerprints_do_not_depend_on_how_the_rows_arrive(monkeypatch: 
     whole = fingerprint.sha256_table(frame)
     ordered = frame.sort(frame.columns, nulls_last=True)
     assert fingerprint.sha256_frames([ordered]) == whole  # a table under BATCH_ROWS is one batch, as before
-    assert fingerprint.sha256_frames(_streamed(frame, [1, 777, 15_000]).frames()) == whole
+    assert fingerprint.sha256_streamed(_streamed(frame, [1, 777, 15_000])) == whole
     monkeypatch.setattr(fingerprint, "BATCH_ROWS", 3_000)  # several batches: still independent of the pieces
     batched = fingerprint.sha256_table(frame)
     assert batched != whole
     for cuts in ([], [2_999, 3_000, 3_001], [5, 6_000, 19_999]):
-        assert fingerprint.sha256_frames(_streamed(frame, cuts).frames()) == batched
+        assert fingerprint.sha256_streamed(_streamed(frame, cuts)) == batched
     empty = frame.clear()
     assert fingerprint.sha256_frames([empty]) == fingerprint.sha256_table(empty)
     assert fingerprint.sha256_table(empty) != fingerprint.sha256_table(frame.head(1))

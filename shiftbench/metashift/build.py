@@ -16,7 +16,6 @@ Dataset card
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,13 +28,13 @@ import pyarrow as pa
 
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table, summary
+from shiftbench.magnitudes import SCOPE_ALL, exact_sum, magnitudes_table, summary
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
 from shiftbench.metashift.subsets import SUBSET_COLUMNS, Memberships, candidate_memberships, image_classes, subset_table
 from shiftbench.metashift.tasks import TaskData, build_task
-from shiftbench.streamed import StreamedTable
+from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup
 
 FAMILY = "metashift"
 _BENCHMARK_SCHEMA = {
@@ -68,6 +67,11 @@ class ClassResult:
     communities: list[list[str]]
     embedding: em.Embedding
 
+    def name_order(self) -> np.ndarray:
+        """Node indices in subset-name order: the order of the class's rows in ``metashift_distances``."""
+        names = self.graph.nodes
+        return np.array(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
+
 
 def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassResult]:
     """Communities and embeddings of every class. The embeddings (LAPACK, which releases the GIL) run on a
@@ -84,66 +88,65 @@ def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFram
 
 
 def class_distances(name: str, result: ClassResult) -> pl.DataFrame:
-    """One class's rows of ``metashift_distances``, sorted by (subset_a, subset_b) as the store sorts them.
-
-    Pairs come as node indices; they are ordered by the ranks of the subsets' names, so the strings are
-    only gathered once, already in order.
-    """
-    pairs = em.pair_distances(result.embedding)
-    names = result.graph.nodes
-    by_name = sorted(range(len(names)), key=names.__getitem__)
-    rank = np.empty(len(names), dtype=np.int64)
-    rank[by_name] = np.arange(len(names))
-    first = np.minimum(rank[pairs.i], rank[pairs.j])
-    second = np.maximum(rank[pairs.i], rank[pairs.j])
-    order = np.argsort(first * len(names) + second, kind="stable")
-    ordered = pl.Series([names[k] for k in by_name], dtype=pl.String)
-    return pl.DataFrame(
-        {
-            "class": pl.Series([name], dtype=pl.String).gather(np.zeros(len(order), dtype=np.int64)),
-            "subset_a": ordered.gather(first[order]),
-            "subset_b": ordered.gather(second[order]),
-            "distance": _nullable(pairs.distance[order]),
-            "raw_distance": pairs.raw[order].astype(np.float64),
-            "status": STATUS_NAMES.gather(pairs.status_code[order]),
-        },
-        schema=DISTANCE_SCHEMA,
-    )
-
-
-STATUS_NAMES = pl.Series(em.STATUSES, dtype=pl.String)
-
-
-def _nullable(values: np.ndarray) -> pl.Series:
-    """NaN as NULL, with 0.0 stored under each NULL: the bytes under a NULL enter the table's fingerprint
-    (Arrow IPC writes the whole buffer), and a column built from Python ``None`` holds 0.0 there."""
-    missing = np.isnan(values)
-    return pl.Series(pa.array(np.where(missing, 0.0, values), mask=missing), dtype=pl.Float64)
+    """One class's rows of ``metashift_distances``, as the store sorts them (tests; the table is streamed)."""
+    return _distances_table({name: result}).collect()
 
 
 def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
+    """Every class's pairs, classes in name order and within a class the subsets in name order, row by row: the
+    order the store sorts the table in, so the rows are made from integer codes batch by batch, already sorted.
+    Strings exist for one batch at a time (Arrow ``take`` from the subsets' names)."""
     classes = sorted(results)
-    height = sum(len(results[c].graph.nodes) * (len(results[c].graph.nodes) - 1) // 2 for c in classes)
-    return StreamedTable(DISTANCE_SCHEMA, height, lambda: (class_distances(c, results[c]) for c in classes))
+    orders = [results[c].name_order() for c in classes]
+    names = pa.array(
+        [results[c].graph.nodes[k] for c, order in zip(classes, orders, strict=True) for k in order.tolist()],
+        type=pa.large_string(),
+    )
+    first = np.cumsum([0] + [len(order) for order in orders])
+    class_names = pa.array(classes, type=pa.large_string())
+    height = sum(len(order) * (len(order) - 1) // 2 for order in orders)
 
+    def pieces() -> Iterator[tuple[np.ndarray, ...]]:
+        for k, name in enumerate(classes):
+            pairs = em.pair_distances(results[name].embedding, orders[k])
+            start = first[k]
+            yield (
+                np.full(len(pairs.raw), k, dtype=np.int32),
+                pairs.i + start,
+                pairs.j + start,
+                pairs.raw,
+                pairs.status_code,
+            )
 
-MEMBERSHIP_BATCH = 1 << 21
+    def batches(rows: int) -> Iterator[pa.Table]:
+        for class_code, a, b, raw, status in regroup(pieces(), rows):
+            columns = [
+                class_names.take(class_code),
+                names.take(a),
+                names.take(b),
+                float_column(raw, status != 0),
+                float_column(raw),
+                STATUS_NAMES.take(status),
+            ]
+            yield pa.Table.from_arrays(columns, schema=DISTANCE_ARROW)
+
+    return StreamedTable(DISTANCE_SCHEMA, height, batches)
 
 
 def _subset_images_table(memberships: Memberships) -> StreamedTable:
-    schema = pl.Schema({"subset": pl.String(), "image_id": pl.String()})
+    """(subset, image_id) from the memberships' codes, which are sorted by subset then image: the store's order."""
+    subsets = memberships.subsets["subset"].to_arrow(compat_level=pl.CompatLevel.oldest())
+    images = memberships.image_ids.to_arrow(compat_level=pl.CompatLevel.oldest())
+    subset_codes = memberships.pairs["subset"].to_numpy()
+    image_codes = memberships.pairs["image"].to_numpy()
 
-    def frames() -> Iterator[pl.DataFrame]:
-        for start in range(0, max(memberships.height, 1), MEMBERSHIP_BATCH):
-            pairs = memberships.pairs.slice(start, MEMBERSHIP_BATCH)
-            yield pl.DataFrame(
-                {
-                    "subset": memberships.subsets["subset"].gather(pairs["subset"]),
-                    "image_id": memberships.image_ids.gather(pairs["image"]),
-                }
-            )
+    def batches(rows: int) -> Iterator[pa.Table]:
+        for start in range(0, memberships.height, rows):
+            end = start + rows
+            columns = [subsets.take(subset_codes[start:end]), images.take(image_codes[start:end])]
+            yield pa.Table.from_arrays(columns, schema=MEMBERSHIP_ARROW)
 
-    return StreamedTable(schema, memberships.height, frames)
+    return StreamedTable(MEMBERSHIP_SCHEMA, memberships.height, batches)
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,7 @@ def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
         known = pairs.distance[~np.isnan(pairs.distance)]
         values.append(known)
         if len(known):
-            class_sums[name] = (math.fsum(known.tolist()), len(known))
+            class_sums[name] = (exact_sum(known), len(known))
         counts = np.bincount(pairs.status_code[np.isnan(pairs.distance)], minlength=len(em.STATUSES))
         nulls.update({status: int(n) for status, n in zip(em.STATUSES, counts.tolist(), strict=True) if n})
         total += len(pairs.distance)
@@ -297,6 +300,11 @@ DISTANCE_SCHEMA = pl.Schema(
         "status": pl.String(),
     }
 )
+MEMBERSHIP_SCHEMA = pl.Schema({"subset": pl.String(), "image_id": pl.String()})
+# The Arrow schemas of the streamed tables: polars' own export of these schemas (same fingerprints).
+DISTANCE_ARROW = arrow_schema(DISTANCE_SCHEMA)
+MEMBERSHIP_ARROW = arrow_schema(MEMBERSHIP_SCHEMA)
+STATUS_NAMES = pa.array(em.STATUSES, type=pa.large_string())
 COMMUNITY_SCHEMA = pl.Schema(
     {
         "class": pl.String(),

@@ -38,6 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
+from scipy.spatial.distance import pdist
 
 from shiftbench.errors import InputError
 
@@ -202,16 +203,33 @@ class PairDistances:
         return names
 
 
-def pair_distances(embedding: Embedding) -> PairDistances:
-    """Every pair i < j: Euclidean distance, NULL (NaN) where the embedding does not define it."""
-    n = embedding.coords.shape[0]
+# pdist sums the squared differences in dimension order, as numpy's norm does below 8 dimensions (from 8 on numpy
+# sums pairwise: other last bits); either way the distances are those published before pdist was used here.
+_SEQUENTIAL_NORM_BELOW = 8
+
+
+def pair_distances(embedding: Embedding, order: np.ndarray | None = None) -> PairDistances:
+    """Every pair i < j of the nodes taken in ``order`` (default: node order), row by row (``i`` and ``j`` are
+    positions in ``order``): Euclidean distance, NULL (NaN) where the embedding does not define it.
+
+    A pair's distance does not depend on its orientation (the squares of negated differences are the same), so
+    any node order gives the same floats for the same pair.
+    """
+    coords = embedding.coords if order is None else embedding.coords[order]
+    n, dim = coords.shape
     i, j = np.triu_indices(n, k=1)
-    raw = np.linalg.norm(embedding.coords[i] - embedding.coords[j], axis=1)
+    if dim < _SEQUENTIAL_NORM_BELOW:
+        raw = pdist(coords) if n > 1 else np.zeros(0)  # condensed: the same row-by-row order as triu_indices
+    else:
+        raw = np.linalg.norm(coords[i] - coords[j], axis=1)
+    component = embedding.component if order is None else embedding.component[order]
+    node_status = np.array([STATUSES.index(str(s)) for s in embedding.component_status], dtype=np.int8)
+    if order is not None:
+        node_status = node_status[order]
     # A pair across components is undefined whatever else is true of the graph, so that status wins;
     # within a component the component's (networkx: the whole graph's) status applies.
-    node_status = np.array([STATUSES.index(str(s)) for s in embedding.component_status], dtype=np.int8)
     status = np.where(
-        embedding.component[i] != embedding.component[j],
+        component[i] != component[j],
         np.int8(STATUSES.index("different_components")),
         node_status[i],
     ).astype(np.int8)
