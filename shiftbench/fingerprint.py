@@ -128,7 +128,10 @@ def sha256_frames(frames: Iterable[pl.DataFrame]) -> str:
 def sha256_streamed(table: StreamedTable) -> str:
     """Fingerprint of a streamed table (made in canonical order, in batches of :data:`BATCH_ROWS` rows), as
     :func:`sha256_table` gives it for the same rows held as a data frame."""
-    return sha256_batches(table.arrow_schema, (batch for batch in table.batches(BATCH_ROWS) if batch.num_rows))
+    from shiftbench.streamed import prefetched
+
+    batches = prefetched(table.batches(BATCH_ROWS))
+    return sha256_batches(table.arrow_schema, (batch for batch in batches if batch.num_rows))
 
 
 def sha256_table(frame: pl.DataFrame) -> str:

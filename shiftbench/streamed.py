@@ -12,12 +12,17 @@ writes it to Parquet row group by row group, each in its own pass over the batch
 from __future__ import annotations
 
 import functools
+import queue
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,52 @@ def in_memory(table: pl.DataFrame | StreamedTable) -> pl.DataFrame:
     if isinstance(table, StreamedTable):
         raise TypeError("this table is streamed: read it with batches()")
     return table
+
+
+def prefetched(items: Iterator[T]) -> Iterator[T]:
+    """The same items, each made on a worker thread while the caller uses the one before.
+
+    Making a batch of a streamed table (Arrow ``take``, numpy) and using it (IPC and sha256, or Parquet encoding
+    and zstd) both release the GIL for most of their time, so on two cores the two overlap. The next item is only
+    started once the caller has taken the previous one: at most two exist at a time.
+    """
+    ready: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=1)
+    taken = threading.Semaphore(1)  # released each time the caller takes an item
+    stop = threading.Event()
+
+    def make() -> None:
+        try:
+            while True:
+                while not taken.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                item = next(items, _END)
+                if item is _END:
+                    ready.put((False, None))
+                    return
+                ready.put((True, item))
+        except BaseException as exc:  # handed to the caller, raised there
+            ready.put((False, exc))
+
+    worker = threading.Thread(target=make, name="shiftbench-prefetch", daemon=True)
+    worker.start()
+    try:
+        while True:
+            more, item = ready.get()
+            taken.release()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
+_END = object()
 
 
 def regroup(pieces: Iterable[Sequence[np.ndarray]], rows: int) -> Iterator[list[np.ndarray]]:

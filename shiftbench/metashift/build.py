@@ -150,13 +150,19 @@ def _subset_images_table(memberships: Memberships) -> StreamedTable:
 
 
 @dataclass(frozen=True)
-class DistanceSummary:
-    """What the collection's magnitudes and warnings need of its distances, gathered without their strings."""
+class DistanceCounts:
+    """What the warnings need of a collection's distances."""
 
-    values: np.ndarray  # every defined distance, class by class
-    class_sums: dict[str, tuple[float, int]]  # exactly rounded sum and count of each class's defined distances
     null_statuses: dict[str, int]  # NULL distances by status
     total: int
+
+
+@dataclass(frozen=True)
+class DistanceSummary(DistanceCounts):
+    """What the collection's magnitudes and warnings need of its distances, gathered without their strings."""
+
+    values: np.ndarray  # every defined distance, class by class (hundreds of MB at GQA scale: dropped once used)
+    class_sums: dict[str, tuple[float, int]]  # exactly rounded sum and count of each class's defined distances
 
 
 def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
@@ -171,7 +177,7 @@ def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
         nulls.update({status: int(n) for status, n in zip(em.STATUSES, counts.tolist(), strict=True) if n})
         total += len(pairs.distance)
     joined = np.concatenate(values) if values else np.zeros(0)
-    return DistanceSummary(joined, class_sums, dict(nulls), total)
+    return DistanceSummary(dict(nulls), total, joined, class_sums)
 
 
 def collection_tables(
@@ -181,9 +187,9 @@ def collection_tables(
     general_contexts: Mapping[str, Sequence[str]],
     sources: Mapping[str, Any],
     class_groups: pl.DataFrame | None = None,
-) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult], DistanceSummary]:
-    """All tables of one collection version (without ``version``), the per-class graphs, and what the
-    magnitudes and warnings know of the distances (their pairs are computed once for both).
+) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult], DistanceCounts]:
+    """All tables of one collection version (without ``version``), the per-class graphs, and how many distances
+    are NULL and why (for the warnings).
 
     ``metashift_subset_images`` and ``metashift_distances`` are streamed tables (:class:`StreamedTable`), made from
     integer codes and the embeddings whenever they are read (at GQA scale they have tens of millions of
@@ -243,7 +249,7 @@ def collection_tables(
     }
     distances = summarise_distances(results)
     tables["shift_magnitudes"] = collection_magnitudes(distances)
-    return tables, results, distances
+    return tables, results, DistanceCounts(distances.null_statuses, distances.total)
 
 
 def collection_magnitudes(distances: DistanceSummary) -> pl.DataFrame:
@@ -267,7 +273,7 @@ def task_magnitudes(summary_row: Mapping[str, Any], communities: pl.DataFrame) -
 NULL_DISTANCE_WARNING_SHARE = 0.5
 
 
-def distance_warnings(distances: DistanceSummary, embedding: str) -> list[str]:
+def distance_warnings(distances: DistanceCounts, embedding: str) -> list[str]:
     """Say loudly when most distances of a collection are NULL (published, but mostly unusable).
 
     Sparse meta-graphs (high ``edge_threshold``, attribute contexts) split into many components,

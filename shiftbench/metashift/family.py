@@ -218,6 +218,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     tables, results, distances = build.collection_tables(
         spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
     )
+    del objects, images  # not needed while the version is hashed and written
     benchmarks = in_memory(tables["benchmarks"])
     params = json.loads(benchmarks["params"][0])
     params["overrides"] = dict(target.overrides)
