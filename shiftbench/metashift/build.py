@@ -16,6 +16,7 @@ Dataset card
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +26,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from threadpoolctl import threadpool_limits
 
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
@@ -74,11 +76,16 @@ class ClassResult:
 
 
 def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassResult]:
-    """Communities and embeddings of every class. The embeddings (LAPACK, which releases the GIL) run on a
-    second thread while this one runs Louvain (pure Python): at GQA scale they are the two largest stages."""
+    """Communities and embeddings of every class.
+
+    The embeddings (LAPACK, which releases the GIL) run on one thread per core, largest classes first, while
+    this thread finds the communities. Each LAPACK call runs single-threaded: OpenBLAS's results depend on how
+    many threads it splits a matrix among (at GQA scale 115 of 1,596 classes got other eigenvector signs or last
+    bits with 2 threads than with 1), so the published version would depend on the machine's core count.
+    """
     graphs = mg.class_graphs(nodes, edges)
     largest_first = sorted(graphs, key=lambda name: -len(graphs[name].nodes))
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
         embeddings = {
             name: pool.submit(em.embed, graphs[name].weights, spec.embedding_dim, spec.embedding)
             for name in largest_first

@@ -6,7 +6,8 @@ whose columns are subsets, (MᵀM)[i, j] = |X_i ∩ X_j|. Rows are keyed by clas
 so MᵀM is block-diagonal by class and no cross-class pair is ever computed. This replaces the
 released scripts' Python set intersections over all pairs (see ``bench/bench_metashift.py``).
 
-Communities: Louvain (the paper, seeded) or greedy modularity (what the released scripts ran,
+Communities: Louvain (the paper, seeded: networkx's algorithm and communities, compiled in
+:mod:`shiftbench.metashift.louvain`) or greedy modularity (what the released scripts ran,
 ``networkx.greedy_modularity_communities(G)``, which ignores edge weights).
 """
 
@@ -154,11 +155,23 @@ def detect_communities(graph: ClassGraph, method: str, seed: int) -> list[list[s
     """Communities as sorted member lists, largest first (ties: first member name)."""
     if method not in COMMUNITY_METHODS:
         raise InputError(f"must be one of {', '.join(COMMUNITY_METHODS)}, got {method!r}", parameter="community_method")
-    g = graph.to_networkx()
-    if method == "louvain":
-        found = nx.community.louvain_communities(g, weight="weight", seed=seed)
+    if method == "louvain":  # networkx's communities, compiled (imported here: numba costs 0.2 s to import)
+        from shiftbench.metashift import louvain
+
+        coo = sp.triu(graph.weights, k=1).tocoo()  # the edges in the order to_networkx adds them
+        labels = louvain.communities(
+            len(graph.nodes),
+            coo.row.astype(np.int64),
+            coo.col.astype(np.int64),
+            coo.data.astype(np.float64),
+            seed,
+        )
+        groups: dict[int, list[str]] = {}
+        for node, label in zip(graph.nodes, labels.tolist(), strict=True):
+            groups.setdefault(label, []).append(node)
+        found: list[list[str]] | list[set[str]] = list(groups.values())
     else:
-        found = nx.community.greedy_modularity_communities(g)
+        found = nx.community.greedy_modularity_communities(graph.to_networkx())
     communities = [sorted(c) for c in found]
     return sorted(communities, key=lambda c: (-len(c), c[0]))
 
