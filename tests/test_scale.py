@@ -1,0 +1,159 @@
+"""What makes MetaShift fast at GQA scale gives the answers the plain algorithms give: compiled Louvain against
+networkx, vectorised exact sums against math.fsum, pdist against numpy's norm, prefetched batches, and custom
+contract rules."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import polars as pl
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shiftbench.contracts import CONTRACTS_DIR, _custom_module_source, load_contract
+from shiftbench.errors import InputError
+from shiftbench.magnitudes import exact_sum
+from shiftbench.metashift import embedding as em
+from shiftbench.metashift import metagraph as mg
+from shiftbench.metashift.specs import load_specs
+from shiftbench.metashift.subsets import candidate_memberships, subset_table
+from shiftbench.sources.generated_scenes import generate_scene_tables
+from shiftbench.streamed import prefetched, regroup
+
+
+def _networkx_communities(graph: mg.ClassGraph, seed: int) -> list[list[str]]:
+    found = nx.community.louvain_communities(graph.to_networkx(), weight="weight", seed=seed)
+    return sorted((sorted(c) for c in found), key=lambda c: (-len(c), c[0]))
+
+
+def _random_graph(n: int, p: float, seed: int) -> mg.ClassGraph:
+    rng = np.random.default_rng(seed)
+    weights = np.zeros((n, n))
+    for u, v in nx.gnp_random_graph(n, p, seed=seed).edges:
+        weights[u, v] = weights[v, u] = float(rng.uniform(0.2, 1.0))
+    return mg.ClassGraph("c", [f"s{k:03d}" for k in range(n)], np.ones(n), sp.csr_array(weights))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_compiled_louvain_finds_networkx_s_communities(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    graph = _random_graph(int(rng.integers(2, 150)), float(rng.uniform(0.02, 0.4)), seed)
+    for louvain_seed in (0, 7):
+        assert mg.detect_communities(graph, "louvain", louvain_seed) == _networkx_communities(graph, louvain_seed)
+
+
+def test_compiled_louvain_on_every_meta_graph_of_the_generated_sample() -> None:
+    specs = load_specs()
+    objects, images, _ = generate_scene_tables()
+    spec = specs.collections["metashift"].with_overrides({"edge_threshold": 0.05})
+    memberships = candidate_memberships(objects, images, spec.context_kinds, specs.general_contexts)
+    subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
+    nodes = mg.node_order(subsets.filter(pl.col("selected")))
+    graphs = mg.class_graphs(nodes, mg.overlap_edges(memberships, nodes, spec.edge_threshold))
+    assert len(graphs) >= 5 and max(g.weights.nnz for g in graphs.values()) > 100
+    for graph in graphs.values():
+        assert mg.detect_communities(graph, "louvain", 0) == _networkx_communities(graph, 0)
+
+
+def test_compiled_louvain_of_a_graph_without_edges_is_its_singletons() -> None:
+    graph = mg.ClassGraph("c", ["a", "b", "c"], np.ones(3), sp.csr_array((3, 3)))
+    assert mg.detect_communities(graph, "louvain", 0) == [["a"], ["b"], ["c"]]
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(finite | st.floats(min_value=-1e-300, max_value=1e-300), max_size=300))
+def test_exact_sum_is_math_fsum(values: list[float]) -> None:
+    ours, theirs = exact_sum(np.array(values, dtype=np.float64)), math.fsum(values)
+    assert ours == theirs and math.copysign(1.0, ours) == math.copysign(1.0, theirs)
+
+
+def test_exact_sum_of_many_values_and_of_series() -> None:
+    values = np.random.default_rng(0).random(3_000_000) * 1e-3  # more than one chunk of 2^20
+    assert exact_sum(values) == math.fsum(values.tolist())
+    assert exact_sum(pl.Series(values)) == exact_sum(values[::-1])
+    assert exact_sum(np.array([-0.0, -0.0])) == 0.0 and math.copysign(1.0, exact_sum(np.array([-0.0]))) == -1.0
+    assert math.isnan(exact_sum(np.array([1.0, math.nan])))
+
+
+@pytest.mark.parametrize("dim", [1, 2, 5, 7, 8, 9, 12])
+def test_pair_distances_are_numpy_s_norms_in_any_dimension(dim: int) -> None:
+    """pdist below 8 dimensions, numpy above: the floats published before pdist was used, in any node order."""
+    rng = np.random.default_rng(dim)
+    n = 60
+    coords = rng.standard_normal((n, dim)) * rng.random(dim) * 10
+    embedding = em.Embedding(coords, np.zeros(n, dtype=np.int64), np.full(n, "ok", dtype=object), [], "networkx")
+    order = rng.permutation(n)
+    pairs = em.pair_distances(embedding, order)
+    i, j = np.triu_indices(n, k=1)
+    assert np.array_equal(pairs.raw, np.linalg.norm(coords[order][i] - coords[order][j], axis=1))
+    assert np.array_equal(pairs.i, i) and np.array_equal(pairs.j, j)
+
+
+def test_prefetched_keeps_order_and_makes_at_most_one_item_ahead() -> None:
+    made: list[int] = []
+
+    def items() -> Iterator[int]:
+        for k in range(20):
+            made.append(k)
+            yield k
+
+    seen = []
+    for item in prefetched(items()):
+        time.sleep(0.002)
+        assert len(made) <= item + 2  # the one in hand and the one made ahead
+        seen.append(item)
+    assert seen == list(range(20))
+
+
+def test_prefetched_raises_the_maker_s_error_and_stops_when_left() -> None:
+    def failing() -> Iterator[int]:
+        yield 1
+        raise ValueError("bad batch")
+
+    with pytest.raises(ValueError, match="bad batch"):
+        list(prefetched(failing()))
+    endless = prefetched(iter(range(10**9)))
+    assert next(endless) == 0
+    endless.close()  # the worker thread ends instead of running on
+    assert not any(t.name == "shiftbench-prefetch" and t.is_alive() for t in threading.enumerate())
+
+
+def test_regroup_cuts_pieces_into_exact_batches() -> None:
+    pieces = [(np.arange(a, b), np.arange(a, b) * 2.0) for a, b in [(0, 3), (3, 3), (3, 10), (10, 11)]]
+    batches = list(regroup(pieces, 4))
+    assert [len(b[0]) for b in batches] == [4, 4, 3]
+    assert np.array_equal(np.concatenate([b[0] for b in batches]), np.arange(11))
+    assert list(regroup([], 4)) == []
+
+
+def test_a_custom_rule_runs_only_this_package_s_functions(tmp_path: Path) -> None:
+    text = (CONTRACTS_DIR / "metashift_edges.yaml").read_text("utf-8")
+    for wrong in ("os:system", "shiftbench.metashift.checks", "shiftbench.metashift.checks:not-a-name"):
+        path = tmp_path / "metashift_edges.yaml"
+        path.write_text(text.replace("shiftbench.metashift.checks:edge_overlap_mismatches", wrong), "utf-8")
+        with pytest.raises(InputError, match=r"engine: shiftbench and implementation") as caught:
+            load_contract(path)
+        assert str(path) in str(caught.value)
+
+
+def test_a_custom_rule_s_code_is_part_of_its_contract_s_fingerprint() -> None:
+    """Editing the code of a rule invalidates earlier check records, as editing the YAML does."""
+    import hashlib
+
+    path = CONTRACTS_DIR / "metashift_edges.yaml"
+    contract = load_contract(path)
+    (rule,) = [q for q in contract.schema.quality or [] if q.type == "custom"]
+    text = path.read_text("utf-8").encode("utf-8")
+    assert contract.sha256 == hashlib.sha256(text + _custom_module_source(rule, path)).hexdigest()
+    assert contract.sha256 != hashlib.sha256(text).hexdigest()
