@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import shutil
 from pathlib import Path
+from typing import Any
 
 _FULL_MESSAGES = ("no space left", "disk is full", "database or disk is full")
 _NEARLY_FULL_BYTES = 4 << 20  # SQLite reports a full tmpfs as "disk I/O error": check what is left
@@ -33,6 +34,7 @@ class InputError(ShiftbenchError):
         self.path = str(path) if path is not None else None
         self.line = line
         self.parameter = parameter
+        self.message = message
         where = []
         if self.path is not None:
             where.append(self.path if line is None else f"{self.path}:{line}")
@@ -40,6 +42,14 @@ class InputError(ShiftbenchError):
             where.append(f"parameter {parameter!r}")
         prefix = ", ".join(where)
         super().__init__(f"{prefix}: {message}" if prefix else message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its fields (a worker process raises it, the caller re-raises it as it was)."""
+        return (_input_error, (self.message, self.path, self.line, self.parameter))
+
+
+def _input_error(message: str, path: str | None, line: int | None, parameter: str | None) -> InputError:
+    return InputError(message, path=path, line=line, parameter=parameter)
 
 
 class ContractViolation(ShiftbenchError):

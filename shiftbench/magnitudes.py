@@ -78,9 +78,7 @@ def exact_sum(values: pl.Series | np.ndarray) -> float:
         low_sums = np.bincount(power, weights=significand - high * _HALF)
         for k in np.flatnonzero((high_sums != 0) | (low_sums != 0)).tolist():
             total += ((int(high_sums[k]) << 26) + int(low_sums[k])) << k
-    if total == 0:  # fsum's signed zero: -0.0 only when every value is -0.0
-        return -0.0 if len(array) and bool(np.signbit(array).all()) else 0.0
-    return total / (1 << _SCALE)
+    return total / (1 << _SCALE)  # a zero sum is +0.0, as fsum gives it
 
 
 def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, float | None]]:

@@ -82,7 +82,7 @@ def test_exact_sum_of_many_values_and_of_series() -> None:
     values = np.random.default_rng(0).random(3_000_000) * 1e-3  # more than one chunk of 2^20
     assert exact_sum(values) == math.fsum(values.tolist())
     assert exact_sum(pl.Series(values)) == exact_sum(values[::-1])
-    assert exact_sum(np.array([-0.0, -0.0])) == 0.0 and math.copysign(1.0, exact_sum(np.array([-0.0]))) == -1.0
+    assert math.copysign(1.0, exact_sum(np.array([-0.0]))) == math.copysign(1.0, math.fsum([-0.0]))
     assert math.isnan(exact_sum(np.array([1.0, math.nan])))
 
 

@@ -13,20 +13,19 @@ then one image at a time into typed structs that hold only what MetaShift reads 
 location, weather; boxes and relations are skipped by the decoder, types are checked by it). Only one
 image's objects exist as Python objects at once: a 231 MB file reads in about 2.4 s within about 2.5x
 its size, where the DuckDB ``MAP(VARCHAR, JSON)`` route took 6.2 s and 12x (BENCHMARKS.md, "Reading
-GQA scene graphs"). Several files are read side by side.
+GQA scene graphs"). Files, and the halves of a large file, are decoded side by side in worker processes
+(:mod:`shiftbench.sources.gqa_decode`), which return integer-coded columns.
 """
 
 from __future__ import annotations
 
-import gc
 import json
+import multiprocessing
 import os
-from array import array
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-import msgspec
 import numpy as np
 import polars as pl
 import pyarrow as pa
@@ -34,6 +33,7 @@ import pyarrow as pa
 from shiftbench import progress
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
+from shiftbench.sources.gqa_decode import DecodedPart, decode_part
 
 OBJECTS_SCHEMA = {
     "image_id": pl.String,
@@ -48,23 +48,6 @@ IMAGES_SCHEMA = {
     "general": pl.List(pl.String),
 }
 TAG_KINDS = ("object", "general")
-
-
-class _SceneObject(msgspec.Struct, gc=False):
-    """What MetaShift reads of a GQA object (the decoder skips boxes, relations and anything else)."""
-
-    name: str
-    attributes: list[str] | None = None
-
-
-class _SceneGraph(msgspec.Struct, gc=False):
-    objects: dict[str, _SceneObject]
-    location: str | None = None
-    weather: str | None = None
-
-
-_DECODE_SCENE = msgspec.json.Decoder(_SceneGraph).decode
-_DECODE_OBJECT = msgspec.json.Decoder(_SceneObject).decode
 
 
 @dataclass(frozen=True)
@@ -85,148 +68,100 @@ class SceneTables:
         return cls(objects, images, fingerprint, files_sha256, kind)
 
 
-def _json_error_location(path: Path) -> tuple[int | None, str]:
-    """Line and message of the first syntax error (slow path: only after DuckDB refused the file)."""
-    try:
-        with path.open(encoding="utf-8") as handle:
-            json.load(handle)
-    except json.JSONDecodeError as exc:
-        return exc.lineno, exc.msg
-    except UnicodeDecodeError as exc:
-        return None, f"not UTF-8 ({exc.reason})"
-    return None, "unreadable"
-
-
-def _object_problem(error: str) -> str:
-    """msgspec's message about one object, in the words of this reader."""
-    if "missing required field `name`" in error:
-        return "object without 'name'"
-    if error.endswith("`$.name`"):
-        return "object 'name' is not a string"
-    if "`$.attributes[" in error:
-        return "'attributes' holds a non-string value"
-    if error.endswith("`$.attributes`"):
-        return "'attributes' is not a list"
-    return "object is not a JSON object"
-
-
-def _scene_problem(image_id: str, raw: bytes, error: str) -> str:
-    """Where in one image's scene graph the decoder stopped, naming the image and the object (slow path:
-    msgspec's path does not name dictionary keys, so the image is decoded again, object by object)."""
-    where = f"image {image_id!r}"
-    if "`$.objects[" not in error:
-        if "missing required field `objects`" in error:
-            return f"{where}: missing 'objects'"
-        if error.endswith("`$.objects`"):
-            return f"{where}: 'objects' is not a JSON object"
-        for field in ("location", "weather"):
-            if error.endswith(f"`$.{field}`"):
-                return f"{where}: '{field}' is not a string"
-        return f"{where}: scene graph is not a JSON object"
-    objects = msgspec.json.decode(raw)["objects"]
-    for object_id, value in objects.items():
-        try:
-            _DECODE_OBJECT(msgspec.json.encode(value))
-        except msgspec.ValidationError as exc:
-            return f"{where}, object {object_id!r}: {_object_problem(str(exc))}"
-    return f"{where}: {error}"
+# Files from this size on are decoded in parts, one per worker process (below it a worker costs more than it saves).
+PARALLEL_FROM_BYTES = 64 << 20
 
 
 def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One GQA ``*_sceneGraphs.json`` file as (objects, images); strict about structure and types."""
-    if not path.is_file():
-        raise InputError("scene-graph file not found", path=path, parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
-    data = path.read_bytes()
-    try:
-        scenes = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    except msgspec.DecodeError:
-        line, message = _json_error_location(path)
-        raise InputError(f"invalid scene-graph JSON: {message}", path=path, line=line) from None
-    except msgspec.ValidationError:
-        raise InputError(
-            "invalid scene-graph JSON: expected a JSON object mapping image ids to scene graphs", path=path
-        ) from None
-    if not scenes:
-        raise InputError("no scene graphs: the file maps no image id to a scene graph", path=path)
-    # Columnar and integer-coded while reading: names and attributes become codes into dictionaries (one
-    # dict lookup per string, no Python object kept per object), expanded to strings by polars at the end.
-    # The cyclic collector is off for the loop: it would re-walk every list built so far, many times over
-    # (nothing here makes a reference cycle).
-    image_ids: list[str] = []
-    locations: list[str | None] = []
-    weathers: list[str | None] = []
-    object_ids: list[str] = []
-    object_image, name_code, attribute_code = array("i"), array("i"), array("i")
-    attribute_offsets = array("q", [0])
-    name_codes: dict[str, int] = {}
-    attribute_codes: dict[str, int] = {}
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        for index, (image_id, raw) in enumerate(scenes.items()):
-            try:
-                scene = _DECODE_SCENE(raw)
-            except msgspec.ValidationError as exc:
-                raise InputError(_scene_problem(image_id, bytes(raw), str(exc)), path=path) from None
-            image_ids.append(image_id)
-            locations.append(scene.location)
-            weathers.append(scene.weather)
-            found = scene.objects
-            object_ids.extend(found)
-            object_image.extend([index] * len(found))
-            for object_id, obj in found.items():
-                code = name_codes.get(obj.name)
-                if code is None:
-                    if not obj.name.strip():
-                        raise InputError(f"image {image_id!r}, object {object_id!r}: object 'name' is empty", path=path)
-                    code = name_codes[obj.name] = len(name_codes)
-                name_code.append(code)
-                if obj.attributes:
-                    attribute_code.extend([attribute_codes.setdefault(a, len(attribute_codes)) for a in obj.attributes])
-                attribute_offsets.append(len(attribute_code))
-    finally:
-        if collecting:
-            gc.enable()
-    del scenes, data
-    attribute_values = _decode(attribute_codes, attribute_code)
-    attributes = pa.LargeListArray.from_arrays(
-        pa.array(np.frombuffer(attribute_offsets, dtype=np.int64)),
-        attribute_values.to_arrow(compat_level=pl.CompatLevel.oldest()),
-    )
+    """One GQA ``*_sceneGraphs.json`` file as (objects, images), decoded in this process; strict about structure
+    and types."""
+    return _frames([decode_part(path)])
+
+
+def _frames(parts: list[DecodedPart]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The parts of one file, in order, as its objects and images tables (strings come back only here, by code)."""
+    names: dict[str, int] = {}
+    attributes: dict[str, int] = {}
+    object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
+    images_before = 0
+    for part in parts:  # the parts' dictionaries merged in the order first met: the whole file's order
+        name_map = np.array([names.setdefault(n, len(names)) for n in part.names], dtype=np.int32)
+        attribute_map = np.array([attributes.setdefault(a, len(attributes)) for a in part.attributes], dtype=np.int32)
+        object_image.append(part.object_image + images_before)
+        name_code.append(name_map[part.name_code] if len(part.names) else part.name_code)
+        attribute_code.append(attribute_map[part.attribute_code] if len(part.attributes) else part.attribute_code)
+        offsets.append(part.attribute_offsets[1:] + offsets[-1][-1])
+        images_before += len(part.image_ids)
+    image_ids = pa.concat_arrays([part.image_ids for part in parts])
+    attribute_values = _decode(attributes, np.concatenate(attribute_code))
     objects = pl.DataFrame(
         {
-            "image_id": pl.Series(image_ids, dtype=pl.String).gather(np.frombuffer(object_image, dtype=np.int32)),
-            "object_id": pl.Series(object_ids, dtype=pl.String),
-            "name": _decode(name_codes, name_code),
-            "attributes": pl.Series(attributes, dtype=pl.List(pl.String)),
+            "image_id": pl.Series(image_ids).gather(np.concatenate(object_image)),
+            "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
+            "name": _decode(names, np.concatenate(name_code)),
+            "attributes": pl.Series(
+                pa.LargeListArray.from_arrays(
+                    pa.array(np.concatenate(offsets)),
+                    attribute_values.to_arrow(compat_level=pl.CompatLevel.oldest()),
+                ),
+                dtype=pl.List(pl.String),
+            ),
         }
     )
     images = pl.DataFrame(
-        {"image_id": image_ids, "location": locations, "weather": weathers, "general": [[]] * len(image_ids)},
-        schema=IMAGES_SCHEMA,  # type: ignore[arg-type]
-    )
-    return objects, images
+        {
+            "image_id": pl.Series(image_ids),
+            "location": pl.Series(pa.concat_arrays([part.locations for part in parts])),
+            "weather": pl.Series(pa.concat_arrays([part.weathers for part in parts])),
+        }
+    ).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
+    return objects, images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
 
 
-def _decode(codes: dict[str, int], coded: array[int]) -> pl.Series:
+def _decode(codes: dict[str, int], coded: np.ndarray) -> pl.Series:
     """Strings from their codes (``codes`` maps each string to its code, in insertion order)."""
-    return pl.Series(list(codes), dtype=pl.String).gather(np.frombuffer(coded, dtype=np.int32))
+    return pl.Series(list(codes), dtype=pl.String).gather(coded)
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
     """Several GQA files (e.g. train and val) as one source; an image in two files is an error.
 
-    DuckDB parses one JSON document on one thread, so files are read side by side, one per core
-    (``workers``; DuckDB releases the GIL while it parses).
+    msgspec decodes with the GIL held, so files are decoded side by side in worker processes (``workers``, one
+    per core by default), a file of :data:`PARALLEL_FROM_BYTES` or more in one part per worker; a single small
+    file is decoded here (a worker would cost more than it saves).
     """
     if not paths:
         raise InputError("no scene-graph file given", parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
-    workers = workers or min(len(paths), os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(read_gqa_scene_graph_file, path): path for path in paths}
-        for done, future in enumerate(as_completed(futures), start=1):
-            progress.report(progress.Event("read", futures[future].name, done, len(paths), "done"))
-        parts = [future.result() for future in futures]  # in path order; the first error wins
+    workers = workers or os.cpu_count() or 1
+    units = [
+        (path, part, parts)
+        for path in paths
+        for parts in [workers if path.is_file() and path.stat().st_size >= PARALLEL_FROM_BYTES else 1]
+        for part in range(parts)
+    ]
+    decoded: dict[Path, list[DecodedPart]] = {path: [] for path in paths}
+    if workers == 1 or len(units) == 1:
+        for done, path in enumerate(paths, start=1):
+            decoded[path] = [decode_part(path)]
+            progress.report(progress.Event("read", path.name, done, len(paths), "done"))
+    else:
+        # Workers are forked from a clean server process that has imported the decoder, never from the caller
+        # (which runs threads: forking it is unsafe) and without a fresh interpreter's imports per worker.
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["shiftbench.sources.gqa_decode"])
+        with ProcessPoolExecutor(max_workers=min(workers, len(units)), mp_context=context) as pool:
+            futures = {pool.submit(decode_part, *unit): unit for unit in units}
+            left = {path: sum(1 for unit in units if unit[0] == path) for path in paths}
+            done = 0
+            for future in as_completed(futures):
+                path = futures[future][0]
+                left[path] -= 1
+                if not left[path] and future.exception() is None:
+                    done += 1
+                    progress.report(progress.Event("read", path.name, done, len(paths), "done"))
+            for future, (path, _, _) in futures.items():  # in path order: the first error wins
+                decoded[path].append(future.result())
+    parts = [_frames(decoded[path]) for path in paths]
     images = pl.concat([file_images.with_columns(pl.lit(i).alias("file")) for i, (_, file_images) in enumerate(parts)])
     twice = images.filter(pl.col("image_id").is_duplicated()).sort("image_id", "file")
     if twice.height:
