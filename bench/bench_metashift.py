@@ -144,7 +144,7 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
         stages.add(READ_TOTAL, 0.0)
         stages.wrap(scene_graphs, "_frames", "- columns from the workers' coded parts, file by file")
         stages.wrap(scene_graphs.SceneTables, "from_frames", "- from_frames: cast, sort, fingerprint")
-        stages.wrap(scene_graphs, "sha256_frames", "- (of which table fingerprints: Arrow IPC, sha256)")
+        stages.wrap(scene_graphs, "sha256_table", "- (of which table fingerprints: sort, Arrow IPC, sha256)")
         stages.wrap(scene_graphs, "sha256_files", "- sha256 of the input files")
         stages.add(BUILD_TOTAL, 0.0)
         stages.wrap(build, "candidate_memberships", "- candidate memberships (polars joins on codes)")

@@ -48,9 +48,9 @@ from shiftbench.errors import ContractViolation, InputError, StoreError
 from shiftbench.fingerprint import (
     canonical_json,
     sha256_file,
-    sha256_frames,
     sha256_json,
     sha256_streamed,
+    sha256_table,
 )
 from shiftbench.streamed import StreamedTable, constant_strings, prefetched
 
@@ -248,8 +248,9 @@ class Store:
             raise InputError(f"benchmark {benchmark!r} already belongs to family {other!r}", parameter="name")
         prepared = {name: self._canonical(frame, benchmark) for name, frame in sorted(tables.items())}
         hashes = {
-            # canonical: already sorted by every column, as sha256_table would sort it (no second sort and copy)
-            name: sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_frames([frame])
+            # sha256_table sorts the canonical frame again: the same rows, but bitmaps rebuilt the way every id so far
+            # was hashed (their unused bits enter the bytes; see SceneTables.from_frames)
+            name: sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)
             for name, frame in prepared.items()
         }
         version = version_id(family, benchmark, hashes)
