@@ -33,6 +33,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -265,6 +266,10 @@ class Store:
         self._clean_stale_staging()
         staging = self.staging_dir / f"{benchmark}-{version}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
+        # Figures are drawn on a worker thread while the tables are written (writing Parquet releases the GIL).
+        drawing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="shiftbench-attachments")
+        drawn = drawing.submit(attachments) if callable(attachments) else None
+        given: Mapping[str, bytes] = {} if attachments is None or callable(attachments) else attachments
         try:
             files: dict[str, Any] = {}
             for name, frame in prepared.items():
@@ -281,7 +286,7 @@ class Store:
                     "content_sha256": hashes[name],
                 }
             attached = {}
-            made = dict((attachments() if callable(attachments) else attachments) or {})
+            made = dict(drawn.result() if drawn is not None else given)
             if documents is not None:
                 made.update(documents(version, files, sorted(made)))
             for name, payload in sorted(made.items()):
@@ -318,6 +323,8 @@ class Store:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
+        finally:
+            drawing.shutdown(wait=True, cancel_futures=True)
         return self._mark_staged(StagedVersion(family, benchmark, version, final, created=True))
 
     def _mark_staged(self, staged: StagedVersion) -> StagedVersion:
