@@ -157,3 +157,36 @@ def test_a_custom_rule_s_code_is_part_of_its_contract_s_fingerprint() -> None:
     text = path.read_text("utf-8").encode("utf-8")
     assert contract.sha256 == hashlib.sha256(text + _custom_module_source(rule, path)).hexdigest()
     assert contract.sha256 != hashlib.sha256(text).hexdigest()
+
+
+def test_reading_in_worker_processes_needs_no_main_guard_in_the_caller_s_script(tmp_path: Path) -> None:
+    """Several files are decoded in worker processes; a user's script without `if __name__ == "__main__"` must
+    still run once (multiprocessing's spawn would run it again in every worker, which would start workers)."""
+    import subprocess
+    import sys
+
+    for k in range(3):
+        objects = '{"1": {"name": "cat", "attributes": ["black"]}, "2": {"name": "sofa"}}'
+        (tmp_path / f"part{k}.json").write_text(f'{{"{k}": {{"objects": {objects}}}}}')
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "from pathlib import Path\n"
+        "from shiftbench.sources.scene_graphs import read_gqa_scene_graphs\n"
+        "print('the script ran', flush=True)\n"
+        f"scene = read_gqa_scene_graphs(sorted(Path({str(tmp_path)!r}).glob('part*.json')), workers=2)\n"
+        "print(scene.objects.height, scene.images.height)\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["the script ran", "6 3"]
+
+
+def test_a_bad_file_read_in_a_worker_process_is_the_same_one_line_error(tmp_path: Path) -> None:
+    from shiftbench.sources.scene_graphs import read_gqa_scene_graphs
+
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"1": {"objects": {"5": {"name": "cat"}}}}')
+    bad.write_text('{"2": {"objects": {"6": {"name": 7}}}}')
+    with pytest.raises(InputError, match=r"bad.json: image '2', object '6': object 'name' is not a string") as caught:
+        read_gqa_scene_graphs([good, bad], workers=2)
+    assert caught.value.path == str(bad)

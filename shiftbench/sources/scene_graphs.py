@@ -20,15 +20,15 @@ GQA scene graphs"). Files, and the halves of a large file, are decoded side by s
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from loky import ProcessPoolExecutor
 
 from shiftbench import progress
 from shiftbench.errors import InputError
@@ -149,11 +149,10 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
             decoded[path] = [decode_part(path)]
             progress.report(progress.Event("read", path.name, done, len(paths), "done"))
     else:
-        # Workers are forked from a clean server process that has imported the decoder, never from the caller
-        # (which runs threads: forking it is unsafe) and without a fresh interpreter's imports per worker.
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["shiftbench.sources.gqa_decode"])
-        with ProcessPoolExecutor(max_workers=min(workers, len(units)), mp_context=context) as pool:
+        # loky's workers are fresh interpreters (forking the caller, which runs threads, is unsafe) that never run
+        # the caller's main script again, as multiprocessing's spawn and forkserver do: a user's script without an
+        # `if __name__ == "__main__"` guard would start workers without end (tested).
+        with ProcessPoolExecutor(max_workers=min(workers, len(units))) as pool:
             futures = {pool.submit(decode_part, *unit): unit for unit in units}
             left = {path: sum(1 for unit in units if unit[0] == path) for path in paths}
             done = 0
