@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 T = TypeVar("T")
 
@@ -153,6 +154,18 @@ def regroup(pieces: Iterable[Sequence[np.ndarray]], rows: int) -> Iterator[list[
                 pending, held = [], 0
     if pending:
         yield [np.concatenate(columns) for columns in zip(*pending, strict=True)]
+
+
+def strings_in_runs(values: pa.Array, codes: np.ndarray) -> pa.Array:
+    """``values.take(codes)`` for codes that come in long runs of one value (a class over all its pairs): each run
+    is taken once and the runs decoded by Arrow, about four times faster than a take per row."""
+    if len(codes) == 0:
+        return values.take(codes)
+    starts = np.flatnonzero(np.diff(codes)) + 1
+    ends = np.append(starts, len(codes)).astype(np.int64)
+    runs = pa.RunEndEncodedArray.from_arrays(pa.array(ends), values.take(codes[np.append(0, starts)]))
+    decoded: pa.Array = pc.run_end_decode(runs)
+    return decoded
 
 
 def constant_strings(value: str, length: int) -> pa.LargeStringArray:

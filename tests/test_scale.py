@@ -190,3 +190,14 @@ def test_a_bad_file_read_in_a_worker_process_is_the_same_one_line_error(tmp_path
     with pytest.raises(InputError, match=r"bad.json: image '2', object '6': object 'name' is not a string") as caught:
         read_gqa_scene_graphs([good, bad], workers=2)
     assert caught.value.path == str(bad)
+
+
+def test_strings_in_runs_are_a_take() -> None:
+    import pyarrow as pa
+
+    from shiftbench.streamed import strings_in_runs
+
+    values = pa.array(["a", "bb", "", "ccc"], type=pa.large_string())
+    for codes in ([], [2], [0, 0, 0, 1, 1, 3, 3, 3, 0, 2, 2], [3, 2, 1, 0]):
+        array = np.array(codes, dtype=np.int32)
+        assert strings_in_runs(values, array).equals(values.take(array))

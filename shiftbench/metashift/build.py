@@ -36,7 +36,7 @@ from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
 from shiftbench.metashift.subsets import SUBSET_COLUMNS, Memberships, candidate_memberships, image_classes, subset_table
 from shiftbench.metashift.tasks import TaskData, build_task
-from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup
+from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup, strings_in_runs
 
 FAMILY = "metashift"
 _BENCHMARK_SCHEMA = {
@@ -128,12 +128,12 @@ def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
     def batches(rows: int) -> Iterator[pa.Table]:
         for class_code, a, b, raw, status in regroup(pieces(), rows):
             columns = [
-                class_names.take(class_code),
-                names.take(a),
+                strings_in_runs(class_names, class_code),
+                strings_in_runs(names, a),  # a class's pairs come row by row: subset_a in runs too
                 names.take(b),
                 float_column(raw, status != 0),
                 float_column(raw),
-                STATUS_NAMES.take(status),
+                strings_in_runs(STATUS_NAMES, status),
             ]
             yield pa.Table.from_arrays(columns, schema=DISTANCE_ARROW)
 
