@@ -201,3 +201,28 @@ def test_strings_in_runs_are_a_take() -> None:
     for codes in ([], [2], [0, 0, 0, 1, 1, 3, 3, 3, 0, 2, 2], [3, 2, 1, 0]):
         array = np.array(codes, dtype=np.int32)
         assert strings_in_runs(values, array).equals(values.take(array))
+
+
+def test_the_streamed_distance_table_is_every_pair_sorted_as_the_store_sorts_it() -> None:
+    """Made from codes in subset-name order with pdist: the same rows as the plain construction, sorted."""
+    from shiftbench.metashift import build
+
+    specs = load_specs()
+    objects, images, _ = generate_scene_tables()
+    tables, results, _ = build.collection_tables(
+        specs.collections["metashift"], objects, images, specs.general_contexts, {}
+    )
+    streamed = tables["metashift_distances"]
+    assert not isinstance(streamed, pl.DataFrame)
+    rows = []
+    for name, result in results.items():  # the construction before streaming: node order, numpy's norm, then sorted
+        coords, nodes = result.embedding.coords, result.graph.nodes
+        pairs = em.pair_distances(result.embedding)
+        norms = np.linalg.norm(coords[pairs.i] - coords[pairs.j], axis=1).tolist()
+        for i, j, raw, status in zip(pairs.i.tolist(), pairs.j.tolist(), norms, pairs.status.tolist(), strict=True):
+            a, b = sorted((nodes[i], nodes[j]))
+            rows.append((name, a, b, raw if status == "ok" else None, raw, status))
+    expected = pl.DataFrame(rows, schema=build.DISTANCE_SCHEMA, orient="row").sort(list(build.DISTANCE_SCHEMA))
+    got = streamed.collect()
+    assert got.height == streamed.height == expected.height > 10_000
+    assert got.equals(expected)

@@ -94,11 +94,6 @@ def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFram
         return {name: ClassResult(graphs[name], communities[name], embeddings[name].result()) for name in graphs}
 
 
-def class_distances(name: str, result: ClassResult) -> pl.DataFrame:
-    """One class's rows of ``metashift_distances``, as the store sorts them (tests; the table is streamed)."""
-    return _distances_table({name: result}).collect()
-
-
 def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
     """Every class's pairs, classes in name order and within a class the subsets in name order, row by row: the
     order the store sorts the table in, so the rows are made from integer codes batch by batch, already sorted.
