@@ -486,3 +486,19 @@ def test_a_locked_dagster_storage_is_one_line_and_publishes_nothing(
         holder.close()
     assert Store(settings.store_dir).latest("toy2") is None
     assert main(["build", "--benchmark", "toy2"]) == 0  # free again: the same command works
+
+
+def test_a_bad_scene_graph_file_decoded_in_a_worker_is_one_line_and_exit_2(
+    cli_env: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two files are decoded in worker processes: the bad one is named in one line (not the worker's traceback,
+    which the process pool chains to the error), exit 2, nothing published."""
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text('{"1": {"objects": {"5": {"name": "cat", "attributes": ["black"]}}}}')
+    bad.write_text('{"2": {"objects": {"6": {"name": 7}}}}')
+    settings = cli_env(SHIFTBENCH_GQA_SCENE_GRAPHS=f"{good},{bad}")
+    assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, f"{bad}: image '2', object '6': object 'name' is not a string")
+    assert "RemoteTraceback" not in err
+    assert Store(settings.store_dir).versions() == []

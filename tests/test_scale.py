@@ -189,7 +189,7 @@ def test_a_bad_file_read_in_a_worker_process_is_the_same_one_line_error(tmp_path
     bad.write_text('{"2": {"objects": {"6": {"name": 7}}}}')
     with pytest.raises(InputError, match=r"bad.json: image '2', object '6': object 'name' is not a string") as caught:
         read_gqa_scene_graphs([good, bad], workers=2)
-    assert caught.value.path == str(bad)
+    assert caught.value.path == str(bad) and caught.value.__cause__ is None
 
 
 def test_strings_in_runs_are_a_take() -> None:

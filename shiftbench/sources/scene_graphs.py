@@ -187,7 +187,10 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
                     done += 1
                     progress.report(progress.Event("read", path.name, done, len(paths), "done"))
             for future, (path, _, _) in futures.items():  # in path order: the first error wins
-                decoded[path].append(future.result())
+                try:
+                    decoded[path].append(future.result())
+                except InputError as exc:  # the bad input, one line: not chained to the worker's traceback
+                    raise exc.with_traceback(None) from None
     parts = [_frames(decoded[path]) for path in paths]
     images = pl.concat([file_images.with_columns(pl.lit(i).alias("file")) for i, (_, file_images) in enumerate(parts)])
     twice = images.filter(pl.col("image_id").is_duplicated()).sort("image_id", "file")
