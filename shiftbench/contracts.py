@@ -405,7 +405,8 @@ def failures(results: Mapping[str, list[RuleResult]]) -> list[RuleResult]:
 
 
 def contracts_fingerprint(tables: Sequence[str], directory: Path = CONTRACTS_DIR) -> str:
-    """Hash of the contract files of ``tables``: a check is valid only under the contracts it ran."""
+    """Hash of the contracts of ``tables`` (their files, and the code of their custom rules): a check is valid only
+    under the contracts it ran."""
     digest = hashlib.sha256()
     loaded = contracts(directory)
     for table in sorted(tables):

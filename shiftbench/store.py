@@ -62,10 +62,10 @@ _STALE_STAGING_S = 24 * 3600
 _PENDING_GRACE_S = 3600
 # '@' only appears in names shiftbench gives (NAME@TAG, shiftbench.naming); specs and --name refuse it.
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.@")
-MAX_NAME_LENGTH = 100
+MAX_NAME_LENGTH = 100  # names become directories (and parts of run names): keep them well under NAME_MAX
 # Rows per Parquet row group of a streamed table (at GQA scale 100 row groups of distances): 8x smaller batches
 # than the fingerprint's keep the write pass's memory small, and readers prune sorted row groups finer.
-STREAMED_ROW_GROUP = 1 << 18  # names become directories (and parts of run names): keep them well under NAME_MAX
+STREAMED_ROW_GROUP = 1 << 18
 
 
 def benchmark_name_problem(name: str) -> str | None:

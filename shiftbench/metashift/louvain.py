@@ -39,13 +39,9 @@ def _jit(function: Any) -> Any:
     return njit(cache=True, nogil=True)(function)
 
 
-def _adjacency(n: int, first: np.ndarray, second: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
+def _adjacency_py(n: int, first: np.ndarray, second: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
     """Adjacency lists of a networkx ``Graph`` built by adding these edges in this order (each distinct pair once,
     weights of repeated pairs added, neighbours in the order their edge was first added; a self-loop once)."""
-    return _ADJACENCY(n, first, second, weight)  # type: ignore[no-any-return]
-
-
-def _adjacency_py(n: int, first: np.ndarray, second: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
     count = np.zeros(n, dtype=np.int64)
     slot_of = Dict.empty(key_type=types.int64, value_type=types.int64)  # (low, high) as one integer -> edge slot
     ends = np.empty((len(first), 2), dtype=np.int64)
