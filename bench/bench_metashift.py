@@ -142,9 +142,9 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
     specs, spec = shiftbench_spec()
     if stages is not None:
         stages.add(READ_TOTAL, 0.0)
-        stages.wrap(scene_graphs, "_frames", "- columns from the workers' coded parts, file by file")
-        stages.wrap(scene_graphs.SceneTables, "from_frames", "- from_frames: cast, sort, fingerprint")
-        stages.wrap(scene_graphs, "sha256_table", "- (of which table fingerprints: sort, Arrow IPC, sha256)")
+        stages.wrap(scene_graphs, "_scene_from_parts", "- coded objects from the workers' parts: recode, sort")
+        stages.wrap(scene_graphs.CodedObjects, "sha256", "- objects' fingerprint, as strings from the codes")
+        stages.wrap(scene_graphs, "sha256_table", "- images' fingerprint (sort, Arrow IPC, sha256)")
         stages.wrap(scene_graphs, "sha256_files", "- sha256 of the input files")
         stages.add(BUILD_TOTAL, 0.0)
         stages.wrap(build, "candidate_memberships", "- candidate memberships (polars joins on codes)")
@@ -160,7 +160,7 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
     scene = scene_graphs.read_gqa_scene_graphs(paths)
     read_s = time.perf_counter() - start
     tables, results, _ = build.collection_tables(
-        spec, scene.objects, scene.images, specs.general_contexts, {"bench": True}
+        spec, scene.coded, scene.images, specs.general_contexts, {"bench": True}
     )
     build_s = time.perf_counter() - start - read_s
     if stages is not None:
@@ -169,7 +169,7 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
     return {
         "seconds": read_s + build_s,
         "n_images": scene.images.height,
-        "n_objects": scene.objects.height,
+        "n_objects": scene.coded.height,
         "n_classes": len(results),
         "n_nodes": int(tables["metashift_subsets"]["selected"].sum()),
         "n_edges": tables["metashift_edges"].height,

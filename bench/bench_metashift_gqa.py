@@ -75,7 +75,7 @@ def run_library(path: Path, collection: str, home: Path) -> dict[str, Any]:
     start = time.perf_counter()
     scene = read_gqa_scene_graphs([path])
     read_s = time.perf_counter() - start
-    tables, results, _ = build.collection_tables(spec, scene.objects, scene.images, specs.general_contexts, {})
+    tables, results, _ = build.collection_tables(spec, scene.coded, scene.images, specs.general_contexts, {})
     build_s = time.perf_counter() - start - read_s
     Store(home / "store").stage("metashift", f"bench-{collection}", tables)
     seconds = time.perf_counter() - start

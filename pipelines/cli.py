@@ -385,7 +385,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
-    import polars as pl
 
     from shiftbench import building
     from shiftbench.metashift import family as metashift
@@ -413,8 +412,7 @@ def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     released = kinds == ("attribute",) and not settings.gqa_scene_graphs
     scenes_input = metashift.RELEASED if released else metashift.SCENES
     artifact = building.build_inputs(settings, metashift.METASHIFT, [scenes_input.name])[scenes_input.name]
-    objects = pl.read_parquet(artifact.path / "objects.parquet")
-    images = pl.read_parquet(artifact.path / "images.parquet")
+    objects, images = metashift.read_scenes(artifact)
     source = f"{artifact.meta['dataset']} ({artifact.meta['kind']}, {artifact.fingerprint[:16]})"
     task = generate_dg(objects, images, load_specs(settings.metashift_specs).general_contexts, request, source)
     if args.out is None:

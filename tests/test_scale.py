@@ -226,3 +226,53 @@ def test_the_streamed_distance_table_is_every_pair_sorted_as_the_store_sorts_it(
     got = streamed.collect()
     assert got.height == streamed.height == expected.height > 10_000
     assert got.equals(expected)
+
+
+def test_coded_objects_hash_as_their_strings_batch_by_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shiftbench import fingerprint
+    from shiftbench.sources.scene_codes import CodedObjects
+
+    objects, _, _ = generate_scene_tables()
+    objects = objects.sort("image_id", "object_id")
+    coded = CodedObjects.from_strings(objects)
+    assert coded.strings().equals(objects)
+    whole = fingerprint.sha256_frames([objects])
+    assert coded.sha256() == whole
+    monkeypatch.setattr(fingerprint, "BATCH_ROWS", 777)  # several batches: each made from the codes on its own
+    assert coded.sha256() == fingerprint.sha256_frames([objects]) != whole
+    assert coded.strings(100, 50).equals(objects.slice(100, 50))
+
+
+@pytest.mark.parametrize("kinds", [["object", "attribute", "general"], ["attribute"]])
+def test_memberships_and_edges_by_packed_keys_equal_the_plain_sets(
+    kinds: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shiftbench.metashift import subsets as ss
+
+    specs = load_specs()
+    objects, images, _ = generate_scene_tables()
+
+    def built() -> tuple[pl.DataFrame, pl.DataFrame]:
+        memberships = candidate_memberships(objects, images, kinds, specs.general_contexts)
+        subsets = subset_table(memberships, 5, 2)
+        nodes = mg.node_order(subsets.filter(pl.col("selected")))
+        return memberships.frame(), mg.overlap_edges(memberships, nodes, 0.05)
+
+    frame, edges = built()
+    # The same from plain sets: each subset's images, and the overlap of every pair of a class's subsets.
+    images_of: dict[str, set[str]] = {}
+    for subset, image_id in frame.select("subset", "image_id").iter_rows():
+        images_of.setdefault(subset, set()).add(image_id)
+    assert frame.height == sum(len(v) for v in images_of.values())
+    assert frame.select("subset", "image_id").equals(frame.select("subset", "image_id").sort("subset", "image_id"))
+    for cls, a, b, shared, overlap in edges.iter_rows():
+        assert a < b and a.startswith(f"{cls}(") and b.startswith(f"{cls}(")
+        assert shared == len(images_of[a] & images_of[b])
+        assert overlap == shared / min(len(images_of[a]), len(images_of[b]))
+    assert edges.height > 50
+    # The fallbacks (keys wider than 64 bits) and many small chunks give the same tables.
+    monkeypatch.setattr(ss, "KEY_BITS", 8)
+    monkeypatch.setattr(mg, "KEY_BITS", 8)
+    monkeypatch.setattr(mg, "OVERLAP_CHUNK", 500)
+    again, again_edges = built()
+    assert again.equals(frame) and again_edges.equals(edges)

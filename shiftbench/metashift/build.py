@@ -36,6 +36,7 @@ from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
 from shiftbench.metashift.subsets import SUBSET_COLUMNS, Memberships, candidate_memberships, image_classes, subset_table
 from shiftbench.metashift.tasks import TaskData, build_task
+from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup, strings_in_runs
 
 FAMILY = "metashift"
@@ -184,7 +185,7 @@ def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
 
 def collection_tables(
     spec: CollectionSpec,
-    objects: pl.DataFrame,
+    objects: CodedObjects | pl.DataFrame,
     images: pl.DataFrame,
     general_contexts: Mapping[str, Sequence[str]],
     sources: Mapping[str, Any],
@@ -363,15 +364,17 @@ TASK_SCHEMA = pl.Schema(
 
 
 def task_data(
-    objects: pl.DataFrame,
+    objects: CodedObjects | pl.DataFrame,
     images: pl.DataFrame,
     spec: TaskSpec,
     general_contexts: Mapping[str, Sequence[str]],
     class_groups: pl.DataFrame | None = None,
 ) -> TaskData:
     """Images per candidate subset of the task's classes, and per class."""
-    classes = image_classes(objects, class_groups).filter(pl.col("class").is_in(list(spec.classes)))
-    relevant = objects.filter(pl.col("image_id").is_in(classes["image_id"].unique().implode()))
+    if isinstance(objects, pl.DataFrame):
+        objects = CodedObjects.from_strings(objects)
+    classes = image_classes(objects, class_groups, spec.classes)
+    relevant = objects.with_images(classes["image"].unique().to_numpy())
     memberships = candidate_memberships(relevant, images, spec.context_kinds, general_contexts, class_groups).frame()
     subset_images = {
         str(key[0]): frozenset(frame["image_id"].to_list())

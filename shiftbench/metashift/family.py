@@ -35,6 +35,7 @@ from shiftbench.naming import tag_paper_names
 from shiftbench.plots import metagraph_figure, task_distances
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, packaged
+from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.sources.scene_graphs import SceneTables, read_class_groups, read_gqa_scene_graphs, read_tags_table
 from shiftbench.store import StagedVersion
 from shiftbench.streamed import in_memory
@@ -154,27 +155,28 @@ def scene_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] | No
 def _cache_scene_tables(
     settings: Settings, tables: SceneTables, dataset: str, origin: dict[str, Any]
 ) -> CachedArtifact:
-    target = settings.cache_dir / "metashift_scenes" / tables.fingerprint[:32]
+    target = settings.cache_dir / "metashift_scene_codes" / tables.fingerprint[:32]
     meta = {
         "kind": tables.kind,
         "dataset": dataset,
         "fingerprint": tables.fingerprint,
         "files_sha256": tables.files_sha256,
         "n_images": tables.images.height,
-        "n_objects": tables.objects.height,
-        "n_object_names": tables.objects["name"].n_unique(),
+        "n_objects": tables.coded.height,
+        "n_object_names": tables.coded.frame["name"].n_unique(),
         **origin,
     }
 
     def write(tmp: Path) -> None:
-        tables.objects.write_parquet(tmp / "objects.parquet")
+        tables.coded.write(tmp)
         tables.images.write_parquet(tmp / "images.parquet")
 
     return cached(target, tables.fingerprint, meta, write)
 
 
-def _read(artifact: CachedArtifact) -> tuple[pl.DataFrame, pl.DataFrame]:
-    return pl.read_parquet(artifact.path / "objects.parquet"), pl.read_parquet(artifact.path / "images.parquet")
+def read_scenes(artifact: CachedArtifact) -> tuple[CodedObjects, pl.DataFrame]:
+    """A cached scene source: its coded objects and its images."""
+    return CodedObjects.read(artifact.path), pl.read_parquet(artifact.path / "images.parquet")
 
 
 def _groups(settings: Settings, wanted: bool) -> tuple[pl.DataFrame | None, dict[str, Any]]:
@@ -213,7 +215,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     assert isinstance(spec, CollectionSpec)
     scenes = _scenes_for(settings, spec, inputs)
     specs = load_specs(settings.metashift_specs)
-    objects, images = _read(scenes)
+    objects, images = read_scenes(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
     tables, results, distances = build.collection_tables(
         spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
@@ -268,7 +270,7 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
     assert isinstance(spec, TaskSpec)
     scenes = _scenes_for(settings, spec, inputs)
     specs = load_specs(settings.metashift_specs)
-    objects, images = _read(scenes)
+    objects, images = read_scenes(scenes)
     data = build.task_data(objects, images, spec, specs.general_contexts)
     dataset = str(scenes.meta["dataset"])
     tables = build.task_tables(spec, data, dataset, EXAMPLE_ID_FORMATS[dataset], _sources(scenes), target.overrides)

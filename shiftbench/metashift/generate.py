@@ -37,6 +37,7 @@ from shiftbench.metashift import build
 from shiftbench.metashift.specs import Community, TaskSpec, parse_specs
 from shiftbench.metashift.subsets import parse_subset_name
 from shiftbench.metashift.tasks import TaskData, community_distances, excluded_images, split_quota
+from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.store import check_benchmark_name
 
 MAX_A_MEMBERS = 12  # class A's training community: its largest subsets, at most this many
@@ -133,7 +134,7 @@ def _subsets_of(data: TaskData, cls: str) -> list[str]:
 
 
 def generate_dg(
-    objects: pl.DataFrame,
+    objects: CodedObjects | pl.DataFrame,
     images: pl.DataFrame,
     general_contexts: Mapping[str, Sequence[str]],
     request: DgRequest,

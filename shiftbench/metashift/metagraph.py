@@ -13,6 +13,7 @@ Communities: Louvain (the paper, seeded: networkx's algorithm and communities, c
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -57,51 +58,83 @@ def overlap_edges(memberships: Memberships, nodes: pl.DataFrame, threshold: floa
     columns = nodes.select("class", "subset", "n_images", "code", "class_code").with_row_index("col")
     if columns.height < 2:
         return pl.DataFrame(schema=EDGE_SCHEMA)
-    # The product is block-diagonal by class: classes are taken in groups of about OVERLAP_CHUNK
-    # incidence entries, so the incidence matrix and its product never exist for all classes at once.
-    selected = memberships.pairs.join(
-        columns.select(pl.col("code").alias("subset"), "class_code", "col"), on="subset", how="inner"
-    )
-    per_class = selected.group_by("class_code").len().sort("class_code")
-    group = (per_class["len"].cum_sum() - per_class["len"]) // OVERLAP_CHUNK
-    parts = []
-    for chunk in per_class.with_columns(group.alias("group")).partition_by("group"):
-        incidence = selected.join(chunk.select("class_code"), on="class_code", how="semi")
-        parts.append(_chunk_edges(incidence, columns, threshold))
-    del selected
+    # The memberships are runs of images, one per subset in code order: a selected subset's images are one slice.
+    sizes = memberships.sizes()
+    code = columns["code"].to_numpy()
+    first, length = (np.cumsum(sizes) - sizes)[code], sizes[code]
+    image = memberships.pairs["image"].to_numpy()
+    # The product is block-diagonal by class: classes (consecutive columns, nodes being in class order) are taken
+    # in groups of about OVERLAP_CHUNK incidence entries, so the incidence matrix and its product never exist for
+    # all classes at once.
+    class_code = columns["class_code"].to_numpy()
+    class_start = np.flatnonzero(np.r_[True, class_code[1:] != class_code[:-1]])
+    entries_before = np.r_[0, np.cumsum(length)][class_start]
+    group = entries_before // OVERLAP_CHUNK
+    bounds = np.r_[class_start[np.r_[True, group[1:] != group[:-1]]], len(code)]
+    parts = [
+        _chunk_edges(image, first, length, class_code, columns, lo, hi, threshold)
+        for lo, hi in itertools.pairwise(bounds.tolist())
+    ]
     return pl.concat(parts).sort("class", "subset_a", "subset_b")
 
 
 OVERLAP_CHUNK = 4_000_000
+KEY_BITS = 64  # the bits of one sort key (lowered by a test, to run the other path)
 
 
-def _chunk_edges(incidence: pl.DataFrame, columns: pl.DataFrame, threshold: float) -> pl.DataFrame:
-    rows = incidence.select("class_code", "image").unique().with_row_index("row")
-    incidence = incidence.join(rows, on=["class_code", "image"])
+def _chunk_edges(
+    image: np.ndarray,
+    first: np.ndarray,
+    length: np.ndarray,
+    class_code: np.ndarray,
+    columns: pl.DataFrame,
+    lo: int,
+    hi: int,
+    threshold: float,
+) -> pl.DataFrame:
+    """The edges among columns ``lo..hi`` (whole classes): the incidence matrix as CSR made by one sort of one
+    64-bit key per entry, (class, image, column), whose runs of equal (class, image) are the matrix's rows."""
+    lengths = length[lo:hi]
+    offsets = np.cumsum(lengths) - lengths
+    entries = np.repeat(first[lo:hi] - offsets, lengths) + np.arange(int(lengths.sum()))
+    column = np.repeat(np.arange(hi - lo, dtype=np.uint64), lengths)
+    local_class = np.repeat(np.cumsum(np.r_[0, class_code[lo + 1 : hi] != class_code[lo : hi - 1]]), lengths)
+    column_bits = max(hi - lo - 1, 1).bit_length()
+    image_bits = max(int(image.max(initial=0)), 1).bit_length()
+    images = image[entries].astype(np.uint64)
+    if int(local_class[-1]).bit_length() + image_bits + column_bits <= KEY_BITS:
+        packed = (local_class.astype(np.uint64) << np.uint64(image_bits + column_bits)) | (
+            images << np.uint64(column_bits) | column
+        )
+        packed = pl.Series(packed).sort().to_numpy()  # polars' sort: parallel, faster than numpy's here
+        row_key, column = packed >> np.uint64(column_bits), packed & np.uint64((1 << column_bits) - 1)
+    else:  # never for real inputs: the same order by a three-key sort
+        order = np.lexsort((column, images, local_class))
+        row_key = local_class[order].astype(np.uint64) << np.uint64(image_bits) | images[order]
+        column = column[order]
+    new_row = np.r_[True, row_key[1:] != row_key[:-1]]
+    indptr = np.r_[np.flatnonzero(new_row), len(row_key)].astype(np.int32)
     # int32 throughout (counts and indices fit): half the memory of scipy's default int64.
-    matrix = sp.csc_array(
-        (
-            np.ones(incidence.height, dtype=np.int32),
-            (incidence["row"].cast(pl.Int32).to_numpy(), incidence["col"].cast(pl.Int32).to_numpy()),
-        ),
-        shape=(rows.height, columns.height),
+    matrix = sp.csr_array(
+        (np.ones(len(row_key), dtype=np.int32), column.astype(np.int32), indptr), shape=(len(indptr) - 1, hi - lo)
     )
-    del incidence, rows
+    del row_key, column, new_row, indptr
     shared = sp.triu(matrix.T @ matrix, k=1).tocoo()
-    sizes = columns["n_images"].to_numpy()
+    sizes = length[lo:hi]
     i, j, n = shared.row, shared.col, shared.data
     overlap = n / np.minimum(sizes[i], sizes[j])
     keep = (overlap >= threshold) & (n > 0)
-    names = columns["subset"].to_numpy()
-    classes = columns["class"].to_numpy()
+    chunk = columns.slice(lo, hi - lo)
+    names = chunk["subset"].to_numpy()
+    classes = chunk["class"].to_numpy()
     a, b = names[i[keep]], names[j[keep]]
-    first = np.where(a < b, a, b)
-    second = np.where(a < b, b, a)
+    lower = np.where(a < b, a, b)
+    upper = np.where(a < b, b, a)
     return pl.DataFrame(
         {
             "class": classes[i[keep]],
-            "subset_a": first,
-            "subset_b": second,
+            "subset_a": lower,
+            "subset_b": upper,
             "n_shared": n[keep].astype(np.int64),
             "overlap": overlap[keep].astype(np.float64),
         },

@@ -21,10 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shiftbench.errors import InputError
+from shiftbench.sources.scene_codes import CodedObjects
 
 CONTEXT_KINDS = ("object", "attribute", "general")
+KEY_BITS = 64  # the bits of one sort key (lowered by a test, to run the other path)
 SUBSET_COLUMNS = ("subset", "class", "context", "context_kind", "context_group", "n_images", "selected", "selection")
 MEMBERSHIP_SCHEMA = {
     "subset": pl.String,
@@ -57,12 +61,23 @@ def check_context_kinds(kinds: Sequence[str], parameter: str = "context_kinds") 
     return tuple(k for k in CONTEXT_KINDS if k in kinds)
 
 
-def image_classes(objects: pl.DataFrame, class_groups: pl.DataFrame | None) -> pl.DataFrame:
-    """(image_id, class, name): which classes each image shows, through the optional grouping."""
-    names = objects.select("image_id", "name").unique()
-    if class_groups is None:
-        return names.with_columns(pl.col("name").alias("class"))
-    return names.join(class_groups, on="name", how="inner")
+def image_classes(objects: CodedObjects, class_groups: pl.DataFrame | None, classes: Sequence[str]) -> pl.DataFrame:
+    """(image, image_id, class, name): the images that show one of ``classes``, through the optional grouping
+    (``image`` is the image's code)."""
+    names = pl.DataFrame(
+        {"name": list(classes), "class": list(classes)}, schema={"name": pl.String, "class": pl.String}
+    )
+    if class_groups is not None:
+        names = class_groups.filter(pl.col("class").is_in(list(classes)))
+    codes = objects.codes_of(names["name"].to_list())
+    shown = objects.frame.filter(pl.col("name").is_in(pl.Series(codes, dtype=pl.UInt32).implode()))
+    shown = shown.select("image", "name").unique()
+    shown = shown.select(
+        "image",
+        objects.image_ids.gather(shown["image"]).alias("image_id"),
+        objects.vocabulary.gather(shown["name"]).alias("name"),
+    )
+    return shown.join(names, on="name", how="inner").select("image", "image_id", "class", "name")
 
 
 @dataclass(frozen=True)
@@ -134,13 +149,30 @@ def _object_contexts(coded: pl.DataFrame, classes: pl.DataFrame, groups: pl.Data
     return pairs.with_columns(pl.lit(0, pl.UInt8).alias("kind"))
 
 
-def _attribute_contexts(coded: pl.DataFrame, groups: pl.DataFrame | None) -> pl.DataFrame:
-    exploded = coded.select("image", "name", pl.col("attributes").alias("context")).explode("context").drop_nulls()
+def _object_attributes(objects: CodedObjects, coded: pl.DataFrame, recoded: np.ndarray) -> pl.DataFrame:
+    """(image, name, context): one row per attribute of an object, in the larger vocabulary's codes."""
+    lists = objects.frame["attributes"].to_arrow(compat_level=pl.CompatLevel.oldest())
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = lists.flatten()
+    lengths = lists.value_lengths()
+    lengths = (pc.fill_null(lengths, 0) if lengths.null_count else lengths).to_numpy()
+    exploded = pl.DataFrame(
+        {
+            "image": np.repeat(coded["image"].to_numpy(), lengths),
+            "name": np.repeat(coded["name"].to_numpy(), lengths),
+            "context": recoded[(pc.fill_null(values, 0) if values.null_count else values).to_numpy()],
+        }
+    )
+    return exploded.filter(pl.Series(values.is_valid())) if values.null_count else exploded
+
+
+def _attribute_contexts(exploded: pl.DataFrame, groups: pl.DataFrame | None) -> pl.DataFrame:
     if groups is None:
         exploded = exploded.with_columns(pl.col("name").alias("class"))
     else:
         exploded = exploded.join(groups, on="name", how="inner")
-    return exploded.select("image", "class", "context").unique().with_columns(pl.lit(1, pl.UInt8).alias("kind"))
+    # Repeats (two black cats in one image) go when all pairs are sorted (_sorted_pairs).
+    return exploded.select("image", "class", "context").with_columns(pl.lit(1, pl.UInt8).alias("kind"))
 
 
 def _general_contexts(
@@ -159,7 +191,7 @@ def _general_contexts(
 
 
 def candidate_memberships(
-    objects: pl.DataFrame,
+    objects: CodedObjects | pl.DataFrame,
     images: pl.DataFrame,
     kinds: Sequence[str],
     general_ontology: Mapping[str, Sequence[str]],
@@ -169,55 +201,54 @@ def candidate_memberships(
 
     The joins run on integer codes (images, and one vocabulary for object names, attributes, class
     groups and general tags, so that ``class != context`` compares codes); strings come back only for
-    the candidate subsets' names.
+    the candidate subsets' names. Objects given as strings are coded first.
     """
     kinds = check_context_kinds(kinds)
+    if isinstance(objects, pl.DataFrame):
+        objects = CodedObjects.from_strings(objects)
     ontology = pl.DataFrame(
         [(value, group) for group, values in general_ontology.items() for value in values],
         schema={"value": pl.String, "context_group": pl.String},
         orient="row",
     ).unique("value", keep="first", maintain_order=True)
-    strings = [objects["name"], objects["attributes"].explode().drop_nulls(), ontology["value"]]
+    strings = [objects.vocabulary, ontology["value"]]
     if class_groups is not None:
         strings += [class_groups["class"]]
     vocabulary = pl.concat([s.rename("value") for s in strings]).unique().sort().to_frame().with_row_index("code")
-    image_ids = objects["image_id"].unique().sort()
+    # The objects' codes, recoded into this larger vocabulary (both sorted: a code keeps its string order).
+    recode = objects.vocabulary.to_frame("value").join(vocabulary, on="value", how="left", maintain_order="left")
+    recoded = recode["code"].to_numpy()
+    image_ids = objects.image_ids
     image_codes = image_ids.to_frame().with_row_index("image")
-    coded = objects.join(image_codes, on="image_id", how="left").select(
-        "image",
-        _coded(pl.col("name"), vocabulary).alias("name"),
-        pl.col("attributes").list.eval(_coded(pl.element(), vocabulary)).alias("attributes"),
-    )
+    coded = pl.DataFrame({"image": objects.frame["image"], "name": recoded[objects.frame["name"].to_numpy()]})
     groups = None
     if class_groups is not None:
         groups = class_groups.select(
             _coded(pl.col("name"), vocabulary).alias("name"), _coded(pl.col("class"), vocabulary).alias("class")
         ).drop_nulls()
-    classes = coded.select("image", "name").unique()
-    classes = (
-        classes.rename({"name": "class"})
-        if groups is None
-        else classes.join(groups, on="name", how="inner").select("image", "class").unique()
-    )
+    classes = pl.DataFrame()
+    if "object" in kinds or "general" in kinds:  # the classes each image shows (attributes are per object)
+        classes = coded.select("image", "name").unique()
+        classes = (
+            classes.rename({"name": "class"})
+            if groups is None
+            else classes.join(groups, on="name", how="inner").select("image", "class").unique()
+        )
     parts = []
     if "object" in kinds:
         parts.append(_object_contexts(coded, classes, groups))
     if "attribute" in kinds:
-        parts.append(_attribute_contexts(coded, groups))
+        parts.append(_attribute_contexts(_object_attributes(objects, coded, recoded), groups))
     if "general" in kinds:
         context = ontology.join(vocabulary, on="value").select("value", "code")
         parts.append(_general_contexts(images, image_codes, classes, context))
-    columns = ["image", "class", "context", "kind"]
-    rows = (
-        pl.concat([p.select(columns) for p in parts])
-        if parts
-        else pl.DataFrame(schema={"image": pl.UInt32, "class": pl.UInt32, "context": pl.UInt32, "kind": pl.UInt8})
-    )
-    # One 64-bit key per (class, context, kind): a single-column unique and join instead of three columns.
+    # One 64-bit key per (class, context, kind), and the (key, image) pairs sorted, without repeats.
     size = vocabulary.height
     key = (pl.col("class").cast(pl.UInt64) * size + pl.col("context")) * len(CONTEXT_KINDS) + pl.col("kind")
-    rows = rows.select(key.alias("key"), "image")
-    keys = rows.select("key").unique()
+    key_of, image_of = _sorted_pairs([p.select(key.alias("key"), "image") for p in parts], size, len(image_ids))
+    starts = np.flatnonzero(np.r_[True, key_of[1:] != key_of[:-1]]) if len(key_of) else np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.r_[starts, len(key_of)])
+    keys = pl.DataFrame({"key": key_of[starts]}, schema={"key": pl.UInt64}).with_row_index("block")
     keys = keys.with_columns(
         (pl.col("key") // len(CONTEXT_KINDS) // size).cast(pl.UInt32).alias("class"),
         (pl.col("key") // len(CONTEXT_KINDS) % size).cast(pl.UInt32).alias("context"),
@@ -242,18 +273,18 @@ def candidate_memberships(
         keys.with_columns(pl.when(pl.col("clash")).then(qualified).otherwise(plain).alias("subset"))
         .join(groups_of, on=["context_name", "context_kind"], how="left")
         .sort("subset")
-        .with_row_index("code")
     )
-    # Each part's rows are unique (image, class, context) and kinds never share a key, so the pairs are
-    # unique as they are; one 64-bit sort key orders them by subset, then image.
-    pairs = (
-        rows.join(keys.select("key", "code"), on="key")
-        .select((pl.col("code").cast(pl.UInt64) * 2**32 + pl.col("image")).alias("pair"))
-        .sort("pair")
-        .select(
-            (pl.col("pair") // 2**32).cast(pl.UInt32).alias("subset"),
-            (pl.col("pair") % 2**32).cast(pl.UInt32).alias("image"),
-        )
+    # The pairs, sorted by key, are runs of images, one run per key: put the runs in subset-name order (a gather,
+    # no second sort); within a run the images are sorted already.
+    order = keys["block"].to_numpy()
+    lengths = counts[order]
+    first = np.cumsum(lengths) - lengths
+    index = np.repeat(starts[order] - first, lengths) + np.arange(len(image_of))
+    pairs = pl.DataFrame(
+        {
+            "subset": np.repeat(np.arange(len(order), dtype=np.uint32), lengths),
+            "image": image_of[index],
+        }
     )
     subsets = keys.select(
         "subset",
@@ -264,6 +295,26 @@ def candidate_memberships(
         pl.col("class").alias("class_code"),
     )
     return Memberships(subsets, image_ids, pairs)
+
+
+def _sorted_pairs(parts: list[pl.DataFrame], vocabulary_size: int, n_images: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, image) rows of ``parts``, sorted and without repeats (an image shows two black cats once), as
+    (key, image) arrays. Both fit one 64-bit number for any real vocabulary and image count: then one sort of one
+    column (two-column unique and sort took 2-3x longer at 100x); else the two columns."""
+    n_keys = vocabulary_size * vocabulary_size * len(CONTEXT_KINDS)
+    bits = max(n_images - 1, 1).bit_length()
+    if n_keys << bits < 1 << KEY_BITS:
+        packed = pl.concat(
+            [p.select(pl.col("key") * (1 << bits) + pl.col("image")).to_series() for p in parts]
+            if parts
+            else [pl.Series("key", [], dtype=pl.UInt64)]
+        )
+        pairs = packed.sort().to_numpy()
+        if len(pairs) and (pairs[1:] == pairs[:-1]).any():
+            pairs = pairs[np.r_[True, pairs[1:] != pairs[:-1]]]
+        return pairs >> np.uint64(bits), (pairs & np.uint64((1 << bits) - 1)).astype(np.uint32)
+    rows = pl.concat(parts).unique().sort("key", "image")
+    return rows["key"].to_numpy(), rows["image"].to_numpy()
 
 
 def subset_table(memberships: Memberships, min_subset_size: int, min_subsets_per_class: int) -> pl.DataFrame:

@@ -34,6 +34,7 @@ from shiftbench import progress
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_files, sha256_frames, sha256_table, sha256_text
 from shiftbench.sources.gqa_decode import DecodedPart, decode_part
+from shiftbench.sources.scene_codes import CODED_SCHEMA, CodedObjects
 
 OBJECTS_SCHEMA = {
     "image_id": pl.String,
@@ -52,13 +53,20 @@ TAG_KINDS = ("object", "general")
 
 @dataclass(frozen=True)
 class SceneTables:
-    """Objects and images of one annotation source, with the fingerprint of their content."""
+    """Objects (integer-coded) and images of one annotation source, with the fingerprint of their content.
 
-    objects: pl.DataFrame
+    The fingerprint is that of the objects and images as strings, each sorted by every column."""
+
+    coded: CodedObjects
     images: pl.DataFrame
     fingerprint: str
     files_sha256: str
     kind: str
+
+    @property
+    def objects(self) -> pl.DataFrame:
+        """The objects as strings, made from the codes (a copy, for small sources and tests)."""
+        return self.coded.strings()
 
     @classmethod
     def from_frames(cls, objects: pl.DataFrame, images: pl.DataFrame, files_sha256: str, kind: str) -> SceneTables:
@@ -72,7 +80,8 @@ class SceneTables:
         # took 4-5 s and a copy of the table).
         objects_sha256 = sha256_frames([objects]) if _without_bitmaps(objects) else sha256_table(objects)
         fingerprint = sha256_text(f"{kind}|{objects_sha256}|{sha256_table(images)}")
-        return cls(objects, images, fingerprint, files_sha256, kind)
+        image_ids = pl.concat([images["image_id"], objects["image_id"]]).unique().sort()
+        return cls(CodedObjects.from_strings(objects, image_ids), images, fingerprint, files_sha256, kind)
 
 
 def _sorted_by_key(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
@@ -101,54 +110,66 @@ PARALLEL_FROM_BYTES = 64 << 20
 
 
 def read_gqa_scene_graph_file(path: Path) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """One GQA ``*_sceneGraphs.json`` file as (objects, images), decoded in this process; strict about structure
-    and types."""
-    return _frames([decode_part(path)])
+    """One GQA ``*_sceneGraphs.json`` file as (objects, images) strings, decoded in this process; strict about
+    structure and types."""
+    objects, images = _scene_from_parts([path], {path: [decode_part(path)]})
+    return objects.strings(), images
 
 
-def _frames(parts: list[DecodedPart]) -> tuple[pl.DataFrame, pl.DataFrame]:
-    """The parts of one file, in order, as its objects and images tables (strings come back only here, by code)."""
-    names: dict[str, int] = {}
-    attributes: dict[str, int] = {}
-    object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
-    images_before = 0
-    for part in parts:  # the parts' dictionaries merged in the order first met: the whole file's order
-        name_map = np.array([names.setdefault(n, len(names)) for n in part.names], dtype=np.int32)
-        attribute_map = np.array([attributes.setdefault(a, len(attributes)) for a in part.attributes], dtype=np.int32)
-        object_image.append(part.object_image + images_before)
-        name_code.append(name_map[part.name_code] if len(part.names) else part.name_code)
-        attribute_code.append(attribute_map[part.attribute_code] if len(part.attributes) else part.attribute_code)
-        offsets.append(part.attribute_offsets[1:] + offsets[-1][-1])
-        images_before += len(part.image_ids)
-    image_ids = pa.concat_arrays([part.image_ids for part in parts])
-    attribute_values = _decode(attributes, np.concatenate(attribute_code))
-    objects = pl.DataFrame(
-        {
-            "image_id": pl.Series(image_ids).gather(np.concatenate(object_image)),
-            "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
-            "name": _decode(names, np.concatenate(name_code)),
-            "attributes": pl.Series(
-                pa.LargeListArray.from_arrays(
-                    pa.array(np.concatenate(offsets)),
-                    attribute_values.to_arrow(compat_level=pl.CompatLevel.oldest()),
-                ),
-                dtype=pl.List(pl.String),
-            ),
-        }
-    )
+def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]]) -> tuple[CodedObjects, pl.DataFrame]:
+    """The files' parts as one source: coded objects and the images, sorted; an image in two files is an error.
+
+    Strings come back only for the images and the vocabulary (thousands of names and attributes): an object
+    stays codes, its image a position among the sorted image ids and its strings positions in the vocabulary."""
+    parts = [part for path in paths for part in decoded[path]]
     images = pl.DataFrame(
         {
-            "image_id": pl.Series(image_ids),
+            "image_id": pl.Series(pa.concat_arrays([part.image_ids for part in parts])),
             "location": pl.Series(pa.concat_arrays([part.locations for part in parts])),
             "weather": pl.Series(pa.concat_arrays([part.weathers for part in parts])),
         }
-    ).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
-    return objects, images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
-
-
-def _decode(codes: dict[str, int], coded: np.ndarray) -> pl.Series:
-    """Strings from their codes (``codes`` maps each string to its code, in insertion order)."""
-    return pl.Series(list(codes), dtype=pl.String).gather(coded)
+    )
+    order = images["image_id"].arg_sort().to_numpy()
+    ordered = images["image_id"].gather(order)
+    repeated = ordered.is_first_distinct().not_()
+    if repeated.any():
+        files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
+        image_id = ordered.filter(repeated)[0]
+        first_file, second_file = np.flatnonzero((images["image_id"] == image_id).to_numpy()).tolist()[:2]
+        first_file, second_file = sorted([files[first_file], files[second_file]])
+        raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
+    rank = np.empty(len(order), dtype=np.uint32)
+    rank[order] = np.arange(len(order), dtype=np.uint32)
+    vocabulary = pl.Series(
+        "value", sorted({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
+    ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
+    code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
+    object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
+    images_before = 0
+    for part in parts:
+        name_map = np.array([code_of[n] for n in part.names], dtype=np.uint32)
+        attribute_map = np.array([code_of[a] for a in part.attributes], dtype=np.uint32)
+        object_image.append(rank[part.object_image + images_before])
+        name_code.append(name_map[part.name_code])
+        attribute_code.append(attribute_map[part.attribute_code])
+        offsets.append(part.attribute_offsets[1:] + offsets[-1][-1])
+        images_before += len(part.image_ids)
+    attributes = pa.LargeListArray.from_arrays(
+        pa.array(np.concatenate(offsets)), pa.array(np.concatenate(attribute_code), type=pa.uint32())
+    )
+    frame = pl.DataFrame(
+        {
+            "image": np.concatenate(object_image),
+            "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
+            "name": np.concatenate(name_code),
+            "attributes": pl.Series(attributes, dtype=pl.List(pl.UInt32)),
+        },
+        schema=CODED_SCHEMA,
+    ).sort("image", "object_id")  # an image's object ids are unique (JSON object keys): the order is total
+    images = (
+        images.gather(order).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general")).cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
+    )
+    return CodedObjects(frame, vocabulary, ordered.rename("image_id")), images
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
@@ -191,17 +212,14 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
                     decoded[path].append(future.result())
                 except InputError as exc:  # the bad input, one line: not chained to the worker's traceback
                     raise exc.with_traceback(None) from None
-    parts = [_frames(decoded[path]) for path in paths]
-    images = pl.concat([file_images.with_columns(pl.lit(i).alias("file")) for i, (_, file_images) in enumerate(parts)])
-    twice = images.filter(pl.col("image_id").is_duplicated()).sort("image_id", "file")
-    if twice.height:
-        image_id, first_file = twice.row(0)[0], twice["file"][0]
-        second_file = twice.filter(pl.col("image_id") == image_id)["file"][1]
-        raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
-    objects = pl.concat([file_objects for file_objects, _ in parts])
+    objects, images = _scene_from_parts(paths, decoded)
     if objects.height == 0:
         raise InputError("no objects in any scene graph: nothing to build subsets from", path=paths[0])
-    return SceneTables.from_frames(objects, images.drop("file"), sha256_files(paths), kind="gqa-scene-graphs")
+    # GQA objects have no NULL (a missing attribute list is an empty one): the string table has no bitmap and
+    # is hashed as sorted (see SceneTables.from_frames), here from the codes.
+    kind = "gqa-scene-graphs"
+    fingerprint = sha256_text(f"{kind}|{objects.sha256()}|{sha256_table(images)}")
+    return SceneTables(objects, images, fingerprint, sha256_files(paths), kind)
 
 
 def parse_path_list(value: str) -> list[Path]:
