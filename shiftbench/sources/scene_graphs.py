@@ -131,7 +131,7 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     )
     order = images["image_id"].arg_sort().to_numpy()
     ordered = images["image_id"].gather(order)
-    repeated = ordered.is_first_distinct().not_()
+    repeated = (ordered == ordered.shift(1)).fill_null(False)
     if repeated.any():
         files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
         image_id = ordered.filter(repeated)[0]
@@ -149,7 +149,7 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     for part in parts:
         name_map = np.array([code_of[n] for n in part.names], dtype=np.uint32)
         attribute_map = np.array([code_of[a] for a in part.attributes], dtype=np.uint32)
-        object_image.append(rank[part.object_image + images_before])
+        object_image.append(part.object_image + images_before)
         name_code.append(name_map[part.name_code])
         attribute_code.append(attribute_map[part.attribute_code])
         offsets.append(part.attribute_offsets[1:] + offsets[-1][-1])
@@ -157,19 +157,29 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     attributes = pa.LargeListArray.from_arrays(
         pa.array(np.concatenate(offsets)), pa.array(np.concatenate(attribute_code), type=pa.uint32())
     )
+    in_file_order = np.concatenate(object_image)  # an image's objects are one run, runs in file order
     frame = pl.DataFrame(
         {
-            "image": np.concatenate(object_image),
+            "image": rank[in_file_order],
             "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
             "name": np.concatenate(name_code),
             "attributes": pl.Series(attributes, dtype=pl.List(pl.UInt32)),
         },
         schema=CODED_SCHEMA,
-    ).sort("image", "object_id")  # an image's object ids are unique (JSON object keys): the order is total
-    images = (
-        images.gather(order).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general")).cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
     )
-    return CodedObjects(frame, vocabulary, ordered.rename("image_id")), images
+    # Sorted by image: the runs put in image-id order (a gather, no sort of 15 M rows at 100x). Then by object id
+    # within an image, which the file's order often is already; else one sort by both (ids are unique in an image,
+    # being JSON object keys: the order is total).
+    counts = np.bincount(in_file_order, minlength=len(order))
+    starts = np.cumsum(counts) - counts
+    lengths = counts[order]
+    index = np.repeat(starts[order] - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(in_file_order))
+    frame = frame[index]
+    within = (pl.col("image") != pl.col("image").shift(1)) | (pl.col("object_id") > pl.col("object_id").shift(1))
+    if not frame.select(within.fill_null(True).all()).item():
+        frame = frame.sort("image", "object_id")
+    images = images.gather(order).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
+    return CodedObjects(frame, vocabulary, ordered.rename("image_id")), images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
