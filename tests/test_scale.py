@@ -276,3 +276,25 @@ def test_memberships_and_edges_by_packed_keys_equal_the_plain_sets(
     monkeypatch.setattr(mg, "OVERLAP_CHUNK", 500)
     again, again_edges = built()
     assert again.equals(frame) and again_edges.equals(edges)
+
+
+def test_gqa_files_read_as_codes_fingerprint_as_the_string_tables(tmp_path: Path) -> None:
+    """The coded reader (runs of objects moved into image order, object ids out of order within an image, two
+    files, an object without attributes) gives the strings, and the fingerprint, of the string tables."""
+    from shiftbench.sources.scene_graphs import SceneTables, read_gqa_scene_graphs
+
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.write_text(
+        '{"z9": {"objects": {"9": {"name": "cat", "attributes": ["black", "small"]}, "10": {"name": "sofa"}},'
+        ' "location": "indoors"}, "a1": {"objects": {"3": {"name": "dog", "attributes": ["white"]}}}}'
+    )
+    second.write_text('{"m5": {"objects": {"2": {"name": "cat", "attributes": []}, "1": {"name": "grass"}}}}')
+    for workers in (1, 2):
+        scene = read_gqa_scene_graphs([first, second], workers=workers)
+        objects = scene.objects
+        assert objects.select("image_id", "object_id").rows() == [
+            ("a1", "3"), ("m5", "1"), ("m5", "2"), ("z9", "10"), ("z9", "9")
+        ]  # fmt: skip
+        assert objects.filter(pl.col("object_id") == "9")["attributes"].to_list() == [["black", "small"]]
+        again = SceneTables.from_frames(objects.reverse(), scene.images.reverse(), "", scene.kind)
+        assert again.fingerprint == scene.fingerprint

@@ -141,7 +141,7 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     rank = np.empty(len(order), dtype=np.uint32)
     rank[order] = np.arange(len(order), dtype=np.uint32)
     vocabulary = pl.Series(
-        "value", sorted({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
+        "value", list({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
     ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
     code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
     object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
