@@ -147,10 +147,12 @@ def run_shiftbench(paths: list[Path], stages: Stages | None = None) -> dict[str,
         stages.wrap(scene_graphs, "sha256_table", "- images' fingerprint (sort, Arrow IPC, sha256)")
         stages.wrap(scene_graphs, "sha256_files", "- sha256 of the input files")
         stages.add(BUILD_TOTAL, 0.0)
-        stages.wrap(build, "candidate_memberships", "- candidate memberships (polars joins on codes)")
+        stages.wrap(build, "candidate_memberships", "- candidate memberships (one packed 64-bit sort)")
         stages.wrap(build, "subset_table", "- subset sizes and selection")
         stages.wrap(mg, "node_order", "- node order")
-        stages.wrap(mg, "overlap_edges", "- overlap edges (sparse products, groups of classes)")
+        stages.wrap(
+            mg, "overlap_edges", "- overlap edges (a 64-bit sort per group of classes into CSR, sparse products)"
+        )
         stages.wrap(mg, "class_graphs", "- per-class weight matrices")
         stages.wrap(mg, "detect_communities", "- Louvain communities (B does not)")
         stages.wrap(mg, "modularity", "- modularity (B does not)")
