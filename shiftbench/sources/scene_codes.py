@@ -57,7 +57,7 @@ class CodedObjects:
             pl.col("name").replace_strict(vocabulary, codes, return_dtype=pl.UInt32),
             pl.col("attributes").list.eval(pl.element().replace_strict(vocabulary, codes, return_dtype=pl.UInt32)),
         )
-        return cls(frame.cast(CODED_SCHEMA), vocabulary.rename("value"), image_ids.rename("image_id"))  # type: ignore[arg-type]
+        return cls(frame.cast(CODED_SCHEMA), vocabulary.rename("value"), image_ids.rename("image_id"))
 
     def strings(self, start: int = 0, length: int | None = None) -> pl.DataFrame:
         """(A slice of) the objects as strings: ``image_id, object_id, name, attributes``."""
