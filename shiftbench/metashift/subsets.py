@@ -8,8 +8,8 @@ holds the images that show a cat and a sofa. Three kinds of context:
 - ``general``: an image-level tag (GQA ``location`` / ``weather`` or a tag table's ``general``
   rows) that appears in the paper's general-context ontology (``cat(indoors)``).
 
-All of it is relational (joins on integer image and string codes), done in polars; nothing loops over
-images.
+All of it works on integer codes (the objects come coded, :mod:`shiftbench.sources.scene_codes`): joins
+in polars, then one sort of one packed 64-bit (subset key, image) number; nothing loops over images.
 A context name can exist in two kinds (the object "grass" and the place "grass"): the object
 subset keeps ``cat(grass)`` and the other is named ``cat(general:grass)``, so names stay unique.
 """
