@@ -495,6 +495,22 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
         mutated.write_parquet(tmp_path / "edges.parquet")
         found = failures(check_tables({**paths, "metashift_edges": tmp_path / "edges.parquet"}, ["metashift_edges"]))
         assert "overlap_matches_memberships" in {r.rule for r in found}
+    # The memberships side: one image the first edge's subsets share, taken out of one of them, breaks the rule;
+    # the same rows twice (caught by the primary key) count once.
+    members = pl.read_parquet(paths["metashift_subset_images"])
+    shared = (
+        members.filter(pl.col("subset") == first["subset_a"])
+        .join(members.filter(pl.col("subset") == first["subset_b"]), on="image_id")["image_id"]
+        .sort()[0]
+    )
+    for mutated, breaks in (
+        (members.filter((pl.col("subset") != first["subset_a"]) | (pl.col("image_id") != shared)), True),
+        (pl.concat([members, members.filter(pl.col("subset").is_in([first["subset_a"], first["subset_b"]]))]), False),
+    ):
+        mutated.write_parquet(tmp_path / "members.parquet")
+        tampered = {**paths, "metashift_subset_images": tmp_path / "members.parquet"}
+        found = failures(check_tables(tampered, ["metashift_edges"]))
+        assert ("overlap_matches_memberships" in {r.rule for r in found}) is breaks
 
 
 def test_networkx_mode_from_500_nodes_gives_networkx_s_dense_distances() -> None:

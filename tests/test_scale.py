@@ -298,3 +298,22 @@ def test_gqa_files_read_as_codes_fingerprint_as_the_string_tables(tmp_path: Path
         assert objects.filter(pl.col("object_id") == "9")["attributes"].to_list() == [["black", "small"]]
         again = SceneTables.from_frames(objects.reverse(), scene.images.reverse(), "", scene.kind)
         assert again.fingerprint == scene.fingerprint
+
+
+def test_edge_rule_counts_shared_images_as_sets() -> None:
+    """The edge rule's compiled count is |A ∩ B| of plain sets, for memberships in any order, repeated rows
+    included, whichever end is marked."""
+    from shiftbench.metashift.checks import _grouped, _shared_counts
+
+    rng = np.random.default_rng(3)
+    n_subsets, n_images = 40, 300
+    codes = rng.integers(0, n_subsets, 5_000).astype(np.uint32)
+    images = rng.integers(0, n_images, 5_000).astype(np.uint32)
+    offsets, grouped = _grouped(codes, images, n_subsets)
+    members = [set(images[codes == k].tolist()) for k in range(n_subsets)]
+    assert all(set(grouped[offsets[k] : offsets[k + 1]].tolist()) == members[k] for k in range(n_subsets))
+    small, large = rng.integers(0, n_subsets, (2, 500))
+    order = np.argsort(large, kind="stable")
+    shared = _shared_counts(offsets, grouped, small[order], large[order], n_images)
+    expected = [len(members[s] & members[t]) for s, t in zip(small[order], large[order], strict=True)]
+    assert shared.tolist() == expected
