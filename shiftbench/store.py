@@ -53,6 +53,7 @@ from shiftbench.fingerprint import (
     sha256_streamed,
     sha256_table,
 )
+from shiftbench.memory import release_freed_memory
 from shiftbench.streamed import StreamedTable, constant_strings, prefetched
 
 SCHEMA_VERSION = 1
@@ -247,13 +248,16 @@ class Store:
         other = self.family_of(benchmark)
         if other is not None and other != family:
             raise InputError(f"benchmark {benchmark!r} already belongs to family {other!r}", parameter="name")
-        prepared = {name: self._canonical(frame, benchmark) for name, frame in sorted(tables.items())}
-        hashes = {
+        prepared: dict[str, pl.DataFrame | StreamedTable] = {}
+        hashes = {}
+        for name, table in sorted(tables.items()):
+            # Each table is put in canonical order when its turn comes (not all first): a sorted copy of a large
+            # frame does not wait in memory while a large streamed table is hashed.
+            frame = prepared[name] = self._canonical(table, benchmark)
             # sha256_table sorts the canonical frame again: the same rows, but bitmaps rebuilt the way every id so far
             # was hashed (their unused bits enter the bytes; see SceneTables.from_frames)
-            name: sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)
-            for name, frame in prepared.items()
-        }
+            hashes[name] = sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)
+            release_freed_memory()  # a large table's batches, before the next table's
         version = version_id(family, benchmark, hashes)
         final = self.version_dir(family, benchmark, version)
         if (final / "manifest.json").exists():
@@ -278,6 +282,7 @@ class Store:
                     self._write_streamed(frame, version, path)
                 else:
                     self._write_table(self._with_version(frame, version), path)
+                release_freed_memory()
                 files[name] = {
                     "file": path.name,
                     "bytes": path.stat().st_size,
@@ -444,7 +449,9 @@ class Store:
             ) as writer:
                 for batch in prefetched(table.batches(STREAMED_ROW_GROUP)):
                     rows = batch.add_column(1, schema.field(1), constant_strings(version, batch.num_rows))
-                    writer.write_table(rows, row_group_size=batch.num_rows or None)
+                    del batch
+                    writer.write_table(rows, row_group_size=rows.num_rows or None)
+                    del rows
             handle.flush()
             os.fsync(handle.fileno())
 

@@ -62,7 +62,10 @@ class StreamedTable:
         def with_values(rows: int) -> Iterator[pa.Table]:
             for batch in batches(rows):
                 columns = [constant_strings(value, batch.num_rows) for value in values.values()]
-                yield pa.Table.from_arrays([*columns, *(batch.column(n) for n in rest)], schema=arrow)
+                columns += [batch.column(n) for n in rest]
+                del batch  # not held while the next batch is made
+                yield pa.Table.from_arrays(columns, schema=arrow)
+                del columns
 
         return StreamedTable(schema, self.height, with_values)
 

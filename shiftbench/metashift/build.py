@@ -31,6 +31,7 @@ from threadpoolctl import threadpool_limits
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
 from shiftbench.magnitudes import SCOPE_ALL, exact_sum, magnitudes_table, summary
+from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
@@ -122,7 +123,8 @@ def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
             )
 
     def batches(rows: int) -> Iterator[pa.Table]:
-        for class_code, a, b, raw, status in regroup(pieces(), rows):
+        for codes in regroup(pieces(), rows):
+            class_code, a, b, raw, status = codes
             columns = [
                 strings_in_runs(class_names, class_code),
                 strings_in_runs(names, a),  # a class's pairs come row by row: subset_a in runs too
@@ -131,25 +133,33 @@ def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
                 float_column(raw),
                 strings_in_runs(STATUS_NAMES, status),
             ]
+            # Dropped before the next batch is made, not when the loop rebinds them: a batch is ~240 MB of strings.
+            del codes, class_code, a, b, raw, status
             yield pa.Table.from_arrays(columns, schema=DISTANCE_ARROW)
+            del columns
 
     return StreamedTable(DISTANCE_SCHEMA, height, batches)
 
 
 def _subset_images_table(memberships: Memberships) -> StreamedTable:
     """(subset, image_id) from the memberships' codes, which are sorted by subset then image: the store's order."""
-    subsets = memberships.subsets["subset"].to_arrow(compat_level=pl.CompatLevel.oldest())
-    images = memberships.image_ids.to_arrow(compat_level=pl.CompatLevel.oldest())
+    names = memberships.subsets["subset"]
+    image_ids = memberships.image_ids
     subset_codes = memberships.pairs["subset"].to_numpy()
     image_codes = memberships.pairs["image"].to_numpy()
+    height = memberships.height
 
     def batches(rows: int) -> Iterator[pa.Table]:
-        for start in range(0, memberships.height, rows):
+        # Arrow copies of the names only while the table is read (they are not held while others are hashed)
+        subsets = names.to_arrow(compat_level=pl.CompatLevel.oldest())
+        images = image_ids.to_arrow(compat_level=pl.CompatLevel.oldest())
+        for start in range(0, height, rows):
             end = start + rows
             columns = [subsets.take(subset_codes[start:end]), images.take(image_codes[start:end])]
             yield pa.Table.from_arrays(columns, schema=MEMBERSHIP_ARROW)
+            del columns  # not held while the next batch is made
 
-    return StreamedTable(MEMBERSHIP_SCHEMA, memberships.height, batches)
+    return StreamedTable(MEMBERSHIP_SCHEMA, height, batches)
 
 
 @dataclass(frozen=True)
@@ -169,18 +179,22 @@ class DistanceSummary(DistanceCounts):
 
 
 def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
-    values, class_sums, nulls, total = [], {}, Counter[str](), 0
+    # One array for every pair, filled class by class (a list of the classes' arrays joined at the end held the
+    # 27 M distances of a GQA-scale collection twice); the pairs without a distance are cut off the end.
+    pairs_in = {name: len(result.graph.nodes) * (len(result.graph.nodes) - 1) // 2 for name, result in results.items()}
+    values = np.empty(sum(pairs_in.values()), dtype=np.float64)
+    class_sums, nulls, filled = {}, Counter[str](), 0
     for name in sorted(results):
         pairs = em.pair_distances(results[name].embedding)
-        known = pairs.distance[~np.isnan(pairs.distance)]
-        values.append(known)
+        missing = np.isnan(pairs.distance)
+        known = pairs.distance[~missing]
+        values[filled : filled + len(known)] = known
+        filled += len(known)
         if len(known):
             class_sums[name] = (exact_sum(known), len(known))
-        counts = np.bincount(pairs.status_code[np.isnan(pairs.distance)], minlength=len(em.STATUSES))
+        counts = np.bincount(pairs.status_code[missing], minlength=len(em.STATUSES))
         nulls.update({status: int(n) for status, n in zip(em.STATUSES, counts.tolist(), strict=True) if n})
-        total += len(pairs.distance)
-    joined = np.concatenate(values) if values else np.zeros(0)
-    return DistanceSummary(dict(nulls), total, joined, class_sums)
+    return DistanceSummary(dict(nulls), len(values), values[:filled], class_sums)
 
 
 def collection_tables(
@@ -199,6 +213,7 @@ def collection_tables(
     rows); the other tables are data frames.
     """
     memberships = candidate_memberships(objects, images, spec.context_kinds, general_contexts, class_groups)
+    release_freed_memory()  # each stage's temporaries, before the next adds its own peak (shiftbench.memory)
     subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
     if not subsets["selected"].any():  # an empty collection would publish as a result: refuse it
         largest = int(subsets.select(pl.col("n_images").max()).item() or 0) if subsets.height else 0
@@ -210,7 +225,9 @@ def collection_tables(
         )
     nodes = mg.node_order(subsets.filter(pl.col("selected")))
     edges = mg.overlap_edges(memberships, nodes, spec.edge_threshold)
+    release_freed_memory()
     results = _class_results(spec, nodes, edges)
+    release_freed_memory()
 
     community_rows, embedding_rows, graph_rows = [], [], []
     for name, result in sorted(results.items()):
@@ -252,7 +269,10 @@ def collection_tables(
     }
     distances = summarise_distances(results)
     tables["shift_magnitudes"] = collection_magnitudes(distances)
-    return tables, results, DistanceCounts(distances.null_statuses, distances.total)
+    counts = DistanceCounts(distances.null_statuses, distances.total)
+    del distances  # every distance, once more: gone before the tables are hashed and written
+    release_freed_memory()
+    return tables, results, counts
 
 
 def collection_magnitudes(distances: DistanceSummary) -> pl.DataFrame:
