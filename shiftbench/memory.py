@@ -5,7 +5,7 @@ embeddings' dense matrices, the batches of a streamed table), but the allocators
 freed blocks of every thread's arena until ``malloc_trim``, and Arrow's mimalloc pool keeps freed pages until
 ``release_unused``. The next stage then adds its own peak on top, and the build's peak RSS is the sum. Measured on
 the GQA-shaped object collection, giving memory back at stage boundaries lowered the library path's peak by about
-0.4 GiB for a few milliseconds per call. (polars' jemalloc returns its pages on its own after a delay.)
+0.4 GiB for well under a millisecond per call. (polars' jemalloc returns its pages on its own after a delay.)
 """
 
 from __future__ import annotations

@@ -181,8 +181,7 @@ class DistanceSummary(DistanceCounts):
 def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
     # One array for every pair, filled class by class (a list of the classes' arrays joined at the end held the
     # 27 M distances of a GQA-scale collection twice); the pairs without a distance are cut off the end.
-    pairs_in = {name: len(result.graph.nodes) * (len(result.graph.nodes) - 1) // 2 for name, result in results.items()}
-    values = np.empty(sum(pairs_in.values()), dtype=np.float64)
+    values = np.empty(sum(len(r.graph.nodes) * (len(r.graph.nodes) - 1) // 2 for r in results.values()), dtype=float)
     class_sums, nulls, filled = {}, Counter[str](), 0
     for name in sorted(results):
         pairs = em.pair_distances(results[name].embedding)
