@@ -241,6 +241,17 @@ def test_coded_objects_hash_as_their_strings_batch_by_batch(monkeypatch: pytest.
     monkeypatch.setattr(fingerprint, "BATCH_ROWS", 777)  # several batches: each made from the codes on its own
     assert coded.sha256() == fingerprint.sha256_frames([objects]) != whole
     assert coded.strings(100, 50).equals(objects.slice(100, 50))
+    # Attribute lists that are NULL keep their bitmap's bytes: the same hash as the string table's.
+    with_nulls = objects.with_columns(
+        pl.when(pl.int_range(pl.len()) % 5 == 1).then(None).otherwise(pl.col("attributes")).alias("attributes")
+    )
+    coded = CodedObjects.from_strings(with_nulls)
+    assert coded.strings().equals(with_nulls)
+    assert coded.sha256() == fingerprint.sha256_frames([with_nulls])
+    monkeypatch.setattr(fingerprint, "BATCH_ROWS", fingerprint.BATCH_ROWS * 10**4)
+    assert coded.sha256() == fingerprint.sha256_frames([with_nulls])
+    empty = CodedObjects.from_strings(objects.clear())
+    assert empty.sha256() == fingerprint.sha256_frames([objects.clear()])
 
 
 @pytest.mark.parametrize("kinds", [["object", "attribute", "general"], ["attribute"]])
