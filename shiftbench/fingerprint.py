@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +42,14 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def sha256_files(paths: Iterable[Path], root: Path | None = None) -> str:
-    """Hash of (relative name, content hash) pairs: renaming or editing any file changes it."""
+def sha256_files(paths: Iterable[Path], root: Path | None = None, known: Mapping[Path, str] | None = None) -> str:
+    """Hash of (relative name, content hash) pairs: renaming or editing any file changes it. ``known`` gives the
+    content hashes of files already hashed (e.g. by the worker that read them)."""
     digest = hashlib.sha256()
     for path in sorted(paths):
         name = str(path.relative_to(root)) if root is not None else path.name
-        digest.update(f"{name}\0{sha256_file(path)}\n".encode())
+        content = known[path] if known is not None and path in known else sha256_file(path)
+        digest.update(f"{name}\0{content}\n".encode())
     return digest.hexdigest()
 
 

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from shiftbench.contracts import failures
 from shiftbench.errors import ContractViolation, InputError
+from shiftbench.fingerprint import sha256_files
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
@@ -25,6 +26,7 @@ from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.metashift.tasks import TaskData
 from shiftbench.publishing import check_staged, stage_check_publish
 from shiftbench.settings import Settings
+from shiftbench.sources import scene_graphs
 from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
 
@@ -325,7 +327,9 @@ def test_empty_inputs_are_errors_never_an_empty_collection(
         build.collection_tables(strict, objects, images, SPECS.general_contexts, {})
 
 
-def test_several_scene_graph_files_read_side_by_side_as_one_source(tmp_path: Path) -> None:
+def test_several_scene_graph_files_read_side_by_side_as_one_source(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     train, val, again = tmp_path / "train.json", tmp_path / "val.json", tmp_path / "again.json"
     train.write_text('{"1": {"objects": {"5": {"name": "cat", "attributes": ["black"]}}, "location": "indoors"}}')
     val.write_text('{"2": {"objects": {"6": {"name": "dog"}, "7": {"name": "sofa"}}}}')
@@ -334,6 +338,10 @@ def test_several_scene_graph_files_read_side_by_side_as_one_source(tmp_path: Pat
     assert both.objects["image_id"].to_list() == ["1", "2", "2"]
     assert both.images["location"].to_list() == ["indoors", None]
     assert read_gqa_scene_graphs([val, train], workers=1).fingerprint == both.fingerprint
+    # The files' hash comes from the bytes the workers decoded, as hashing the files again gives it.
+    assert both.files_sha256 == sha256_files([train, val])
+    monkeypatch.setattr(scene_graphs, "PARALLEL_FROM_BYTES", 16)  # each file in two parts: part 0 hashes it
+    assert read_gqa_scene_graphs([train, val], workers=2).files_sha256 == both.files_sha256
     with pytest.raises(InputError, match=r"again.json: image '2' is also in .*val.json"):
         read_gqa_scene_graphs([train, val, again])
 

@@ -12,6 +12,7 @@ Strictness is the reader's: bad JSON names the file and line, wrong types name t
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 from array import array
 from collections.abc import Iterator
@@ -56,6 +57,7 @@ class DecodedPart:
     attributes: list[str]  # the part's attributes, in the order first met
     attribute_code: np.ndarray  # int32 into ``attributes``, objects' lists one after the other
     attribute_offsets: np.ndarray  # int64, one more than objects: object k's codes are [offsets[k], offsets[k+1])
+    file_sha256: str | None = None  # the file's hash, of the bytes decoded (by part 0 only: parts hash side by side)
 
 
 def _json_error_location(path: Path) -> tuple[int | None, str]:
@@ -155,6 +157,7 @@ def decode_part(path: Path, part: int = 0, parts: int = 1) -> DecodedPart:
     if not path.is_file():
         raise InputError("scene-graph file not found", path=path, parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
     data = path.read_bytes()
+    file_sha256 = hashlib.sha256(data).hexdigest() if part == 0 else None
     # Columnar and integer-coded while reading: names and attributes become codes into dictionaries (one
     # dict lookup per string, in comprehensions: no Python loop step per object, no Python object kept per
     # object). The cyclic collector is off meanwhile: it would re-walk every list built so far, many times over
@@ -198,4 +201,5 @@ def decode_part(path: Path, part: int = 0, parts: int = 1) -> DecodedPart:
         attributes=list(attributes),
         attribute_code=np.frombuffer(attribute_code, dtype=np.int32).copy(),
         attribute_offsets=np.r_[0, np.cumsum(np.frombuffer(attribute_count, dtype=np.int64))],
+        file_sha256=file_sha256,
     )

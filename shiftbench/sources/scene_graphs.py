@@ -145,15 +145,16 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
     code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
     object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
-    images_before = 0
-    for part in parts:
+    images_before = attributes_before = 0
+    for part in parts:  # a part may have no image (a file of one image decoded in two parts)
         name_map = np.array([code_of[n] for n in part.names], dtype=np.uint32)
         attribute_map = np.array([code_of[a] for a in part.attributes], dtype=np.uint32)
         object_image.append(part.object_image + images_before)
         name_code.append(name_map[part.name_code])
         attribute_code.append(attribute_map[part.attribute_code])
-        offsets.append(part.attribute_offsets[1:] + offsets[-1][-1])
+        offsets.append(part.attribute_offsets[1:] + attributes_before)
         images_before += len(part.image_ids)
+        attributes_before += int(part.attribute_offsets[-1])
     attributes = pa.LargeListArray.from_arrays(
         pa.array(np.concatenate(offsets)), pa.array(np.concatenate(attribute_code), type=pa.uint32())
     )
@@ -229,7 +230,8 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
     # is hashed as sorted (see SceneTables.from_frames), here from the codes.
     kind = "gqa-scene-graphs"
     fingerprint = sha256_text(f"{kind}|{objects.sha256()}|{sha256_table(images)}")
-    return SceneTables(objects, images, fingerprint, sha256_files(paths), kind)
+    read = {path: part.file_sha256 for path in paths for part in decoded[path] if part.file_sha256 is not None}
+    return SceneTables(objects, images, fingerprint, sha256_files(paths, known=read), kind)
 
 
 def parse_path_list(value: str) -> list[Path]:
