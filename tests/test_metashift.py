@@ -28,6 +28,7 @@ from shiftbench.publishing import check_staged, stage_check_publish
 from shiftbench.settings import Settings
 from shiftbench.sources import scene_graphs
 from shiftbench.sources.generated_scenes import generate_scene_tables
+from shiftbench.sources.gqa_decode import decode_part
 from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
 
 from .conftest import FIXTURES, stage_one
@@ -289,6 +290,11 @@ def test_task_errors_name_the_task_and_the_community(generated: tuple[pl.DataFra
         ('{"1": {"objects": {"5": {"name": 7}}}}', r"object 'name' is not a string"),
         ('{"1": {"objects": {"5": {"name": "cat", "attributes": [1]}}}}', r"non-string value"),
         ('[{"image_id": 1}]', r"invalid scene-graph JSON"),
+        (
+            '{"1": {"objects": {"5": {"name": "cat"}}}, "2": {"objects": {"6": {"name": "dog"}, "7": {"name": " "}}},'
+            ' "3": {"objects": {"8": {"name": ""}}}}',
+            r"image '2', object '7': object 'name' is empty",
+        ),
     ],
 )
 def test_bad_scene_graphs_are_clear_errors(tmp_path: Path, text: str, message: str) -> None:
@@ -297,6 +303,15 @@ def test_bad_scene_graphs_are_clear_errors(tmp_path: Path, text: str, message: s
     with pytest.raises(InputError, match=message) as info:
         read_gqa_scene_graph_file(path)
     assert str(path) in str(info.value)
+    # Decoded in parts (a large file, one part per worker), the part holding the bad image says the same.
+    refused = []
+    for part in range(3):
+        try:
+            decode_part(path, part, 3)
+        except InputError as exc:
+            refused.append(str(exc))
+    assert refused and all(str(path) in error for error in refused)
+    assert any(re.search(message, error) for error in refused)
 
 
 def test_empty_inputs_are_errors_never_an_empty_collection(

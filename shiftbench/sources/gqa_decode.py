@@ -14,8 +14,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
-from array import array
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,11 +113,12 @@ class _Codes(dict[str, int]):
         return code
 
 
-def _scenes(path: Path, data: bytes, part: int, parts: int) -> Iterator[tuple[str, _SceneGraph]]:
-    """The (image id, scene graph) pairs of images ``part`` of ``parts`` of one file, in file order.
+def _scenes(path: Path, data: bytes, part: int, parts: int) -> tuple[list[str], list[_SceneGraph]]:
+    """The image ids and scene graphs of images ``part`` of ``parts`` of one file, in file order.
 
-    A whole small file is decoded by msgspec in one call (about twice as fast); a part of a large file, or a file
-    the one call refused, one image at a time from the top-level mapping's raw slices, which finds the bad image.
+    A whole file is decoded by msgspec in one call (about twice as fast); a part of a large file from the
+    top-level mapping's raw slices, one image per call. Whatever the decoder refuses is found again image by image,
+    to name the image and the object.
     """
     empty = InputError("no scene graphs: the file maps no image id to a scene graph", path=path)
     if parts == 1:
@@ -130,8 +129,7 @@ def _scenes(path: Path, data: bytes, part: int, parts: int) -> Iterator[tuple[st
         else:
             if not whole:
                 raise empty
-            yield from whole.items()
-            return
+            return list(whole), list(whole.values())
     try:
         scenes = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
     except msgspec.DecodeError:
@@ -144,12 +142,17 @@ def _scenes(path: Path, data: bytes, part: int, parts: int) -> Iterator[tuple[st
     if not scenes:
         raise empty
     keys = list(scenes)
-    for image_id in keys[part * len(keys) // parts : (part + 1) * len(keys) // parts]:
-        raw = scenes[image_id]
+    keys = keys[part * len(keys) // parts : (part + 1) * len(keys) // parts]
+    try:
+        return keys, [_DECODE_SCENE(scenes[image_id]) for image_id in keys]
+    except msgspec.ValidationError:
+        pass
+    for image_id in keys:  # slow path: which image
         try:
-            yield image_id, _DECODE_SCENE(raw)
+            _DECODE_SCENE(scenes[image_id])
         except msgspec.ValidationError as exc:
-            raise InputError(_scene_problem(image_id, bytes(raw), str(exc)), path=path) from None
+            raise InputError(_scene_problem(image_id, bytes(scenes[image_id]), str(exc)), path=path) from None
+    raise AssertionError("the decoder refused a part but none of its images")  # pragma: no cover
 
 
 def decode_part(path: Path, part: int = 0, parts: int = 1) -> DecodedPart:
@@ -158,48 +161,52 @@ def decode_part(path: Path, part: int = 0, parts: int = 1) -> DecodedPart:
         raise InputError("scene-graph file not found", path=path, parameter="SHIFTBENCH_GQA_SCENE_GRAPHS")
     data = path.read_bytes()
     file_sha256 = hashlib.sha256(data).hexdigest() if part == 0 else None
-    # Columnar and integer-coded while reading: names and attributes become codes into dictionaries (one
-    # dict lookup per string, in comprehensions: no Python loop step per object, no Python object kept per
-    # object). The cyclic collector is off meanwhile: it would re-walk every list built so far, many times over
-    # (nothing here makes a reference cycle).
-    image_ids: list[str] = []
-    locations: list[str | None] = []
-    weathers: list[str | None] = []
-    object_ids: list[str] = []
-    objects_per_image, name_code, attribute_code, attribute_count = array("q"), array("i"), array("i"), array("q")
-    names, attributes = _Codes(), _Codes()
+    # Columnar and integer-coded while reading: one flat comprehension per column over all of the part's objects
+    # (a loop step per image cost more than the decoding at 100x, 2.5 objects an image); names and attributes
+    # become codes into dictionaries, one dict lookup per string. The part's objects exist as msgspec structs (no
+    # cycles, not tracked) until the columns are made. The cyclic collector is off meanwhile: it would re-walk
+    # every list built so far, many times over.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        for image_id, scene in _scenes(path, data, part, parts):
-            image_ids.append(image_id)
-            locations.append(scene.location)
-            weathers.append(scene.weather)
-            found = scene.objects
-            objects_per_image.append(len(found))
-            object_ids.extend(found)
-            known = len(names)
-            name_code.extend([names[obj.name] for obj in found.values()])
-            if len(names) != known:  # new names: none may be empty
-                for object_id, obj in found.items():
-                    if not obj.name.strip():
-                        raise InputError(f"image {image_id!r}, object {object_id!r}: object 'name' is empty", path=path)
-            attribute_code.extend([attributes[a] for obj in found.values() if obj.attributes for a in obj.attributes])
-            attribute_count.extend([len(obj.attributes) if obj.attributes else 0 for obj in found.values()])
+        image_ids, scenes = _scenes(path, data, part, parts)
+        del data
+        found = [scene.objects for scene in scenes]
+        objects = [obj for per_image in found for obj in per_image.values()]
+        names, attributes = _Codes(), _Codes()
+        name_code = np.fromiter([names[obj.name] for obj in objects], dtype=np.int32, count=len(objects))
+        if not all(name.strip() for name in names):
+            raise InputError(_blank_name(image_ids, found), path=path)
+        attribute_code = np.array(
+            [attributes[a] for obj in objects if obj.attributes for a in obj.attributes], dtype=np.int32
+        )
+        attribute_count = np.fromiter(
+            [len(obj.attributes) if obj.attributes else 0 for obj in objects], dtype=np.int64, count=len(objects)
+        )
+        counts = np.fromiter(map(len, found), dtype=np.int64, count=len(found))
+        decoded = DecodedPart(
+            image_ids=pa.array(image_ids, type=pa.large_string()),
+            locations=pa.array([scene.location for scene in scenes], type=pa.large_string()),
+            weathers=pa.array([scene.weather for scene in scenes], type=pa.large_string()),
+            object_ids=pa.array([key for per_image in found for key in per_image], type=pa.large_string()),
+            object_image=np.repeat(np.arange(len(counts), dtype=np.int32), counts),
+            names=list(names),
+            name_code=name_code,
+            attributes=list(attributes),
+            attribute_code=attribute_code,
+            attribute_offsets=np.r_[0, np.cumsum(attribute_count)],
+            file_sha256=file_sha256,
+        )
     finally:
         if collecting:
             gc.enable()
-    counts = np.frombuffer(objects_per_image, dtype=np.int64)
-    return DecodedPart(
-        image_ids=pa.array(image_ids, type=pa.large_string()),
-        locations=pa.array(locations, type=pa.large_string()),
-        weathers=pa.array(weathers, type=pa.large_string()),
-        object_ids=pa.array(object_ids, type=pa.large_string()),
-        object_image=np.repeat(np.arange(len(counts), dtype=np.int32), counts),
-        names=list(names),
-        name_code=np.frombuffer(name_code, dtype=np.int32).copy(),
-        attributes=list(attributes),
-        attribute_code=np.frombuffer(attribute_code, dtype=np.int32).copy(),
-        attribute_offsets=np.r_[0, np.cumsum(np.frombuffer(attribute_count, dtype=np.int64))],
-        file_sha256=file_sha256,
-    )
+    return decoded
+
+
+def _blank_name(image_ids: list[str], found: list[dict[str, _SceneObject]]) -> str:
+    """The first object (in file order) whose name is empty or blank (slow path: only after one was seen)."""
+    for image_id, per_image in zip(image_ids, found, strict=True):
+        for object_id, obj in per_image.items():
+            if not obj.name.strip():
+                return f"image {image_id!r}, object {object_id!r}: object 'name' is empty"
+    raise AssertionError("a blank name without an object")  # pragma: no cover
