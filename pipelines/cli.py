@@ -18,13 +18,16 @@ published then and previous versions stay latest.
 """
 
 import argparse
+import atexit
+import contextlib
 import os
 import sys
+import threading
 import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, StoreError, disk_full, free_bytes
 from shiftbench.settings import Settings
@@ -699,5 +702,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
+def entry() -> NoReturn:
+    """The ``shiftbench`` command: :func:`main`, then an exit without Python's teardown."""
+    leave(main())
+
+
+def leave(code: int) -> NoReturn:
+    """Exit with ``code`` once exit-time handlers have run and the streams are flushed, skipping the teardown.
+
+    After a GQA-scale build, Python's teardown (freeing some 3,000 modules and what the build made, one object at a
+    time) took 0.8 s with nothing left to do: every file and database was closed by the command. Exit-time handlers
+    (temporary directories, executors, logging) still run here; with a thread still running (none, normally) the
+    exit is the normal one."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if others:
+        raise SystemExit(code)
+    atexit._run_exitfuncs()  # what a normal exit runs (CPython has no public name for it)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # the reader left (`| head`), or the stream was closed
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()
