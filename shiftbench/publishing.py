@@ -12,6 +12,7 @@ import platform
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import polars as pl
@@ -44,7 +45,12 @@ def environment() -> dict[str, str]:
 
 def check_staged(staged: StagedVersion, only: list[str] | None = None) -> dict[str, list[RuleResult]]:
     """Run the contracts of a version's tables (nothing recorded; see :func:`check_version`)."""
-    return check_tables({t: staged.table_path(t) for t in staged.tables}, only)
+    return check_files({t: staged.table_path(t) for t in staged.tables}, only)
+
+
+def check_files(tables: Mapping[str, Path], only: list[str] | None = None) -> dict[str, list[RuleResult]]:
+    """Run the contracts of a version's table files, named by table (nothing recorded)."""
+    return check_tables(tables, only)
 
 
 def check_version(
@@ -61,7 +67,13 @@ def check_version(
     record = store.valid_check(staged) if reuse else None
     if record is not None:
         return {table: [RuleResult(**rule) for rule in rules] for table, rules in record.results.items()}
-    results = check_staged(staged)
+    return record_results(store, staged, check_staged(staged))
+
+
+def record_results(
+    store: Store, staged: StagedVersion, results: dict[str, list[RuleResult]]
+) -> dict[str, list[RuleResult]]:
+    """Record the outcome of every contract of the version (run on exactly its files), as :func:`check_version` does."""
     failed = failures(results)
     store.record_check(
         staged,

@@ -233,6 +233,7 @@ class Store:
         manifest_extra: Mapping[str, Any] | None = None,
         attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
         documents: Callable[[str, Mapping[str, Mapping[str, Any]], list[str]], Mapping[str, bytes]] | None = None,
+        while_attaching: Callable[[Mapping[str, Path]], None] | None = None,
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
@@ -243,6 +244,8 @@ class Store:
         function, they are only made when the version is new (figures cost more than tables).
         ``documents(version, files, attachment names)`` makes files that describe the version (a
         card): they are written under ``files/`` too, once the tables' files and checksums exist.
+        ``while_attaching(table files)`` runs once the tables of a new version are written, while its attachments
+        are still being made (the contract check: it reads only the tables, and figures take about as long).
         """
         check_benchmark_name(benchmark)
         other = self.family_of(benchmark)
@@ -290,6 +293,8 @@ class Store:
                     "sha256": sha256_file(path),
                     "content_sha256": hashes[name],
                 }
+            if while_attaching is not None:
+                while_attaching({name: staging / entry["file"] for name, entry in files.items()})
             attached = {}
             made = dict(drawn.result() if drawn is not None else given)
             if documents is not None:

@@ -144,6 +144,42 @@ def test_an_unchanged_version_reuses_its_recorded_check(
     }
 
 
+def test_the_check_runs_on_the_written_tables_while_the_attachments_are_made(
+    tmp_path: Path, toy_breeds_dir: ToyDir
+) -> None:
+    """What a build does (building.stage_and_check): the contracts run on the new version's table files while its
+    figures are drawn; the recorded outcome is the one a check of the staged version records."""
+    import threading
+
+    from shiftbench.publishing import check_files, record_results
+
+    store = Store(tmp_path / "store")
+    tables = toy_tables(toy_breeds_dir())
+    checking = threading.Event()
+    seen: dict[str, object] = {}
+
+    def figures() -> dict[str, bytes]:
+        seen["drawn while checking"] = checking.wait(timeout=30)
+        return {"figure.png": b"png"}
+
+    def check(files: dict[str, Path]) -> None:
+        checking.set()
+        seen["files"] = sorted(files)
+        seen["manifest yet"] = any((path.parent / "manifest.json").exists() for path in files.values())
+        seen["results"] = check_files(files)
+
+    staged = store.stage("breeds", "toy", tables, attachments=figures, while_attaching=check)
+    assert seen["drawn while checking"] is True and seen["manifest yet"] is False
+    assert seen["files"] == sorted(staged.tables) == sorted(tables)
+    record_results(store, staged, seen["results"])  # type: ignore[arg-type]
+    assert store.valid_check(staged) is not None
+    store.publish(staged)
+
+    calls = []  # an unchanged version writes nothing: nothing to check there (its recorded check is reused)
+    again = store.stage("breeds", "toy", tables, while_attaching=lambda files: calls.append(files))
+    assert not again.created and calls == []
+
+
 def test_benchmark_names_are_checked(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     with pytest.raises(InputError, match="invalid benchmark name"):
