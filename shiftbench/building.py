@@ -32,7 +32,7 @@ from shiftbench.store import Publication, StagedVersion, Store
 from shiftbench.streamed import StreamedTable, in_memory
 
 # The contract check of the benchmark being staged (set by stage_and_check): Store.stage runs it on the written
-# tables while the version's figures are drawn, which took about as long (1 s each at GQA scale).
+# tables while the version's figures are still being drawn, which took about as long (1 s each at GQA scale).
 _CHECK_WHILE_ATTACHING: ContextVar[Callable[[Mapping[str, Path]], None] | None] = ContextVar(
     "check_while_attaching", default=None
 )

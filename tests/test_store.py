@@ -178,6 +178,9 @@ def test_the_check_runs_on_the_written_tables_while_the_attachments_are_made(
     calls = []  # an unchanged version writes nothing: nothing to check there (its recorded check is reused)
     again = store.stage("breeds", "toy", tables, while_attaching=lambda files: calls.append(files))
     assert not again.created and calls == []
+    # Nothing being drawn: the caller checks once stage has returned (and the build's tables are freed).
+    other = store.stage("breeds", "toy2", tables, attachments={"a.png": b"png"}, while_attaching=calls.append)
+    assert other.created and calls == []
 
 
 def test_benchmark_names_are_checked(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
