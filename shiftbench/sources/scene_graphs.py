@@ -138,44 +138,52 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
         first_file, second_file = np.flatnonzero((images["image_id"] == image_id).to_numpy()).tolist()[:2]
         first_file, second_file = sorted([files[first_file], files[second_file]])
         raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
-    rank = np.empty(len(order), dtype=np.uint32)
-    rank[order] = np.arange(len(order), dtype=np.uint32)
     vocabulary = pl.Series(
         "value", list({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
     ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
     code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
-    object_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
-    images_before = attributes_before = 0
+    per_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
+    attributes_before = 0
     for part in parts:  # a part may have no image (a file of one image decoded in two parts)
         name_map = np.array([code_of[n] for n in part.names], dtype=np.uint32)
         attribute_map = np.array([code_of[a] for a in part.attributes], dtype=np.uint32)
-        object_image.append(part.object_image + images_before)
+        per_image.append(np.bincount(part.object_image, minlength=len(part.image_ids)).astype(np.uint32))
         name_code.append(name_map[part.name_code])
         attribute_code.append(attribute_map[part.attribute_code])
         offsets.append(part.attribute_offsets[1:] + attributes_before)
-        images_before += len(part.image_ids)
         attributes_before += int(part.attribute_offsets[-1])
     attributes = pa.LargeListArray.from_arrays(
         pa.array(np.concatenate(offsets)), pa.array(np.concatenate(attribute_code), type=pa.uint32())
     )
-    in_file_order = np.concatenate(object_image)  # an image's objects are one run, runs in file order
-    frame = pl.DataFrame(
+    frame = pl.DataFrame(  # in file order: an image's objects are one run, runs in file order
         {
-            "image": rank[in_file_order],
             "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
             "name": np.concatenate(name_code),
             "attributes": pl.Series(attributes, dtype=pl.List(pl.UInt32)),
         },
-        schema=CODED_SCHEMA,
+        schema={name: CODED_SCHEMA[name] for name in ("object_id", "name", "attributes")},
     )
-    # Sorted by image: the runs put in image-id order (a gather, no sort of 15 M rows at 100x). Then by object id
-    # within an image, which the file's order often is already; else one sort by both (ids are unique in an image,
-    # being JSON object keys: the order is total).
-    counts = np.bincount(in_file_order, minlength=len(order))
-    starts = np.cumsum(counts) - counts
-    lengths = counts[order]
-    index = np.repeat(starts[order] - (np.cumsum(lengths) - lengths), lengths) + np.arange(len(in_file_order))
+    # Sorted by image: the runs put in image-id order (a gather, no sort of 15 M rows at 100x), the gather's index
+    # made with few and narrow temporaries (fresh memory is what a stage pays for on these machines: BENCHMARKS.md).
+    # Then by object id within an image, which the file's order often is already; else one sort by both (ids are
+    # unique in an image, being JSON object keys: the order is total).
+    counts = np.concatenate(per_image) if per_image else np.zeros(0, dtype=np.uint32)  # objects per image, file order
+    kind = np.uint32 if frame.height < 2**32 else np.uint64
+    lengths = counts[order]  # objects per image, in image-id order
+    # Row k of the result is object k + (the first object of its image in the file - the first row of its image in
+    # the result): the shift is repeated over each image's run. Unsigned arithmetic wraps, and the sum is in range.
+    first_object = np.cumsum(counts, dtype=kind)
+    np.subtract(first_object, counts, out=first_object)
+    first_row = np.cumsum(lengths, dtype=kind)
+    np.subtract(first_row, lengths, out=first_row)
+    shift = np.subtract(first_object[order], first_row)
+    del first_object, first_row
+    index = np.repeat(shift, lengths)
+    del shift
+    np.add(index, np.arange(frame.height, dtype=kind), out=index)
     frame = frame[index]
+    del index
+    frame.insert_column(0, pl.Series("image", np.repeat(np.arange(len(order), dtype=np.uint32), lengths)))
     within = (pl.col("image") != pl.col("image").shift(1)) | (pl.col("object_id") > pl.col("object_id").shift(1))
     if not frame.select(within.fill_null(True).all()).item():
         frame = frame.sort("image", "object_id")
