@@ -2,8 +2,9 @@
 
 msgspec decodes with the GIL held, so threads do not decode side by side: files (or the two halves of one
 large file) are decoded in processes, each returning its images and objects as Arrow and numpy arrays
-(names and attributes as codes into small dictionaries, object ids as one Arrow string column), never as a
-Python object per object. The parent joins the parts in file order (:mod:`shiftbench.sources.scene_graphs`).
+(names and attributes as codes into small dictionaries, object ids as one Arrow string column): the part's
+structs live only in the worker, while its columns are made. The parent joins the parts in file order
+(:mod:`shiftbench.sources.scene_graphs`).
 This module imports only what a worker needs (msgspec, numpy, pyarrow), so that a spawned worker starts fast.
 
 Strictness is the reader's: bad JSON names the file and line, wrong types name the image and the object.

@@ -8,13 +8,12 @@ Every reader returns the same two tables, the *scene tables*:
   fields, NULL when absent) and ``general`` (list of further image-level tags).
 
 GQA files are hundreds of MB of ``{image_id: {..., objects: {object_id: {...}}}}``. They are decoded
-with msgspec in two levels: the top-level mapping into ``Raw`` slices of the file's buffer (no copy),
-then one image at a time into typed structs that hold only what MetaShift reads (name, attributes,
-location, weather; boxes and relations are skipped by the decoder, types are checked by it). Only one
-image's objects exist as Python objects at once: a 231 MB file reads in about 2.4 s within about 2.5x
-its size, where the DuckDB ``MAP(VARCHAR, JSON)`` route took 6.2 s and 12x (BENCHMARKS.md, "Reading
-GQA scene graphs"). Files, and the halves of a large file, are decoded side by side in worker processes
-(:mod:`shiftbench.sources.gqa_decode`), which return integer-coded columns.
+with msgspec into typed structs that hold only what MetaShift reads (name, attributes, location, weather;
+boxes and relations are skipped by the decoder, types are checked by it): a file in one call, each part of a
+large file from ``Raw`` slices of the file's buffer (no copy), one image per call. Files, and the parts of a
+large file, are decoded side by side in worker processes (:mod:`shiftbench.sources.gqa_decode`), which turn a
+part's structs into integer-coded columns and return only those: half of a 216 MB file within 2.7x the file's
+size in its worker, where the DuckDB ``MAP(VARCHAR, JSON)`` route took 12x (BENCHMARKS.md).
 """
 
 from __future__ import annotations
