@@ -79,7 +79,7 @@ class CodedObjects:
         values = vocabulary.take(lists.values.slice(first, last - first))  # values under NULL lists too
         attributes = pa.LargeListArray.from_arrays(offsets, values, mask=lists.is_null() if lists.null_count else None)
         if lists.null_count:  # as arrow_batch's take leaves them: a NULL list spans no values
-            attributes = attributes.take(pa.array(range(len(attributes)), type=pa.int64()))
+            attributes = attributes.take(pa.array(np.arange(len(attributes), dtype=np.int64)))
         columns = {
             "image_id": self.image_ids.to_arrow(compat_level=old).take(frame["image"].to_arrow()),
             "object_id": frame["object_id"].to_arrow(compat_level=old),
