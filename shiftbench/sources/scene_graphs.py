@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 from loky import ProcessPoolExecutor
 
 from shiftbench import progress
@@ -121,53 +122,60 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     Strings come back only for the images and the vocabulary (thousands of names and attributes): an object
     stays codes, its image a position among the sorted image ids and its strings positions in the vocabulary."""
     parts = [part for path in paths for part in decoded[path]]
+    image_ids = pa.concat_arrays([part.image_ids for part in parts])
+    # Put in order with Arrow (sort_indices, take), each column gathered once from the parts: at 100x the same join
+    # in polars (parts concatenated, converted, then gathered) touched three times the fresh pages, and fresh memory
+    # is what a stage pays for on these machines (BENCHMARKS.md); the read's peak fell by 0.3 GiB.
+    order = pc.sort_indices(image_ids)  # by UTF-8 bytes, as polars sorts strings
+    ordered = image_ids.take(order)
+    if len(ordered) > 1:
+        repeated = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+        if pc.any(repeated).as_py():
+            image_id = ordered[pc.index(repeated, True).as_py()].as_py()
+            files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
+            first, second = sorted(
+                files[np.flatnonzero(pc.equal(image_ids, image_id).to_numpy(zero_copy_only=False))[:2]]
+            )
+            raise InputError(f"image {image_id!r} is also in {paths[first]}", path=paths[second])
     images = pl.DataFrame(
         {
-            "image_id": pl.Series(pa.concat_arrays([part.image_ids for part in parts])),
-            "location": pl.Series(pa.concat_arrays([part.locations for part in parts])),
-            "weather": pl.Series(pa.concat_arrays([part.weathers for part in parts])),
+            "image_id": pl.Series(ordered),
+            "location": pl.Series(pa.concat_arrays([part.locations for part in parts]).take(order)),
+            "weather": pl.Series(pa.concat_arrays([part.weathers for part in parts]).take(order)),
         }
-    )
-    order = images["image_id"].arg_sort().to_numpy()
-    ordered = images["image_id"].gather(order)
-    repeated = (ordered == ordered.shift(1)).fill_null(False)
-    if repeated.any():
-        files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
-        image_id = ordered.filter(repeated)[0]
-        first_file, second_file = np.flatnonzero((images["image_id"] == image_id).to_numpy()).tolist()[:2]
-        first_file, second_file = sorted([files[first_file], files[second_file]])
-        raise InputError(f"image {image_id!r} is also in {paths[first_file]}", path=paths[second_file])
+    ).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
     vocabulary = pl.Series(
         "value", list({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
     ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
     code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
-    per_image, name_code, attribute_code, offsets = [], [], [], [np.zeros(1, dtype=np.int64)]
-    attributes_before = 0
+    # The parts' codes recoded into the vocabulary's, in file order, each into its place in one array.
+    n_objects = sum(len(part.name_code) for part in parts)
+    name = np.empty(n_objects, dtype=np.uint32)
+    values = np.empty(sum(len(part.attribute_code) for part in parts), dtype=np.uint32)
+    offsets = np.zeros(n_objects + 1, dtype=np.int64)
+    counts = np.empty(len(image_ids), dtype=np.uint32)  # objects per image, file order
+    objects_before = values_before = images_before = 0
     for part in parts:  # a part may have no image (a file of one image decoded in two parts)
+        objects, images_here = len(part.name_code), len(part.image_ids)
+        here = slice(objects_before, objects_before + objects)
         name_map = np.array([code_of[n] for n in part.names], dtype=np.uint32)
         attribute_map = np.array([code_of[a] for a in part.attributes], dtype=np.uint32)
-        per_image.append(np.bincount(part.object_image, minlength=len(part.image_ids)).astype(np.uint32))
-        name_code.append(name_map[part.name_code])
-        attribute_code.append(attribute_map[part.attribute_code])
-        offsets.append(part.attribute_offsets[1:] + attributes_before)
-        attributes_before += int(part.attribute_offsets[-1])
-    attributes = pa.LargeListArray.from_arrays(
-        pa.array(np.concatenate(offsets)), pa.array(np.concatenate(attribute_code), type=pa.uint32())
-    )
-    frame = pl.DataFrame(  # in file order: an image's objects are one run, runs in file order
-        {
-            "object_id": pl.Series(pa.concat_arrays([part.object_ids for part in parts])),
-            "name": np.concatenate(name_code),
-            "attributes": pl.Series(attributes, dtype=pl.List(pl.UInt32)),
-        },
-        schema={name: CODED_SCHEMA[name] for name in ("object_id", "name", "attributes")},
-    )
+        np.take(name_map, part.name_code, out=name[here])
+        np.take(
+            attribute_map, part.attribute_code, out=values[values_before : values_before + len(part.attribute_code)]
+        )
+        np.add(part.attribute_offsets[1:], values_before, out=offsets[here.start + 1 : here.stop + 1])
+        counts[images_before : images_before + images_here] = np.bincount(part.object_image, minlength=images_here)
+        objects_before, values_before, images_before = (
+            here.stop,
+            values_before + len(part.attribute_code),
+            images_before + images_here,
+        )
     # Sorted by image: the runs put in image-id order (a gather, no sort of 15 M rows at 100x), the gather's index
-    # made with few and narrow temporaries (fresh memory is what a stage pays for on these machines: BENCHMARKS.md).
-    # Then by object id within an image, which the file's order often is already; else one sort by both (ids are
-    # unique in an image, being JSON object keys: the order is total).
-    counts = np.concatenate(per_image) if per_image else np.zeros(0, dtype=np.uint32)  # objects per image, file order
-    kind = np.uint32 if frame.height < 2**32 else np.uint64
+    # made with few and narrow temporaries. Then by object id within an image, which the file's order often is
+    # already; else one sort by both (ids are unique in an image, being JSON object keys: the order is total).
+    order = order.to_numpy()
+    kind = np.uint32 if n_objects < 2**32 else np.uint64
     lengths = counts[order]  # objects per image, in image-id order
     # Row k of the result is object k + (the first object of its image in the file - the first row of its image in
     # the result): the shift is repeated over each image's run. Unsigned arithmetic wraps, and the sum is in range.
@@ -179,15 +187,23 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     del first_object, first_row
     index = np.repeat(shift, lengths)
     del shift
-    np.add(index, np.arange(frame.height, dtype=kind), out=index)
-    frame = frame[index]
-    del index
-    frame.insert_column(0, pl.Series("image", np.repeat(np.arange(len(order), dtype=np.uint32), lengths)))
+    np.add(index, np.arange(n_objects, dtype=kind), out=index)
+    take = pa.array(index)
+    attributes = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)).take(take)
+    del offsets, values
+    frame = pl.DataFrame(
+        {
+            "image": np.repeat(np.arange(len(order), dtype=np.uint32), lengths),
+            "object_id": pl.Series(pa.chunked_array([part.object_ids for part in parts], pa.large_string()).take(take)),
+            "name": pl.Series(pa.array(name).take(take)),
+            "attributes": pl.Series(attributes),
+        },
+        schema=CODED_SCHEMA,
+    )
     within = (pl.col("image") != pl.col("image").shift(1)) | (pl.col("object_id") > pl.col("object_id").shift(1))
     if not frame.select(within.fill_null(True).all()).item():
         frame = frame.sort("image", "object_id")
-    images = images.gather(order).with_columns(pl.lit([], dtype=pl.List(pl.String)).alias("general"))
-    return CodedObjects(frame, vocabulary, ordered.rename("image_id")), images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
+    return CodedObjects(frame, vocabulary, images["image_id"]), images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
