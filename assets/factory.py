@@ -215,8 +215,9 @@ def _register_variant(
         )
     if len(keys) != 1:
         raise InputError("publish_as needs a run of exactly one partition", parameter="publish_as")
-    new = config.publish_as not in variants.load_variants(settings)
+    known = set(variants.load_variants(settings))
     variant = registry.register_variant(settings, kind, config.publish_as, keys[0], overrides)
+    new = variant.name not in known
     context.instance.add_dynamic_partitions(kind.qualified, [variant.name])
     context.log.info(
         f"registered {variant.name} = {variant.base} + {variant.overrides}; built and recorded as its own partition"

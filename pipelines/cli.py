@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, StoreError, disk_full, free_bytes
+from shiftbench.outputs import output_file, write_output_file
 from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
@@ -96,10 +97,10 @@ def _plan(settings: Settings, args: argparse.Namespace) -> tuple[Any, dict[Any, 
     if args.name is not None:
         if len(names) != 1:
             raise InputError("--name needs exactly one --benchmark (the spec it varies)", parameter="--name")
-        known = args.name in variants.load_variants(settings)
+        known = set(variants.load_variants(settings))
         variant = registry.register_variant(settings, kinds[0], args.name, names[0], overrides)
         plan[kinds[0]] = [variant.name]
-        registered = None if known else variant.name
+        registered = None if variant.name in known else variant.name
     elif overrides:
         shown = ", ".join(names) or f"the {family.name} benchmarks"
         raise InputError(
@@ -335,16 +336,17 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shiftbench.erm.export import EXPORTS, export_domainbed
+    from shiftbench.erm.export import EXPORTS, check_target, export_domainbed
     from shiftbench.erm.launch import published_split, resolve_images
 
     settings = Settings.from_env()
+    check_target(args.dir)  # before anything is read: a file, a full or read-only place is one line
+    if args.environment and args.layout != "domainbed":
+        raise InputError("--environment is for --layout domainbed", parameter="--environment")
     split = published_split(settings, args.benchmark, args.version)
     images = resolve_images(settings, split, args.image_root, args.path_template)
     if args.layout == "domainbed":
         counts = export_domainbed(split, images, args.dir, args.environment or "group")
-    elif args.environment:
-        raise InputError("--environment is for --layout domainbed", parameter="--environment")
     else:
         counts = EXPORTS[args.layout](split, images, args.dir)
     total = sum(counts.values())
@@ -363,10 +365,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     import polars as pl
 
     from shiftbench.erm.launch import published_split
-    from shiftbench.scoring import check_method, publish_scores, read_predictions
+    from shiftbench.scoring import check_method, check_seed, publish_scores, read_predictions
 
     settings = Settings.from_env()
     check_method(args.method)
+    check_seed(args.seed)
     split = published_split(settings, args.benchmark, args.version)
     predictions = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
     group_by = [f.strip() for f in args.group_by.split(",") if f.strip()] if args.group_by else []
@@ -393,8 +396,13 @@ def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     from shiftbench.metashift import family as metashift
     from shiftbench.metashift.generate import DgRequest, generate_dg
     from shiftbench.metashift.specs import load_specs
+    from shiftbench.registry import check_new_name
 
     settings = Settings.from_env()
+    if args.out is not None:
+        output_file(args.out, "--out")  # before the scenes are read: a directory or a missing folder is one line
+    if args.name is not None:
+        check_new_name(settings, args.name, "--name")
     classes = [c.strip() for c in args.classes.split(",") if c.strip()]
     if len(classes) != 2:
         raise InputError(f"expected two classes A,B, got {args.classes!r}", parameter="--classes")
@@ -421,7 +429,7 @@ def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(task.text)
     else:
-        args.out.write_text(task.text, "utf-8")
+        write_output_file(args.out, task.text, "--out")
     print(f"{task.name}: {len(task.choices)} variants from {task.n_candidates} candidates", file=sys.stderr)
     for choice in task.choices:
         print(f"  {choice.subset:<30} quantile {choice.quantile:<6g} d={choice.distance:.4f}", file=sys.stderr)
@@ -437,6 +445,8 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from shiftbench.catalog import open_catalog
 
     settings = Settings.from_env()
+    if args.max_rows < 1:
+        raise InputError(f"must be at least 1, got {args.max_rows}", parameter="--max-rows")
     con, _ = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if not this store's
     with con:
         [(left_out,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
@@ -460,13 +470,14 @@ def cmd_sql(args: argparse.Namespace) -> int:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     """The leaderboard view as a table for a paper (Markdown) or the terminal."""
     from shiftbench.catalog import open_catalog
-    from shiftbench.reporting import leaderboard_table, to_markdown, to_text
+    from shiftbench.reporting import check_request, leaderboard_table, to_markdown, to_text
 
     settings = Settings.from_env()
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     splits = [s.strip() for s in args.splits.split(",") if s.strip()]
     con, _ = open_catalog(settings.catalog_path, settings.store_dir)
     with con:
+        check_request(con, args.benchmark, metrics, splits)
         table = leaderboard_table(con, args.benchmark, metrics, splits)
     if table.is_empty():
         print("no results on the latest split versions (shiftbench train, shiftbench eval)", file=sys.stderr)
@@ -581,11 +592,18 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     # No family names from the registry here: importing every family costs `sql` and `versions` 0.8 s.
     # An unknown family is one line naming those there are (registry.family).
-    parser = argparse.ArgumentParser(prog="shiftbench", description="Distribution-shift benchmark splits.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = OneLineParser(prog="shiftbench", description="Distribution-shift benchmark splits.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
     build = sub.add_parser("build", help="build, check and publish benchmarks (same jobs as the UI)")
     build.add_argument(
         "family", nargs="?", metavar="FAMILY", help="breeds, metashift, ... (default: the benchmarks' family or breeds)"
@@ -600,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql.add_argument("--csv", action="store_true", help="write CSV to stdout")
     sql.add_argument("--max-rows", type=int, default=40)
     sql.set_defaults(func=cmd_sql)
-    board = sub.add_parser("leaderboard", help="methods side by side: mean ± 95% interval over seeds")
+    board = sub.add_parser("leaderboard", help="methods side by side: mean ± 95%% interval over seeds")
     board.add_argument("benchmark", nargs="*", help="default: every benchmark with results")
     board.add_argument("--metrics", default="acc_avg,acc_wg", metavar="M,...")
     board.add_argument("--splits", default="test", metavar="SPLIT,...")
@@ -651,7 +669,7 @@ def build_parser() -> argparse.ArgumentParser:
     scored.add_argument("--group-by", metavar="FIELD,...", help="worst-group over these metadata fields")
     scored.set_defaults(func=cmd_eval)
     generate = sub.add_parser("generate", help="write a benchmark spec chosen from the data (e.g. by distance)")
-    generators = generate.add_subparsers(dest="generator", required=True)
+    generators = generate.add_subparsers(dest="generator", required=True, parser_class=OneLineParser)
     dg = generators.add_parser(
         "metashift-dg", help="a MetaShift domain-generalization task whose training subsets have increasing distance"
     )

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shiftbench.errors import InputError
+from shiftbench.outputs import check_path_template
 
 if TYPE_CHECKING:  # the training job imports this module without pydantic: settings stay out of it
     from shiftbench.settings import Settings
@@ -51,6 +52,8 @@ def resolve_images(
     Kind ``standin`` (asked for with ``image_root="standin"``, or a split of generated data that has
     no real images) has no root yet: the caller renders the stand-ins.
     """
+    if path_template is not None:
+        check_path_template(path_template, "--path-template")
     if image_root == STANDIN:
         return ImageSource(Path(), "{}.png", STANDIN)
     block = manifest.get("images")

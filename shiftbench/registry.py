@@ -14,8 +14,9 @@ from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.metashift.family import METASHIFT
-from shiftbench.naming import paper_name
+from shiftbench.naming import TAG_SEPARATOR, paper_name, tagged
 from shiftbench.settings import Settings
+from shiftbench.store import check_benchmark_name
 from shiftbench.variants import Variant, load_variants, register, suggest
 
 FAMILIES: dict[str, Family] = {family.name: family for family in (BREEDS, METASHIFT, CONDS)}
@@ -79,9 +80,38 @@ def kind_of(settings: Settings, benchmark: str) -> Kind:
 
 
 def register_variant(settings: Settings, kind: Kind, name: str, source: str, overrides: Mapping[str, Any]) -> Variant:
-    """Name ``source`` (a spec, or a variant: then its base with both sets of overrides) + ``overrides``."""
+    """Name ``source`` (a spec, or a variant: then its base with both sets of overrides) + ``overrides``.
+
+    The tag follows the data: a variant of ``metashift@generated`` named ``x`` is ``x@generated`` (a name given
+    with the same tag is taken as it is; another tag is refused).
+    """
     base, merged = source, dict(overrides)
     existing = load_variants(settings).get(source)
     if existing is not None:
         base, merged = existing.base, {**existing.overrides, **overrides}
-    return register(settings, kind, name, base, merged, spec_owners(settings))
+    return register(settings, kind, variant_name(name, base), base, merged, spec_owners(settings))
+
+
+def variant_name(name: str, base: str) -> str:
+    """The name a variant of ``base`` asked for as ``name`` gets: the base's source tag follows it."""
+    _, separator, tag = base.partition(TAG_SEPARATOR)
+    given, given_separator, given_tag = name.partition(TAG_SEPARATOR)
+    if given_separator and (not separator or given_tag != tag):
+        said = f"{base} carries the tag @{tag}" if separator else f"{base} is built from the paper's own data"
+        raise InputError(
+            f"'@' is reserved for shiftbench's source tags (NAME@TAG): {said}, so the variant is named "
+            f"{tagged(given, tag or None)}",
+            parameter="--name",
+        )
+    return tagged(given, tag or None)
+
+
+def check_new_name(settings: Settings, name: str, parameter: str) -> str:
+    """A name for a new benchmark spec: a valid directory name, no source tag, not a name any family defines."""
+    check_benchmark_name(name, parameter)
+    if TAG_SEPARATOR in name:
+        raise InputError(f"'@' is reserved for shiftbench's source tags (NAME@TAG), got {name!r}", parameter=parameter)
+    owners = spec_owners(settings)
+    if name in owners:
+        raise InputError(f"{name!r} is already {owners[name]}: choose another name", parameter=parameter)
+    return name

@@ -12,6 +12,34 @@ import duckdb
 import polars as pl
 
 from shiftbench.cards import markdown_table
+from shiftbench.erm.metrics import METRIC_NAMES, METRIC_PREFIXES
+from shiftbench.errors import InputError
+from shiftbench.variants import suggest
+
+# The WILDS split names of ``examples.split`` (data_contracts/examples.yaml) that results are reported on.
+EVAL_SPLITS = ("train", "id_val", "id_test", "val", "test", "ood_train")
+
+
+def check_request(
+    con: duckdb.DuckDBPyConnection, benchmarks: Sequence[str], metrics: Sequence[str], splits: Sequence[str]
+) -> None:
+    """Every name a leaderboard is asked for exists: a published benchmark, a metric of the vocabulary
+    (:mod:`shiftbench.erm.metrics`), a WILDS split. A misspelt one would print "no results" and look like data."""
+    if not metrics:
+        raise InputError("name at least one metric", parameter="--metrics")
+    if not splits:
+        raise InputError("name at least one split", parameter="--splits")
+    for metric in metrics:
+        if metric not in METRIC_NAMES and not metric.startswith(METRIC_PREFIXES):
+            known = ", ".join([*METRIC_NAMES, *(f"{p}..." for p in METRIC_PREFIXES)])
+            raise InputError(f"unknown metric {metric!r}; known: {known}", parameter="--metrics")
+    for split in splits:
+        if split not in EVAL_SPLITS:
+            raise InputError(f"unknown split {split!r}; known: {', '.join(EVAL_SPLITS)}", parameter="--splits")
+    published = [row[0] for row in con.sql("SELECT DISTINCT benchmark FROM benchmarks ORDER BY 1").fetchall()]
+    for name in benchmarks:
+        if name not in published:
+            raise InputError(f"no published benchmark {name!r}{suggest(name, published)}", parameter="BENCHMARK")
 
 
 def leaderboard_table(

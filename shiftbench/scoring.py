@@ -27,6 +27,7 @@ import polars as pl
 
 from shiftbench import cards
 from shiftbench.erm import metrics as m
+from shiftbench.erm.config import METHODS as TRAINED_METHODS
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
@@ -70,10 +71,26 @@ class Predictions:
         return "" if self.first_line else f"row {row + 1}: "
 
 
+MAX_SEED = 2**31 - 1  # what torch, numpy and every trainer take as a seed
+
+
 def check_method(method: str) -> str:
+    """A scored method's name: not one of the trainer's methods, whose names mean runs trained here."""
     if not _METHOD.match(method):
         raise InputError(f"a method name is 1-40 of a-z, 0-9, '_' and '-', got {method!r}", parameter="--method")
+    if method in TRAINED_METHODS:
+        raise InputError(
+            f"{method!r} names the ERM job's trained runs ({', '.join(TRAINED_METHODS)}); name your method, "
+            f"e.g. {method}-mine",
+            parameter="--method",
+        )
     return method
+
+
+def check_seed(seed: int) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InputError(f"must be an integer in 0..{MAX_SEED}, got {seed!r}", parameter="--seed")
+    return seed
 
 
 def read_predictions(path: Path, n_classes: int) -> Predictions:
@@ -101,7 +118,7 @@ def read_predictions(path: Path, n_classes: int) -> Predictions:
     def fail(row: int, example_id: Any, message: str) -> InputError:
         return InputError(f"{prediction.row_text(row)}example {example_id!r}: {message}", **prediction.where(row))
 
-    labels = frame["y_pred"].cast(pl.Int64, strict=False)
+    labels = _integer_labels(frame["y_pred"], prediction)
     bad = frame.filter(labels.is_null() | (labels < 0) | (labels >= n_classes))
     if bad.height:
         row = bad.row(0, named=True)
@@ -136,6 +153,18 @@ def read_predictions(path: Path, n_classes: int) -> Predictions:
         frame = casted.with_columns(pl.concat_list(columns).alias("probabilities"))
         keep.append("probabilities")
     return Predictions(path, frame.select(keep), first_line, sha256)
+
+
+def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
+    """``y_pred`` as integers, never by a silent cast: a float, boolean or other typed column is refused, and text
+    (CSV) must be a plain integer (a value that is not is NULL here and reported with its row)."""
+    if column.dtype == pl.String:
+        text = pl.DataFrame({"text": column.str.strip_chars()})
+        integer = pl.col("text").str.contains(r"^[+-]?\d{1,18}$")
+        return text.select(pl.when(integer).then(pl.col("text")).cast(pl.Int64).alias("y_pred")).to_series()
+    if not column.dtype.is_integer():
+        raise InputError(f"y_pred must hold integer class indices, the column is {column.dtype}", path=predictions.path)
+    return column.cast(pl.Int64, strict=False)
 
 
 def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[str]) -> pl.Series:
@@ -268,7 +297,7 @@ def publish_scores(
     group_by: Sequence[str] = (),
 ) -> tuple[PublishOutcome, dict[str, pl.DataFrame]]:
     """Score, stage, check and publish a results version; nothing is recorded when a check fails."""
-    tables = score(split, predictions, check_method(method), seed, group_by)
+    tables = score(split, predictions, check_method(method), check_seed(seed), group_by)
     run = str(tables["eval_runs"]["run"][0])
     manifest = {
         "split": {"family": split.family, "benchmark": split.benchmark, "version": split.version},

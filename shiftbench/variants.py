@@ -78,7 +78,7 @@ def register(
     other content is an error naming what already holds it.
     """
     check_benchmark_name(name, "--name")
-    if "@" in name:
+    if "@" in name and name.partition("@")[2] != base.partition("@")[2]:  # only the base's own tag (registry)
         raise InputError(f"'@' is reserved for shiftbench's source tags (NAME@TAG), got {name!r}", parameter="--name")
     specs = kind.specs(settings)
     if base not in specs:

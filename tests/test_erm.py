@@ -90,11 +90,26 @@ def test_models_have_torchvision_names_and_load_user_checkpoints(tmp_path: Path)
     other = build_model("resnet18", 1000, 64)
     checkpoint = tmp_path / "pretrained.pt"
     torch.save({"state_dict": {f"module.{k}": v for k, v in other.state_dict().items()}}, checkpoint)
-    missing = load_checkpoint(resnet, checkpoint, keep_head=False)
-    assert missing == ["fc.weight", "fc.bias"]
+    report = load_checkpoint(resnet, checkpoint, keep_head=False)
+    assert report.left_at_init == ["fc.bias", "fc.weight"] and not report.ignored
     assert torch.equal(resnet.state_dict()["layer1.0.conv1.weight"], other.state_dict()["layer1.0.conv1.weight"])
-    with pytest.raises(InputError, match=r"shape mismatch for fc\.weight"):
+    with pytest.raises(InputError, match=r"shape mismatch for fc\.weight.*init_partial=true"):
         load_checkpoint(resnet, checkpoint, keep_head=True)
+    # Partial loading, when asked for: the 1000-class head is left at init and recorded.
+    report = load_checkpoint(resnet, checkpoint, keep_head=True, partial=True)
+    assert report.left_at_init == ["fc.bias", "fc.weight"] and report.ignored == ["fc.bias", "fc.weight"]
+    # A checkpoint that does not cover the model is refused; one that sets nothing is refused even when partial.
+    torch.save({"conv1.weight": other.state_dict()["conv1.weight"]}, tmp_path / "part.pt")
+    with pytest.raises(InputError, match=r"covers 1 of \d+ entries of the model, e\.g\. not bn1\.weight"):
+        load_checkpoint(resnet, tmp_path / "part.pt", keep_head=True)
+    assert load_checkpoint(resnet, tmp_path / "part.pt", keep_head=True, partial=True).loaded == ["conv1.weight"]
+    torch.save({}, tmp_path / "empty.pt")
+    for partial in (False, True):
+        with pytest.raises(InputError, match="covers 0 of|sets none of the model's parameters"):
+            load_checkpoint(resnet, tmp_path / "empty.pt", keep_head=True, partial=partial)
+    torch.save({**resnet.state_dict(), "extra.weight": torch.zeros(1)}, tmp_path / "extra.pt")
+    with pytest.raises(InputError, match=r"1 parameters do not belong to this model, e\.g\. extra\.weight"):
+        load_checkpoint(resnet, tmp_path / "extra.pt", keep_head=True)
     with pytest.raises(InputError, match="unknown model 'vit'"):
         build_model("vit", 5, 64)
 

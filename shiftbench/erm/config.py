@@ -25,6 +25,7 @@ EXECUTION_ONLY = frozenset(
 
 
 AUGMENTATIONS = ("none", "flip_rot90", "domainbed")
+MAX_DECODE_WORKERS = 256
 # The objectives of shiftbench.erm.methods (checked there against its registry).
 METHODS = ("erm", "reweight", "groupdro", "irm", "coral")
 LOADERS = ("auto", "standard", "group_balanced", "groups")
@@ -62,6 +63,7 @@ class TrainConfig:
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
     selection_metric: str = "acc_avg"  # or acc_wg
     init_checkpoint: str | None = None
+    init_partial: bool = False  # allow a checkpoint that covers only part of the model (the run records what loaded)
     linear_probe: bool = False  # retrain only the last layer (BREEDS Section 5.1)
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda | cuda:N
@@ -92,7 +94,8 @@ class TrainConfig:
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
-        need(self.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "weight_decay", "must be a number >= 0")
+        need(0 <= self.momentum < 1, "momentum", "must be a number in [0, 1)")
         for name in ("batch_size", "max_iters", "eval_every", "image_size", "eval_batch_size"):
             need(isinstance(getattr(self, name), int) and getattr(self, name) >= 1, name, "must be an integer >= 1")
         need(isinstance(self.patience, int) and self.patience >= 0, "patience", "must be an integer >= 0")
@@ -100,8 +103,10 @@ class TrainConfig:
         need(self.loader in LOADERS, "loader", f"must be one of {', '.join(LOADERS)}")
         need(self.normalization in NORMALIZATIONS, "normalization", f"must be one of {', '.join(NORMALIZATIONS)}")
         need(bool(self.group_by.strip()), "group_by", "name at least one metadata field")
-        need(self.groupdro_eta > 0, "groupdro_eta", "must be > 0")
-        need(self.irm_lambda >= 0 and self.coral_lambda >= 0, "irm_lambda", "penalty weights must be >= 0")
+        need(self.groupdro_eta > 0 and math.isfinite(self.groupdro_eta), "groupdro_eta", "must be a number > 0")
+        for name in ("irm_lambda", "coral_lambda"):
+            value = getattr(self, name)
+            need(value >= 0 and math.isfinite(value), name, "penalty weights must be numbers >= 0")
         need(isinstance(self.irm_anneal_iters, int) and self.irm_anneal_iters >= 0, "irm_anneal_iters", "must be >= 0")
         need(isinstance(self.n_groups_per_batch, int) and self.n_groups_per_batch >= 1, "n_groups_per_batch", ">= 1")
         need(all(v > 0 and math.isfinite(v) for v in self.lr_grid), "lr_grid", "must be positive numbers")
@@ -111,6 +116,13 @@ class TrainConfig:
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
         need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")
         need(0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]")
+        need(all(m >= 1 for m in self.lr_milestones), "lr_milestones", "must be iterations >= 1")
+        need(self.cache_budget_gib > 0 and math.isfinite(self.cache_budget_gib), "cache_budget_gib", "must be > 0")
+        need(
+            isinstance(self.decode_workers, int) and 0 <= self.decode_workers <= MAX_DECODE_WORKERS,
+            "decode_workers",
+            f"must be an integer in 0..{MAX_DECODE_WORKERS} (0: one per core)",
+        )
         need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
 
     def as_dict(self) -> dict[str, Any]:

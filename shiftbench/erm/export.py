@@ -31,6 +31,7 @@ import yaml
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
 from shiftbench.images import ImageSource, image_paths
+from shiftbench.outputs import empty_output_dir, inside, path_component
 
 LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")
 # WILDS' split codes: train/val/test 0/1/2 (wilds.datasets DEFAULT_SPLITS), id_val/id_test 3/4 as its
@@ -45,15 +46,22 @@ def class_folder(y: int, name: str) -> str:
     return f"{y:03d}_{_UNSAFE.sub('_', name).strip('_')[:80]}"
 
 
-def _prepare(target: Path) -> None:
-    if target.exists() and any(target.iterdir()):
+def check_target(target: Path) -> Path:
+    """The export's folder: empty or creatable, writable, not under a file (checked before anything is read)."""
+    if target.exists() and not target.is_dir():
+        raise InputError("exists and is not a directory", path=target, parameter="DIR")
+    if target.is_dir() and any(target.iterdir()):
         raise InputError("target directory is not empty", path=target, parameter="DIR")
-    target.mkdir(parents=True, exist_ok=True)
+    return target
+
+
+def _prepare(target: Path) -> None:
+    empty_output_dir(target, "DIR")
 
 
 def _link_name(example_id: str, source: Path) -> str:
     """Example ids may be paths (BREEDS: train/<wnid>/<file>): flatten them into one file name."""
-    name = _UNSAFE.sub("_", example_id.replace("/", "__"))
+    name = path_component(example_id.replace("/", "__"))
     return name if Path(name).suffix else name + source.suffix
 
 
@@ -67,11 +75,12 @@ def _with_metadata(split: PublishedSplit) -> pl.DataFrame:
     return rows
 
 
-def _link_all(rows: pl.DataFrame, images: ImageSource, folder_of: Callable[[dict[str, object]], Path]) -> list[Path]:
-    sources = image_paths(rows["example_id"].to_list(), images.root, images.template)
+def _link_all(
+    rows: pl.DataFrame, sources: list[Path], target: Path, folder_of: Callable[[dict[str, object]], Path]
+) -> list[Path]:
     links = []
     for row, source in zip(rows.iter_rows(named=True), sources, strict=True):
-        link = folder_of(row) / _link_name(str(row["example_id"]), source)
+        link = inside(target, folder_of(row) / _link_name(str(row["example_id"]), source))
         link.parent.mkdir(parents=True, exist_ok=True)
         link.symlink_to(source.resolve())
         links.append(link)
@@ -84,17 +93,25 @@ def _counts(rows: pl.DataFrame) -> dict[str, int]:
 
 def export_imagefolder(split: PublishedSplit, images: ImageSource, target: Path) -> dict[str, int]:
     """``DIR/<split>/<NNN_class>/<image>``; returns the number of images per split."""
-    _prepare(target)
     rows = split.examples.sort("example_id")
-    _link_all(rows, images, lambda r: target / str(r["split"]) / class_folder(int(r["y"]), str(r["y_name"])))  # type: ignore[call-overload]
+    sources = image_paths(rows["example_id"].to_list(), images.root, images.template)
+    _prepare(target)
+    split_of = {name: path_component(name) for name in rows["split"].unique().to_list()}
+    _link_all(
+        rows,
+        sources,
+        target,
+        lambda r: target / split_of[str(r["split"])] / class_folder(int(r["y"]), str(r["y_name"])),  # type: ignore[call-overload]
+    )
     return _counts(rows)
 
 
 def export_wilds(split: PublishedSplit, images: ImageSource, target: Path) -> dict[str, int]:
     """``metadata.csv``, ``split_dict.json``, ``metadata_fields.json`` and ``images/``."""
-    _prepare(target)
     rows = _with_metadata(split)
-    links = _link_all(rows, images, lambda r: target / "images")
+    sources = image_paths(rows["example_id"].to_list(), images.root, images.template)
+    _prepare(target)
+    links = _link_all(rows, sources, target, lambda r: target / "images")
     fields = ["y", "group", *[c for c in rows.columns if c not in ("example_id", "split", "y", "y_name", "group")]]
     metadata = rows.select(
         "example_id",
@@ -121,29 +138,36 @@ def export_domainbed(
         fields = ", ".join(c for c in rows.columns if c not in ("example_id", "y", "y_name"))
         message = f"{environment!r} is not a field of {split.benchmark} (fields: {fields})"
         raise InputError(message, parameter="--environment")
-    _prepare(target)
     classes = rows.select("y", "y_name").unique().sort("y")
     env = rows[environment].cast(pl.String).fill_null("NULL")
-    rows = rows.with_columns(env.map_elements(lambda v: _UNSAFE.sub("_", v), return_dtype=pl.String).alias("_env"))
+    # Environment values become folders: each is one safe component, two values never share one (path_component).
+    rows = rows.with_columns(env.map_elements(path_component, return_dtype=pl.String).alias("_env"))
+    sources = image_paths(rows["example_id"].to_list(), images.root, images.template)
+    _prepare(target)
     for name in rows["_env"].unique().to_list():
         for y, y_name in classes.iter_rows():
-            (target / name / class_folder(y, y_name)).mkdir(parents=True, exist_ok=True)
-    _link_all(rows, images, lambda r: target / str(r["_env"]) / class_folder(int(r["y"]), str(r["y_name"])))  # type: ignore[call-overload]
+            inside(target, target / name / class_folder(y, y_name)).mkdir(parents=True, exist_ok=True)
+    _link_all(
+        rows,
+        sources,
+        target,
+        lambda r: target / str(r["_env"]) / class_folder(int(r["y"]), str(r["y_name"])),  # type: ignore[call-overload]
+    )
     return dict(rows.group_by("_env").len().sort("_env").iter_rows())
 
 
 def export_hf(split: PublishedSplit, images: ImageSource, target: Path) -> dict[str, int]:
     """Hugging Face ``datasets``' Parquet layout: one file per split, a README.md declaring them."""
-    _prepare(target)
     rows = _with_metadata(split)
     paths = image_paths(rows["example_id"].to_list(), images.root, images.template)
+    _prepare(target)
     rows = rows.with_columns(pl.Series("image_path", [str(p.resolve()) for p in paths]), pl.col("y").alias("label"))
     classes = rows.select("y", "y_name").unique().sort("y")
     label_names = {str(y): name for y, name in classes.iter_rows()}
     (target / "data").mkdir()
     configs = []
     for name in sorted(rows["split"].unique().to_list()):
-        file = f"data/{name}-00000-of-00001.parquet"
+        file = f"data/{path_component(name)}-00000-of-00001.parquet"
         rows.filter(pl.col("split") == name).drop("y").write_parquet(target / file)
         configs.append({"split": name, "path": file})
     features: list[dict[str, object]] = []

@@ -78,6 +78,7 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
         "metadata_fields": table.metadata_fields,
         "training_groups": result.training_groups,
         "lr_grid_scores": result.lr_grid_scores,
+        "init": result.init,
     }
     (out_dir / "run.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
     return summary

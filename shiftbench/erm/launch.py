@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,7 @@ from shiftbench import cards, plots
 from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints
-from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig
+from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
@@ -118,10 +118,23 @@ def _preset_for(settings: Settings, split: PublishedSplit, preset: str | None) -
     return name, dict(presets[name])
 
 
-def resolve_config(values: Mapping[str, Any], n_train: int) -> dict[str, Any]:
-    """A full, validated TrainConfig dict; epoch counts become iterations for this training split."""
+def resolve_config(values: Mapping[str, Any], n_train: int, given: Collection[str] = ()) -> dict[str, Any]:
+    """A full, validated TrainConfig dict; epoch counts become iterations for this training split.
+
+    A batch larger than the training split is refused when the user set it (``given``: it would train a few
+    iterations on the whole split each, silently); a preset's batch is capped at the split there.
+    """
     values = dict(values)
-    batch = int(values.get("batch_size", TrainConfig.batch_size))
+    batch = coerce_value(values.get("batch_size", TrainConfig.batch_size), "int", "batch_size")
+    if batch < 1:
+        raise InputError(f"must be an integer >= 1, got {batch}", parameter="batch_size")
+    if batch > n_train:
+        if "batch_size" in given:
+            raise InputError(
+                f"{batch:,} is larger than the {n_train:,} training examples: at most {n_train:,}",
+                parameter="batch_size",
+            )
+        batch = values["batch_size"] = n_train
     per_epoch = max(1, math.ceil(n_train / batch))
     if "max_epochs" in values:
         values["max_iters"] = int(values.pop("max_epochs")) * per_epoch
@@ -156,7 +169,7 @@ def plan_run(
             f"{hint if split.family == 'breeds' else ''}",
             parameter="benchmark",
         )
-    config = resolve_config(values, n_train)
+    config = resolve_config(values, n_train, given=set(overrides or {}))
     checkpoint = (
         checkpoints.resolve(config["init_checkpoint"], config["model"], settings.checkpoint_dir)
         if config.get("init_checkpoint")
@@ -256,6 +269,8 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
         pl.lit(plan.run).alias("run"), pl.lit(plan.split_version).alias("split_version")
     )
     config = summary["config"]
+    if summary.get("init") is not None:  # what init_checkpoint loaded, recorded with the run
+        config = {**config, "init": summary["init"]}
     runs = pl.DataFrame(
         [
             {

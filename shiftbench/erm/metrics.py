@@ -29,6 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# Every metric name this module writes: these, and the per-group, per-class and across-split families.
+METRIC_NAMES = ("count", "acc_avg", "loss_avg", "acc_wg", "acc_balanced", "f1_macro", "ece")
+METRIC_PREFIXES = ("acc_group:", "count_group:", "acc_class:", "acc_gap:", "acc_relative:", "acc_subset:")
 # OOD split -> its ID reference, first evaluated one wins (ConDS has no id_test: test vs id_val).
 ID_REFERENCE = {"test": ("id_test", "id_val"), "val": ("id_val",)}
 

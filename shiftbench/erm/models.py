@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -163,10 +164,25 @@ def build_model(name: str, num_classes: int, image_size: int) -> nn.Module:
     return _BUILDERS[name](num_classes, image_size)
 
 
-def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool) -> list[str]:
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What a checkpoint gave the model: recorded with the run (``erm_runs.config``, key ``init``)."""
+
+    loaded: list[str]  # parameters and buffers set from the checkpoint
+    left_at_init: list[str]  # the model's own that it did not set (the head skipped, or partial loading)
+    ignored: list[str]  # the checkpoint's that the model has no place for (partial loading only)
+
+    def as_dict(self) -> dict[str, object]:
+        return {"loaded": len(self.loaded), "left_at_init": self.left_at_init, "ignored": self.ignored}
+
+
+def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool, partial: bool = False) -> LoadedCheckpoint:
     """Load a user's weights (a state dict, or a dict with ``state_dict``/``model``; ``module.`` prefixes
-    stripped). With ``keep_head=False`` the ``fc`` layer is skipped, for a checkpoint trained on other
-    classes. Returns the names of the parameters left at their initial values."""
+    stripped). With ``keep_head=False`` the ``fc`` layer is skipped, for a checkpoint trained on other classes.
+
+    The checkpoint must cover the model: a missing or extra entry, or one of another shape, is refused naming it,
+    unless ``partial`` (``init_partial: true``) says loading part of it is intended, e.g. ImageNet weights whose
+    1000-class head is replaced. A checkpoint that sets nothing is refused either way."""
     if not path.is_file():
         raise InputError("checkpoint not found", path=path, parameter="init_checkpoint")
     try:
@@ -176,25 +192,35 @@ def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool) -> list[st
     for key in ("state_dict", "model"):
         if isinstance(payload, dict) and isinstance(payload.get(key), dict):
             payload = payload[key]
-    if not isinstance(payload, dict):
-        raise InputError("expected a state dict", path=path, parameter="init_checkpoint")
+    if not isinstance(payload, dict) or not all(isinstance(v, torch.Tensor) for v in payload.values()):
+        raise InputError("expected a state dict (parameter names to tensors)", path=path, parameter="init_checkpoint")
     state = {str(k).removeprefix("module."): v for k, v in payload.items()}
     if not keep_head:
         state = {k: v for k, v in state.items() if not k.startswith("fc.")}
     own = model.state_dict()
     wrong = [k for k, v in state.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
-    if wrong:
+    extra = [k for k in state if k not in own]
+    if not partial and (wrong or extra):
+        if wrong:
+            problem = (
+                f"shape mismatch for {wrong[0]}: checkpoint {tuple(state[wrong[0]].shape)}, "
+                f"model {tuple(own[wrong[0]].shape)}"
+            )
+        else:
+            problem = f"{len(extra)} parameters do not belong to this model, e.g. {extra[0]}"
+        raise InputError(f"{problem} (init_partial=true loads the rest)", path=path, parameter="init_checkpoint")
+    usable = {k: v for k, v in state.items() if k in own and k not in wrong}
+    result = model.load_state_dict(usable, strict=False)
+    skipped = [] if keep_head else [k for k in own if k.startswith("fc.")]
+    missing = [k for k in result.missing_keys if k not in skipped]
+    if missing and not partial:
         raise InputError(
-            f"shape mismatch for {wrong[0]}: checkpoint {tuple(state[wrong[0]].shape)}, "
-            f"model {tuple(own[wrong[0]].shape)}",
+            f"the checkpoint covers {len(usable)} of {len(own) - len(skipped)} entries of the model, e.g. not "
+            f"{missing[0]} (init_partial=true loads what it has)",
             path=path,
             parameter="init_checkpoint",
         )
-    result = model.load_state_dict(state, strict=False)
-    if result.unexpected_keys:
-        raise InputError(
-            f"{len(result.unexpected_keys)} parameters do not belong to this model, e.g. {result.unexpected_keys[0]}",
-            path=path,
-            parameter="init_checkpoint",
-        )
-    return list(result.missing_keys)
+    loaded = [k for k in own if k in usable]
+    if not loaded:
+        raise InputError("the checkpoint sets none of the model's parameters", path=path, parameter="init_checkpoint")
+    return LoadedCheckpoint(loaded, sorted(set(result.missing_keys) | set(skipped)), sorted(extra + wrong))

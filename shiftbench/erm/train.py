@@ -70,6 +70,7 @@ class TrainResult:
     train_images_per_s: float | None = None
     lr_grid_scores: dict[str, float] = field(default_factory=dict)  # lr -> best selection score
     training_groups: list[str] = field(default_factory=list)
+    init: dict[str, object] | None = None  # what init_checkpoint loaded: entries, left at init, ignored
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -190,6 +191,7 @@ class _Fit:
     curve: list[tuple[int, str, str, float]]
     steady_images: int
     train_time: float
+    init: dict[str, object] | None = None  # what the checkpoint loaded (models.LoadedCheckpoint)
 
 
 def train(
@@ -282,6 +284,7 @@ def train(
         train_images_per_s=fit.steady_images / fit.train_time if fit.steady_images and fit.train_time > 0 else None,
         lr_grid_scores=grid_scores if config.lr_grid else {},
         training_groups=group_labels,
+        init=fit.init,
     )
 
 
@@ -303,9 +306,15 @@ def _fit(
     model = build_model(config.model, table.num_classes, config.image_size)
     if checkpoint is None and config.init_checkpoint:
         checkpoint = Path(config.init_checkpoint)
+    init: dict[str, object] | None = None
     if checkpoint is not None:
-        missing = load_checkpoint(model, checkpoint, keep_head=not config.linear_probe)
-        log(f"loaded {config.init_checkpoint} from {checkpoint} ({len(missing)} parameters left at init)")
+        report = load_checkpoint(model, checkpoint, keep_head=not config.linear_probe, partial=config.init_partial)
+        init = report.as_dict()
+        ignored = f", {len(report.ignored)} of the checkpoint's ignored" if report.ignored else ""
+        log(
+            f"loaded {config.init_checkpoint} from {checkpoint}: {len(report.loaded)} entries, "
+            f"{len(report.left_at_init)} left at init{ignored}"
+        )
     if config.linear_probe:
         for name, parameter in model.named_parameters():
             parameter.requires_grad_(name.startswith("fc."))
@@ -421,7 +430,7 @@ def _fit(
     train_time = time.perf_counter() - t_steady - eval_time
     return _Fit(
         model, step_model, best_state, best_score, best_iteration, iteration, stopped_early, curve, steady_images,
-        train_time,
+        train_time, init,
     )  # fmt: skip
 
 
