@@ -5,7 +5,9 @@ Layout under ``$SHIFTBENCH_HOME/store``::
     <family>/<benchmark>/versions/<version>/   immutable: <table>.parquet ..., manifest.json
     <family>/<benchmark>/checks/<version>.json   the contract check of exactly those files
     <family>/<benchmark>/staged.json             the version staged last (what "publish" publishes)
-    <family>/<benchmark>/publications/<ns>-<version>.json   one file per publish event
+    <family>/<benchmark>/publications/<ns>-<version>.json   one file per publish event, chained (below)
+    <family>/<benchmark>/publications/HEAD       the newest event: its sequence number and hash
+    <family>/<benchmark>/removed.json            versions ``gc`` deleted (their events stay in the log)
     .staging/                                    builds in progress (never visible)
 
 A version id is a hash of the published content (tables without their ``version`` column,
@@ -15,6 +17,12 @@ filesystem; a version only becomes *latest* when a publication event is written 
 atomic rename) after the contracts passed. So a build killed at any point leaves either no
 trace or an unpublished, invisible version, and the previous latest stays latest. Rebuilding
 identical content finds the version already there and writes no data file.
+
+The publication log is a chain, as lakehouse logs are: each event carries its sequence number and the
+SHA-256 of the event before it, and ``HEAD`` records the newest. A missing, truncated, edited or forged
+event (or a removed newest one, which would silently make an older version latest again) breaks the chain
+and is reported naming the file (:meth:`Store.publications`, ``shiftbench check``). Events written before
+the chain existed are accepted as its unchained start.
 
 Publishing is guarded here, whoever calls it (a Dagster asset, the CLI, a user's script): a
 version becomes latest only if a passing contract check is recorded for it, computed on files
@@ -486,13 +494,20 @@ class Store:
             published_at = datetime.fromtimestamp(now_ns / 1e9, UTC).isoformat(timespec="microseconds")
             directory = self.benchmark_dir(staged.family, staged.benchmark) / "publications"
             directory.mkdir(parents=True, exist_ok=True)
+            files = sorted(directory.glob("*.json"))
             event = {
                 "family": staged.family,
                 "benchmark": staged.benchmark,
                 "version": staged.version,
                 "published_at": published_at,
+                "sequence": len(files) + 1,
+                "previous": hashlib.sha256(files[-1].read_bytes()).hexdigest() if files else None,
             }
-            write_atomic(directory / f"{now_ns:020d}-{staged.version}.json", canonical_json(event))
+            name = f"{now_ns:020d}-{staged.version}.json"
+            text = canonical_json(event)
+            write_atomic(directory / name, text)
+            head = {"sequence": event["sequence"], "event": name, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+            write_atomic(directory / LOG_HEAD, canonical_json(head))
         return Publication(staged.family, staged.benchmark, staged.version, published_at, True)
 
     # -- reading ----------------------------------------------------------------------------
@@ -535,20 +550,52 @@ class Store:
         version_dir.rename(target)
 
     def publications(self, family: str, benchmark: str) -> list[dict[str, Any]]:
-        """The readable publication events, oldest first; a damaged one is skipped (and reported)."""
+        """The readable publication events, oldest first; a damaged one is skipped, and it and any break in the
+        chain (a missing, edited or forged event, a removed newest one) are reported in :attr:`problems`."""
         directory = self.benchmark_dir(family, benchmark) / "publications"
         if not directory.is_dir():
             return []
+        removed = self.removed_versions(family, benchmark)
         events = []
-        for path in sorted(directory.glob("*.json")):  # zero-padded ns timestamps: sorted == chronological
-            event = _read_event(path)
+        previous: tuple[Path, str] | None = None  # the last readable event and the hash of its bytes
+        chained = False
+        damaged: set[Path] = set()
+        paths = sorted(directory.glob("*.json"))  # zero-padded ns timestamps: sorted == chronological
+        for position, path in enumerate(paths, start=1):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                data = b""
+            event = _read_event(data)
             if event is None:
                 self.problems.add(f"{path}: damaged publication event (ignored; publish again to repair)")
+                damaged.add(path)
+                previous = None
                 continue
-            if not self.version_dir(family, benchmark, str(event["version"])).is_dir():
-                self.problems.add(f"{path}: publishes version {event['version']}, which is not in the store")
+            problem = _chain_problem(event, position, previous, chained)
+            if problem is not None:
+                self.problems.add(f"{path}: {problem}")
+            chained = chained or "sequence" in event
+            version = str(event["version"])
+            if version not in removed and not self.version_dir(family, benchmark, version).is_dir():
+                self.problems.add(f"{path}: publishes version {version}, which is not in the store")
             events.append(event)
+            previous = (path, hashlib.sha256(data).hexdigest())
+        head_problem = _head_problem(directory, paths, events, damaged)
+        if head_problem is not None:
+            self.problems.add(head_problem)
         return events
+
+    def removed_versions(self, family: str, benchmark: str) -> set[str]:
+        """Versions ``gc`` deleted: their events stay in the log, and they are no longer listed."""
+        path = self.benchmark_dir(family, benchmark) / REMOVED_FILE
+        try:
+            return set(json.loads(path.read_text("utf-8")).get("removed", {}))
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError, AttributeError):
+            self.problems.add(f"{path}: damaged list of removed versions")
+            return set()
 
     def latest(self, benchmark: str, family: str | None = None) -> VersionInfo | None:
         family = family or self.family_of(benchmark)
@@ -598,9 +645,11 @@ class Store:
                 if not events:
                     continue
                 latest = events[-1]["version"]
+                removed = self.removed_versions(family_dir.name, bench_dir.name)
                 first_seen: dict[str, str] = {}
                 for event in events:
-                    first_seen.setdefault(event["version"], event["published_at"])
+                    if event["version"] not in removed:
+                        first_seen.setdefault(event["version"], event["published_at"])
                 for version, published_at in first_seen.items():
                     result.append(self._info(family_dir.name, bench_dir.name, version, published_at, version == latest))
         return result
@@ -610,7 +659,9 @@ class Store:
 
         Old versions stay queryable until this is called explicitly (``shiftbench gc``). The
         version staged last and any unchecked version younger than an hour are kept: they may be
-        waiting for their checks or their publication.
+        waiting for their checks or their publication. The most recent *intact* published version is
+        always kept too: with a damaged latest, it is the only one that still answers queries. Removed
+        versions are recorded in ``removed.json``; their publication events stay (the log is a chain).
         """
         if keep < 1:
             raise InputError("must keep at least the latest version", parameter="keep")
@@ -620,43 +671,110 @@ class Store:
         for family_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
             for bench_dir in sorted(p for p in family_dir.iterdir() if p.is_dir()):
                 with self._lock(family_dir.name, bench_dir.name):
-                    events = self.publications(family_dir.name, bench_dir.name)
-                    recent: list[str] = []
-                    for event in reversed(events):
-                        if event["version"] not in recent:
-                            recent.append(event["version"])
-                    keep_set = set(recent[:keep])
-                    staged = self.latest_staged(family_dir.name, bench_dir.name)
-                    if staged is not None:
-                        keep_set.add(staged.version)
-                    versions_dir = bench_dir / "versions"
-                    now = time.time()
-                    for version_dir in sorted(versions_dir.iterdir() if versions_dir.is_dir() else []):
-                        if version_dir.name in keep_set:
-                            continue
-                        check = bench_dir / "checks" / f"{version_dir.name}.json"
-                        pending = not check.exists() and version_dir.name not in recent
-                        if pending and now - version_dir.stat().st_mtime < _PENDING_GRACE_S:
-                            continue
-                        removed.append(version_dir)
-                        if dry_run:
-                            continue
-                        for path in sorted((bench_dir / "publications").glob(f"*-{version_dir.name}.json")):
-                            path.unlink()
-                        check.unlink(missing_ok=True)
-                        shutil.rmtree(version_dir)
+                    removed += self._collect(family_dir.name, bench_dir.name, keep, dry_run)
         return removed
 
+    def _collect(self, family: str, benchmark: str, keep: int, dry_run: bool) -> list[Path]:
+        bench_dir = self.benchmark_dir(family, benchmark)
+        events = self.publications(family, benchmark)
+        gone = self.removed_versions(family, benchmark)
+        recent: list[str] = []
+        for event in reversed(events):
+            if event["version"] not in recent and event["version"] not in gone:
+                recent.append(event["version"])
+        keep_set = set(recent[:keep])
+        intact = next((v for v in recent if self._intact(family, benchmark, v)), None)
+        if intact is not None:
+            keep_set.add(intact)
+        staged = self.latest_staged(family, benchmark)
+        if staged is not None:
+            keep_set.add(staged.version)
+        versions_dir = bench_dir / "versions"
+        now = time.time()
+        removed: list[Path] = []
+        for version_dir in sorted(versions_dir.iterdir() if versions_dir.is_dir() else []):
+            if version_dir.name in keep_set or version_dir.name.startswith("."):
+                continue
+            check = bench_dir / "checks" / f"{version_dir.name}.json"
+            pending = not check.exists() and version_dir.name not in recent
+            if pending and now - version_dir.stat().st_mtime < _PENDING_GRACE_S:
+                continue
+            removed.append(version_dir)
+            if dry_run:
+                continue
+            if version_dir.name in recent:  # published once: the log keeps its events, this file says it is gone
+                self._record_removed(family, benchmark, version_dir.name)
+            check.unlink(missing_ok=True)
+            shutil.rmtree(version_dir)
+        return removed
 
-def _read_event(path: Path) -> dict[str, Any] | None:
+    def _intact(self, family: str, benchmark: str, version: str) -> bool:
+        """A version whose manifest parses and whose files are all there with their recorded sizes."""
+        path = self.version_dir(family, benchmark, version)
+        return self.damage(StagedVersion(family, benchmark, version, path, False), checksums=False) is None
+
+    def _record_removed(self, family: str, benchmark: str, version: str) -> None:
+        path = self.benchmark_dir(family, benchmark) / REMOVED_FILE
+        listed = {}
+        if path.is_file():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                listed = dict(json.loads(path.read_text("utf-8")).get("removed", {}))
+        listed[version] = datetime.now(UTC).isoformat(timespec="seconds")
+        write_atomic(path, canonical_json({"removed": dict(sorted(listed.items()))}))
+
+
+def _read_event(data: bytes) -> dict[str, Any] | None:
     """A publication event, or None when the file is damaged (truncated, not JSON, fields missing)."""
     try:
-        event = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+        event = json.loads(data.decode("utf-8"))
+    except ValueError:
         return None
     if not isinstance(event, dict) or not all(isinstance(event.get(k), str) for k in ("version", "published_at")):
         return None
     return event
+
+
+LOG_HEAD = "HEAD"  # in publications/: the newest event's sequence number, file name and hash
+REMOVED_FILE = "removed.json"
+
+
+def _chain_problem(
+    event: Mapping[str, Any], position: int, previous: tuple[Path, str] | None, chained: bool
+) -> str | None:
+    """Why ``event`` (the ``position``-th file of the log) does not follow the readable event before it."""
+    sequence = event.get("sequence")
+    if sequence is None:  # an event from before the chain existed: only before the first chained one
+        return "an event without a sequence number after the chained ones (forged?)" if chained else None
+    if not isinstance(sequence, int) or sequence != position:
+        missing = sequence - position if isinstance(sequence, int) and sequence > position else 0
+        what = f"{missing} event(s) before it are missing" if missing else "it is out of place in the log"
+        return f"publication event {sequence!r} is the log's event {position}: {what}"
+    if previous is not None and event.get("previous") != previous[1]:
+        return f"does not follow {previous[0].name} (its hash of the event before differs: edited or forged)"
+    return None
+
+
+def _head_problem(directory: Path, paths: list[Path], events: list[dict[str, Any]], damaged: set[Path]) -> str | None:
+    """Whether the log's newest events are all there: ``HEAD`` names the newest event by number and hash."""
+    head_path = directory / LOG_HEAD
+    chained = any("sequence" in event for event in events)
+    if not head_path.is_file():
+        return f"{head_path}: missing (the log's head record)" if chained else None
+    try:
+        head = json.loads(head_path.read_text("utf-8"))
+        sequence, name, digest = int(head["sequence"]), str(head["event"]), str(head["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{head_path}: damaged (the log's head record)"
+    if sequence > len(paths):
+        return f"{directory / name}: missing: the log's head names it (the newest publication event was removed)"
+    newest = paths[sequence - 1] if sequence >= 1 else None
+    if newest is None or newest.name != name:
+        return f"{head_path}: names {name}, but the log's event {sequence} is {newest.name if newest else 'none'}"
+    if newest not in damaged and hashlib.sha256(newest.read_bytes()).hexdigest() != digest:
+        return f"{newest}: differs from the log's head record (edited)"
+    if len(paths) > sequence + 1:  # a publish writes the head right after its event: one may be pending, not two
+        return f"{paths[sequence + 1]}: {len(paths) - sequence} events after the log's head (not written by a publish)"
+    return None
 
 
 def _record_problem(record: CheckRecord, staged: StagedVersion) -> str | None:

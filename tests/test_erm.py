@@ -105,7 +105,7 @@ def test_models_have_torchvision_names_and_load_user_checkpoints(tmp_path: Path)
     assert load_checkpoint(resnet, tmp_path / "part.pt", keep_head=True, partial=True).loaded == ["conv1.weight"]
     torch.save({}, tmp_path / "empty.pt")
     for partial in (False, True):
-        with pytest.raises(InputError, match="covers 0 of|sets none of the model's parameters"):
+        with pytest.raises(InputError, match=r"covers 0 of|sets none of the model's parameters"):
             load_checkpoint(resnet, tmp_path / "empty.pt", keep_head=True, partial=partial)
     torch.save({**resnet.state_dict(), "extra.weight": torch.zeros(1)}, tmp_path / "extra.pt")
     with pytest.raises(InputError, match=r"1 parameters do not belong to this model, e\.g\. extra\.weight"):

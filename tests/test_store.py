@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -258,9 +259,56 @@ def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: Toy
     removed = store.garbage_collect(keep=1)
     assert sorted(p.name for p in removed) == sorted(versions[:2])
     assert [v.version for v in store.versions("toy")] == [versions[2]]
-    events = list((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
-    assert [json.loads(e.read_text())["version"] for e in events] == [versions[2]]
+    # The log keeps every event (it is a chain); removed.json says which versions gc deleted.
+    events = sorted((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
+    assert [json.loads(e.read_text())["version"] for e in events] == versions
+    removed_file = json.loads((store.benchmark_dir("breeds", "toy") / "removed.json").read_text())
+    assert sorted(removed_file["removed"]) == sorted(versions[:2])
     assert [p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir()] == [versions[2]]
+    assert not store.problems
+
+
+def test_garbage_collection_never_removes_the_last_intact_version(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    store = Store(tmp_path / "store")
+    versions = []
+    for seed in range(3):
+        staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
+        store.publish(staged)
+        versions.append(staged)
+    manifest = versions[2].path / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])  # the latest's manifest truncated
+    removed = store.garbage_collect(keep=1)
+    assert [p.name for p in removed] == [versions[0].version]  # the newest intact one stays beside the damaged
+    assert versions[1].path.is_dir() and versions[2].path.is_dir()
+
+
+def test_the_publication_log_is_a_chain_and_a_gap_is_named(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    """Deleting the newest event would make an older version latest again: the log's head names what is missing;
+    an edited or forged event breaks the chain and is named too."""
+    published = []
+    for name in ("removed", "edited", "forged"):
+        store = Store(tmp_path / name)
+        for seed in range(3):
+            staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
+            store.publish(staged)
+            published.append(staged.version)
+        assert not store.problems and store.latest("toy").version == published[-1]
+        directory = store.benchmark_dir("breeds", "toy") / "publications"
+        events = sorted(directory.glob("*.json"))
+        assert [json.loads(e.read_text())["sequence"] for e in events] == [1, 2, 3]
+        if name == "removed":
+            events[-1].unlink()
+            expected = rf"{events[-1]}: missing: the log's head names it"
+        elif name == "edited":
+            events[1].write_text(events[1].read_text().replace(published[-2], published[-3]))
+            expected = rf"{events[2]}: does not follow {events[1].name}"
+        else:
+            forged = json.loads(events[0].read_text())
+            (directory / f"{99999999999999999999:020d}-{forged['version']}.json").write_text(json.dumps(forged))
+            expected = r"publication event 1 is the log's event 4"
+        fresh = Store(tmp_path / name)
+        fresh.versions()
+        assert any(re.search(expected, problem) for problem in fresh.problems), fresh.problems
 
 
 def test_garbage_collection_never_deletes_a_version_waiting_for_its_checks(
