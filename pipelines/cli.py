@@ -127,8 +127,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         return _list(args)
     settings = Settings.from_env()
     family, plan, skipped, registered = _plan(settings, args)
-    from assets.factory import forget_variant, inputs_read
-    from pipelines import runs
+    from assets.factory import forget_variant
     from pipelines.terminal import Reporter
 
     instance = _instance(settings)
@@ -142,8 +141,53 @@ def cmd_build(args: argparse.Namespace) -> int:
     for kind, names in plan.items():
         specs = [target.spec for name, target in variants.targets(settings, kind).items() if name in names]
         needed += kind.inputs_needed(settings, specs)
-    first = True
     run_failures: list[tuple[bool, int]] = []  # failed runs not explained by their benchmarks: (bad input?, count)
+    full: Exception | None = None
+    try:
+        _run_plan(instance, reporter, family, plan, needed, run_failures)
+    except Exception as exc:  # a full disk after some publications: those stand, and the exit code says so
+        if not disk_full(exc, settings.home):
+            raise
+        full = exc
+    for outcome in reporter.outcomes:
+        if outcome is not None and outcome.description is not None and outcome.publication is not None:
+            for warning in outcome.description.warnings:
+                reporter.warn(f"{outcome.benchmark}: {warning}")
+    published = sum(1 for o in reporter.outcomes if o is not None and o.publication is not None)
+    failed = reporter.failed_checks + reporter.errors + sum(count for _, count in run_failures)
+    if full is not None:
+        failed = max(failed, sum(len(names) for names in plan.values()) - published)
+        free = f"{free_bytes(settings.home) >> 10:,} KiB free"
+        if failed:
+            message = f"error: the disk holding {settings.home} is full ({free}): what is listed as published stands "
+            reporter.line(message + "whole; free space and rerun", error=True)
+        else:
+            message = f"warning: the disk holding {settings.home} is full ({free}), after every benchmark was "
+            reporter.line(message + "published whole: free space before the next build", error=True)
+    if registered is not None and not published:  # a new name whose build failed stays free
+        forget_variant(instance, settings, next(iter(plan)), registered)
+    total = published + failed
+    summary = f"{published} of {total} published" if failed else f"{published} published"
+    print(f"\n{summary} in {time.monotonic() - reporter.started:.1f}s")
+    print(f"Store:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
+    if reporter.user_errors or any(is_input for is_input, _ in run_failures):
+        return 2
+    return 1 if failed else 0
+
+
+def _run_plan(
+    instance: Any,
+    reporter: Any,
+    family: Any,
+    plan: dict[Any, list[str]],
+    needed: list[str],
+    run_failures: list[tuple[bool, int]],
+) -> None:
+    """One Dagster run per block of partitions of each kind; failures not explained by a benchmark are counted."""
+    from assets.factory import inputs_read
+    from pipelines import runs
+
+    first = True
     with reporter.listening():
         for kind, names in plan.items():
             known = set(instance.get_dynamic_partitions(kind.qualified))
@@ -162,21 +206,6 @@ def cmd_build(args: argparse.Namespace) -> int:
                     shown = ", ".join(unreported) if len(unreported) <= 3 else f"{len(unreported)} {kind.plural}"
                     reporter.line(f"error: {message}; nothing published for {shown}", error=True)
                     run_failures.append((is_input, len(unreported)))
-    for outcome in reporter.outcomes:
-        if outcome is not None and outcome.description is not None and outcome.publication is not None:
-            for warning in outcome.description.warnings:
-                reporter.warn(f"{outcome.benchmark}: {warning}")
-    published = sum(1 for o in reporter.outcomes if o is not None and o.publication is not None)
-    failed = reporter.failed_checks + reporter.errors + sum(count for _, count in run_failures)
-    if registered is not None and not published:  # a new name whose build failed stays free
-        forget_variant(instance, settings, next(iter(plan)), registered)
-    total = published + failed
-    summary = f"{published} of {total} published" if failed else f"{published} published"
-    print(f"\n{summary} in {time.monotonic() - reporter.started:.1f}s")
-    print(f"Store:   {settings.store_dir}\nCatalog: {settings.catalog_path}")
-    if reporter.user_errors or any(is_input for is_input, _ in run_failures):
-        return 2
-    return 1 if failed else 0
 
 
 def _key(path: tuple[str, ...]) -> Any:
