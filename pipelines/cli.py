@@ -290,8 +290,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
     if not run.is_success:
         message, is_input = runs.run_error(instance, run)
-        print(f"error: {message}", file=sys.stderr)
-        print("nothing was published; previous versions are unchanged", file=sys.stderr)
+        print(f"error: {message}; nothing was published", file=sys.stderr)
         return 2 if is_input else 1
     records = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
     materialized = [r.asset_materialization for r in records if r.asset_materialization is not None]
@@ -717,7 +716,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
     try:
-        args = build_parser().parse_args(argv)
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:  # --help (0), or a bad command line, said in one line (OneLineParser): 2
+            return exc.code if isinstance(exc.code, int) else 2
         code: int = args.func(args)
     except BrokenPipeError:  # `shiftbench ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

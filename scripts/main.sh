@@ -16,11 +16,8 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 .venv/bin/shiftbench build breeds
 # MetaShift on SHIFTBENCH_GQA_SCENE_GRAPHS, or on the released attributes + the generated scene sample.
 .venv/bin/shiftbench build metashift
-task=cat-dog-dg-cabinet-bed
-if [ -z "${SHIFTBENCH_GQA_SCENE_GRAPHS:-}" ]; then
-  task+=@${SHIFTBENCH_TAGS_TABLE:+tags}
-  [ -n "${SHIFTBENCH_TAGS_TABLE:-}" ] || task+=generated
-fi
+# The task's name here: the paper's on GQA's released files, else NAME@generated, NAME@tags or NAME@gqa-files.
+task=$(.venv/bin/shiftbench build metashift --list | awk '$1 ~ /^cat-dog-dg-cabinet-bed(@|$)/ {print $1; exit}')
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
 # Quick ERM baselines on CPU, about a minute each (preset quick: a small CNN with flips and quarter turns):

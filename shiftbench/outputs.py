@@ -37,8 +37,8 @@ def _creatable(path: Path, parameter: str) -> None:
         raise InputError(f"cannot be created: {ancestor} is not writable", path=path, parameter=parameter)
 
 
-def empty_output_dir(path: Path, parameter: str) -> Path:
-    """An empty, writable directory at ``path``, created if missing (an export never mixes two splits)."""
+def check_output_dir(path: Path, parameter: str) -> Path:
+    """``path`` is an empty writable directory, or can be created as one (nothing is created here)."""
     if os.path.lexists(path):
         if not path.is_dir():
             raise InputError("exists and is not a directory", path=path, parameter=parameter)
@@ -46,8 +46,16 @@ def empty_output_dir(path: Path, parameter: str) -> Path:
             raise InputError("target directory is not empty", path=path, parameter=parameter)
         if not os.access(path, os.W_OK | os.X_OK):
             raise InputError("directory is not writable", path=path, parameter=parameter)
+    else:
+        _creatable(path, parameter)
+    return path
+
+
+def empty_output_dir(path: Path, parameter: str) -> Path:
+    """An empty, writable directory at ``path``, created if missing (an export never mixes two splits)."""
+    check_output_dir(path, parameter)
+    if path.is_dir():
         return path
-    _creatable(path, parameter)
     try:
         path.mkdir(parents=True)
     except OSError as exc:

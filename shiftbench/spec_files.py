@@ -74,6 +74,7 @@ class Located(dict[Any, Any]):
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Located:
+    _refuse_repeated_keys(node)
     loader.flatten_mapping(node)
     mapping = Located()
     mapping.lines = {}
@@ -82,6 +83,24 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> Locat
         mapping[key] = loader.construct_object(value_node, deep=True)
         mapping.lines[key] = key_node.start_mark.line + 1
     return mapping
+
+
+def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
+    """A key written twice in one mapping: YAML keeps the second silently; a spec file must not (merge keys, ``<<``,
+    may still be overridden: that is what they are for)."""
+    seen: dict[str, int] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key_node.start_mark.line + 1
+        if key_node.value in seen:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"key {key_node.value!r} is given twice (lines {seen[key_node.value]} and {line})",
+                key_node.start_mark,
+            )
+        seen[key_node.value] = line
 
 
 _Yaml12Loader.add_constructor("tag:yaml.org,2002:int", _construct_int)
@@ -221,7 +240,9 @@ class Spec(BaseModel):
             raise InputError(f"unknown parameter; expected one of {', '.join(self.OVERRIDABLE)}", parameter=unknown[0])
         values = {name: getattr(self, name) for name in type(self).model_fields}
         values.update(overrides)
-        return build(type(self), values, "overrides")
+        # A shipped spec renamed NAME@TAG (shiftbench.naming) is validated under its spec name, then keeps its tag.
+        values["name"] = self.name.partition("@")[0]
+        return build(type(self), values, "overrides").model_copy(update={"name": self.name})
 
 
 def source_of(info: ValidationInfo) -> str:

@@ -497,7 +497,7 @@ def test_a_bad_scene_graph_file_decoded_in_a_worker_is_one_line_and_exit_2(
     good.write_text('{"1": {"objects": {"5": {"name": "cat", "attributes": ["black"]}}}}')
     bad.write_text('{"2": {"objects": {"6": {"name": 7}}}}')
     settings = cli_env(SHIFTBENCH_GQA_SCENE_GRAPHS=f"{good},{bad}")
-    assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 2
+    assert main(["build", "metashift", "--benchmark", "metashift-attributes@gqa-files"]) == 2
     err = capsys.readouterr().err
     assert_one_line(err, f"{bad}: image '2', object '6': object 'name' is not a string")
     assert "RemoteTraceback" not in err

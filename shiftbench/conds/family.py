@@ -30,9 +30,10 @@ from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
 from shiftbench.plots import conds_cell_counts, conds_value_shares
 from shiftbench.settings import Settings
+from shiftbench.sources import celeba as celeba_files
 from shiftbench.sources import sprites
 from shiftbench.sources.attribute_tables import read_attribute_table
-from shiftbench.sources.celeba import ATTRIBUTE_FILE, CELEBA_IMAGES, is_complete_celeba, read_celeba_attributes
+from shiftbench.sources.celeba import ATTRIBUTE_FILE, CELEBA_IMAGES, read_celeba_attributes
 from shiftbench.store import StagedVersion
 
 # Bump when a change to the ConDS builders can change their output.
@@ -61,21 +62,26 @@ def dataset_unavailable(settings: Settings, dataset: DatasetSpec) -> str | None:
 
 
 def case_specs(settings: Settings) -> dict[str, CaseSpec]:
-    """Cases by benchmark name: the shipped CelebA cases built on a subset of CelebA are ``NAME@partial``."""
+    """Cases by benchmark name: the shipped CelebA cases built on a subset of CelebA are ``NAME@partial``, on any
+    other file than the release's (by its MD5) ``NAME@celeba-files``."""
     specs = load_specs(settings.conds_specs)
-    partial = settings.celeba_dir is not None and not is_complete_celeba(settings.celeba_dir / ATTRIBUTE_FILE)
+    celeba_tag = celeba_files.source_tag(settings.celeba_dir / ATTRIBUTE_FILE) if settings.celeba_dir else None
 
     def tag(case: CaseSpec) -> str | None:
-        return "partial" if partial and specs.datasets[case.dataset].source == "celeba" else None
+        return celeba_tag if specs.datasets[case.dataset].source == "celeba" else None
 
     return tag_paper_names(specs.cases, SHIPPED_NAMES(), tag)
 
 
-def recorded_partial(manifest: Mapping[str, Any]) -> bool:
-    """Whether a version was built from a CelebA file with fewer than all of CelebA's images."""
+def recorded_tag(manifest: Mapping[str, Any]) -> str | None:
+    """The tag a published version's recorded CelebA file calls for (None: the release's file, by its MD5)."""
     origin = manifest.get("origin") or {}
     count = origin.get("header_count")
-    return count is not None and (bool(origin.get("partial")) or count != CELEBA_IMAGES)
+    if count is None:
+        return None  # not built from CelebA
+    if bool(origin.get("partial")) or count != CELEBA_IMAGES:
+        return celeba_files.TAG_PARTIAL
+    return None if origin.get("attributes_md5") == celeba_files.RELEASE_MD5 else celeba_files.TAG_FILES
 
 
 def sources_fingerprint(settings: Settings) -> str:
@@ -124,6 +130,7 @@ def _raw_table(
             "files_sha256": sha256_files([path]),
             "header_count": celeba.header_count,
             "partial": celeba.partial,
+            "attributes_md5": celeba_files.file_md5(path),
         }
         return celeba.table.rename({"image_id": "example_id"}), origin, settings.celeba_dir, 3
     if dataset.source == "sprites":
@@ -350,5 +357,5 @@ CONDS = Family(
     inputs=(ATTRIBUTES,),
     kinds=(CASE,),
     shipped_names=SHIPPED_NAMES,
-    source_tag=lambda manifest: "partial" if recorded_partial(manifest) else None,
+    source_tag=recorded_tag,
 )

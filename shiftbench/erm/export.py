@@ -31,7 +31,7 @@ import yaml
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
 from shiftbench.images import ImageSource, image_paths
-from shiftbench.outputs import empty_output_dir, inside, path_component
+from shiftbench.outputs import check_output_dir, empty_output_dir, inside, path_component
 
 LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")
 # WILDS' split codes: train/val/test 0/1/2 (wilds.datasets DEFAULT_SPLITS), id_val/id_test 3/4 as its
@@ -48,11 +48,7 @@ def class_folder(y: int, name: str) -> str:
 
 def check_target(target: Path) -> Path:
     """The export's folder: empty or creatable, writable, not under a file (checked before anything is read)."""
-    if target.exists() and not target.is_dir():
-        raise InputError("exists and is not a directory", path=target, parameter="DIR")
-    if target.is_dir() and any(target.iterdir()):
-        raise InputError("target directory is not empty", path=target, parameter="DIR")
-    return target
+    return check_output_dir(target, "DIR")
 
 
 def _prepare(target: Path) -> None:

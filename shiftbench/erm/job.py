@@ -32,6 +32,7 @@ import torch
 
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import read_split
+from shiftbench.erm.models import build_model, load_checkpoint
 from shiftbench.erm.train import TrainResult, train
 from shiftbench.errors import InputError
 from shiftbench.images import image_paths
@@ -53,8 +54,10 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
     config = TrainConfig.from_mapping(job["config"])
     table = read_split(Path(job["split_dir"]))
     paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
-    log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
     checkpoint = job.get("checkpoint") or config.init_checkpoint
+    if checkpoint:  # a checkpoint that does not fit is refused before anything is loaded or logged
+        check_checkpoint(config, table.num_classes, Path(checkpoint))
+    log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
     result = train(table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None)
     _write_outputs(out_dir, result)
     summary = {
@@ -84,6 +87,12 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
     return summary
 
 
+def check_checkpoint(config: TrainConfig, num_classes: int, checkpoint: Path) -> None:
+    """Whether ``checkpoint`` fits the model the run trains (:func:`load_checkpoint` into a throwaway model)."""
+    model = build_model(config.model, num_classes, config.image_size)
+    load_checkpoint(model, checkpoint, keep_head=not config.linear_probe, partial=config.init_partial)
+
+
 def _write_outputs(out_dir: Path, result: TrainResult) -> None:
     metrics = pa.table(
         {
@@ -105,8 +114,10 @@ def _write_outputs(out_dir: Path, result: TrainResult) -> None:
     pq.write_table(curve, out_dir / "curve.parquet")
 
 
-def _fail(out_dir: Path | None, exc: InputError) -> int:
-    _stderr(f"error: {exc}")
+def _fail(out_dir: Path | None, exc: InputError, *, show: bool = True) -> int:
+    """A bad input: ``error.json`` for the launcher, and one line on stderr when nobody else says it."""
+    if show:
+        _stderr(f"error: {exc}")
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "error.json").write_text(json.dumps({"error": str(exc)}), encoding="utf-8")
@@ -127,8 +138,8 @@ def _run_under_pipes() -> int:
                 _stderr(message)  # the terminal, through the forwarded stdio
 
             summary = run_job(job, log=log)
-        except InputError as exc:
-            return _fail(out_dir, exc)
+        except InputError as exc:  # the launcher reads error.json and says it in one line
+            return _fail(out_dir, exc, show=False)
         pipes.report_custom_message({"run": summary, "wall_s": time.perf_counter() - started})
     return 0
 

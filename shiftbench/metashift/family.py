@@ -34,9 +34,15 @@ from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
 from shiftbench.plots import metagraph_figure, task_distances
 from shiftbench.settings import Settings
-from shiftbench.sources import generated_scenes, packaged
+from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects
-from shiftbench.sources.scene_graphs import SceneTables, read_class_groups, read_gqa_scene_graphs, read_tags_table
+from shiftbench.sources.scene_graphs import (
+    GQA_KIND,
+    SceneTables,
+    read_class_groups,
+    read_gqa_scene_graphs,
+    read_tags_table,
+)
 from shiftbench.store import StagedVersion
 from shiftbench.streamed import in_memory
 
@@ -95,10 +101,18 @@ def task_unavailable(settings: Settings, spec: TaskSpec) -> str | None:
     )
 
 
+def source_tag(settings: Settings, spec: CollectionSpec | TaskSpec) -> str | None:
+    """What a shipped spec's name carries after '@' with these annotations: nothing for the papers' data."""
+    source = scene_source(settings, spec)
+    if source == SOURCE_GQA:
+        return None if gqa_release.is_release(list(settings.gqa_scene_graphs), settings.cache_dir) else gqa_release.TAG
+    return NAME_TAGS.get(source)
+
+
 def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
     specs = load_specs(settings.metashift_specs).collections
     shipped = SHIPPED_NAMES()
-    return tag_paper_names(specs, shipped, lambda spec: NAME_TAGS.get(scene_source(settings, spec)))
+    return tag_paper_names(specs, shipped, lambda spec: source_tag(settings, spec))
 
 
 def task_specs(settings: Settings) -> dict[str, TaskSpec]:
@@ -106,7 +120,7 @@ def task_specs(settings: Settings) -> dict[str, TaskSpec]:
     shipped = SHIPPED_NAMES()
 
     def tag(spec: TaskSpec) -> str | None:  # a task that cannot be built here keeps the paper's name
-        return NAME_TAGS.get(scene_source(settings, spec)) if task_unavailable(settings, spec) is None else None
+        return source_tag(settings, spec) if task_unavailable(settings, spec) is None else None
 
     return tag_paper_names(specs, shipped, tag)
 
@@ -188,8 +202,20 @@ def _groups(settings: Settings, wanted: bool) -> tuple[pl.DataFrame | None, dict
     return groups, {"class_groups_sha256": sha256_table(groups)}
 
 
-def _sources(scenes: CachedArtifact) -> dict[str, Any]:
-    return {"scenes": scenes.meta["kind"], "dataset": scenes.meta["dataset"], "scenes_sha256": scenes.fingerprint}
+def _sources(settings: Settings, scenes: CachedArtifact) -> dict[str, Any]:
+    """What a version records of its annotations; for GQA files, also whether they are the release's."""
+    sources = {"scenes": scenes.meta["kind"], "dataset": scenes.meta["dataset"], "scenes_sha256": scenes.fingerprint}
+    if scenes.meta["kind"] == GQA_KIND:
+        sources["gqa_release"] = gqa_release.is_release(list(settings.gqa_scene_graphs), settings.cache_dir)
+    return sources
+
+
+def recorded_tag(manifest: Mapping[str, Any]) -> str | None:
+    """The tag a published version's recorded sources call for (None: the papers' data)."""
+    sources = manifest.get("sources") or {}
+    if sources.get("scenes") == GQA_KIND and not sources.get("gqa_release"):
+        return gqa_release.TAG
+    return DATASET_TAGS.get(str(sources.get("dataset")))
 
 
 def figure_name(class_name: str) -> str:
@@ -218,7 +244,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     objects, images = read_scenes(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
     tables, results, distances = build.collection_tables(
-        spec, objects, images, specs.general_contexts, {**_sources(scenes), **group_sources}, groups
+        spec, objects, images, specs.general_contexts, {**_sources(settings, scenes), **group_sources}, groups
     )
     del objects, images  # not needed while the version is hashed and written
     benchmarks = in_memory(tables["benchmarks"])
@@ -273,7 +299,9 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
     objects, images = read_scenes(scenes)
     data = build.task_data(objects, images, spec, specs.general_contexts)
     dataset = str(scenes.meta["dataset"])
-    tables = build.task_tables(spec, data, dataset, EXAMPLE_ID_FORMATS[dataset], _sources(scenes), target.overrides)
+    tables = build.task_tables(
+        spec, data, dataset, EXAMPLE_ID_FORMATS[dataset], _sources(settings, scenes), target.overrides
+    )
 
     def figures() -> dict[str, bytes]:
         title = f"{target.benchmark}: distances to the reference community"
@@ -486,5 +514,5 @@ METASHIFT = Family(
     kinds=(COLLECTION, TASK),
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
-    source_tag=lambda manifest: DATASET_TAGS.get(str(manifest.get("sources", {}).get("dataset"))),
+    source_tag=recorded_tag,
 )

@@ -12,6 +12,7 @@ a partial file (then the rows present are used and the mismatch is recorded).
 from __future__ import annotations
 
 import functools
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,22 +55,42 @@ def _lines(path: Path) -> pl.DataFrame:
 CELEBA_IMAGES = 202_599  # images in CelebA's list_attr_celeba.txt
 
 
+# The release's list_attr_celeba.txt, by the MD5 CelebA's distribution lists (as torchvision's CelebA checks it).
+RELEASE_MD5 = "75e246fa4810816ffd6ee81facbd244c"
+TAG_PARTIAL, TAG_FILES = "partial", "celeba-files"
+
+
 @functools.lru_cache(maxsize=8)
-def _count_rows(path: Path, size: int, mtime_ns: int) -> int:
+def _file_facts(path: Path, size: int, mtime_ns: int) -> tuple[int, str]:
+    """(rows, MD5) of an attribute file: one pass, cached by the file's size and modification time."""
+    digest = hashlib.md5(usedforsecurity=False)
+    lines = 0
     with path.open("rb") as handle:
-        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 20), b""))
-    return max(lines - 2, 0)  # the count line and the names line
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            lines += chunk.count(b"\n")
+            digest.update(chunk)
+    return max(lines - 2, 0), digest.hexdigest()  # the count line and the names line
 
 
-def is_complete_celeba(path: Path) -> bool:
-    """Whether the attribute file lists all of CelebA's images (a line count: cheap enough to name benchmarks).
+def source_tag(path: Path) -> str | None:
+    """None for CelebA's released attribute file (its published MD5); ``partial`` for a file with fewer rows
+    (a first-N file, a truncated one); ``celeba-files`` for any other file, whatever its row count.
 
-    A first-N file or a truncated one builds the ConDS cases on a subset of CelebA: not the paper's data.
+    Names tell the truth: a row count alone would let a crafted or edited file of 202,599 rows publish under
+    the paper's case names.
     """
     if not path.is_file():
-        return False
+        return TAG_PARTIAL
     stat = path.stat()
-    return _count_rows(path, stat.st_size, stat.st_mtime_ns) == CELEBA_IMAGES
+    rows, md5 = _file_facts(path, stat.st_size, stat.st_mtime_ns)
+    if md5 == RELEASE_MD5:
+        return None
+    return TAG_PARTIAL if rows < CELEBA_IMAGES else TAG_FILES
+
+
+def file_md5(path: Path) -> str:
+    stat = path.stat()
+    return _file_facts(path, stat.st_size, stat.st_mtime_ns)[1]
 
 
 def read_celeba_attributes(path: Path, *, allow_partial: bool = False) -> CelebaAttributes:

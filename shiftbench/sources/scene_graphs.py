@@ -49,6 +49,7 @@ IMAGES_SCHEMA = {
     "general": pl.List(pl.String),
 }
 TAG_KINDS = ("object", "general")
+GQA_KIND = "gqa-scene-graphs"  # SceneTables.kind of GQA files (recorded in versions' sources)
 
 
 @dataclass(frozen=True)
@@ -251,7 +252,7 @@ def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> Scen
         raise InputError("no objects in any scene graph: nothing to build subsets from", path=paths[0])
     # GQA objects have no NULL (a missing attribute list is an empty one): the string table has no bitmap and
     # is hashed as sorted (see SceneTables.from_frames), here from the codes.
-    kind = "gqa-scene-graphs"
+    kind = GQA_KIND
     fingerprint = sha256_text(f"{kind}|{objects.sha256()}|{sha256_table(images)}")
     read = {path: part.file_sha256 for path in paths for part in decoded[path] if part.file_sha256 is not None}
     return SceneTables(objects, images, fingerprint, sha256_files(paths, known=read), kind)
