@@ -4,7 +4,10 @@ Views are created from the SQL files in ``sql/catalog/``: ``create_base_views.sq
 (publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for every
 table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
-were trained on is still the latest) and show only current results.
+were trained on is still the latest) and show only current results. A table with a file in
+``sql/catalog/derived/`` is a view computed from other tables when queried (MetaShift's
+``metashift_distances`` from the embeddings, ``metashift_subset_images`` from the stored annotations),
+over the versions that store it too; it is created after the tables it reads.
 
 The catalog is derived from the store and rebuilt after every publish:
 
@@ -123,8 +126,17 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
     ]
     tables = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
     results = (SQL_DIR / "catalog" / "create_result_views.sql").read_text("utf-8")
+    derived = []
     for name, contract in sorted(all_contracts.items()):
         if name == "benchmarks":
+            continue
+        view = SQL_DIR / "catalog" / "derived" / f"{name}.sql"
+        if view.is_file():  # a view computed from other tables (after them), over the versions that store it too
+            derived.append(
+                view.read_text("utf-8")
+                .replace("{{stored}}", _table_source(contents, contract))
+                .replace("{{stored_versions}}", _stored_versions(contents, name))
+            )
             continue
         template = tables if contract.store_key == "benchmark" else results
         statements.append(
@@ -132,8 +144,16 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
             .replace("{{key}}", contract.store_key)
             .replace("{{source}}", _table_source(contents, contract))
         )
+    statements += derived
     statements.append((SQL_DIR / "catalog" / "create_union_views.sql").read_text("utf-8"))
     return statements
+
+
+def _stored_versions(contents: StoreContents, table: str) -> str:
+    """The versions that store ``table`` as SQL literals ``'benchmark/version'`` (store/<family>/<benchmark>/
+    versions/<version>/<table>.parquet), or ``''`` when none does."""
+    keys = sorted({f"{path.parents[2].name}/{path.parent.name}" for path in contents.tables.get(table, [])})
+    return ", ".join(_literal(key) for key in keys) or "''"
 
 
 def _write(path: Path, contents: StoreContents, store: Path) -> None:

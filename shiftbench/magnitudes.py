@@ -10,7 +10,7 @@ vocabulary; the contract ``data_contracts/shift_magnitudes.yaml`` allows exactly
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import polars as pl
@@ -56,6 +56,21 @@ _CHUNK = 1 << 20  # values per pass (small arrays stay in the allocator's cache;
 _SCALE = 1126  # frexp(x) = (m, e) with x = (m * 2^53) * 2^(e - 53) and e - 53 >= -1126 for every finite float64
 
 
+def _exact_total(array: np.ndarray) -> int:
+    """The exact sum of finite float64 values as an integer multiple of 2^-_SCALE (see :func:`exact_sum`)."""
+    total = 0
+    for start in range(0, len(array), _CHUNK):
+        fraction, exponent = np.frexp(array[start : start + _CHUNK])
+        significand = np.ldexp(fraction, 53)  # an integer-valued float, |significand| < 2^53
+        high = np.trunc(significand / _HALF)
+        power = exponent + (_SCALE - 53)
+        high_sums = np.bincount(power, weights=high)
+        low_sums = np.bincount(power, weights=significand - high * _HALF)
+        for k in np.flatnonzero((high_sums != 0) | (low_sums != 0)).tolist():
+            total += ((int(high_sums[k]) << 26) + int(low_sums[k])) << k
+    return total
+
+
 def exact_sum(values: pl.Series | np.ndarray) -> float:
     """The exactly rounded sum of float values (``math.fsum``'s value), whatever their order.
 
@@ -68,17 +83,86 @@ def exact_sum(values: pl.Series | np.ndarray) -> float:
     array = np.ascontiguousarray(values.to_numpy() if isinstance(values, pl.Series) else values, dtype=np.float64)
     if not np.isfinite(array).all():
         return math.fsum(array.tolist())
-    total = 0
-    for start in range(0, len(array), _CHUNK):
-        fraction, exponent = np.frexp(array[start : start + _CHUNK])
-        significand = np.ldexp(fraction, 53)  # an integer-valued float, |significand| < 2^53
-        high = np.trunc(significand / _HALF)
-        power = exponent + (_SCALE - 53)
-        high_sums = np.bincount(power, weights=high)
-        low_sums = np.bincount(power, weights=significand - high * _HALF)
-        for k in np.flatnonzero((high_sums != 0) | (low_sums != 0)).tolist():
-            total += ((int(high_sums[k]) << 26) + int(low_sums[k])) << k
-    return total / (1 << _SCALE)  # a zero sum is +0.0, as fsum gives it
+    return _exact_total(array) / (1 << _SCALE)  # a zero sum is +0.0, as fsum gives it
+
+
+_BIN_SHIFT = 44  # a value's bin: the top 20 bits of its order-preserving 64-bit key (256 bins per power of two)
+
+
+def _order_keys(values: np.ndarray) -> np.ndarray:
+    """64-bit unsigned keys that sort as the float64 values do (negative values with their bits flipped)."""
+    bits = values.view(np.uint64)
+    negative = (bits >> np.uint64(63)).astype(bool)
+    return np.where(negative, ~bits, bits | np.uint64(1 << 63))
+
+
+class OrderStatistics:
+    """Mean, median, 90th percentile and max of finite values given in parts, exactly, without holding them.
+
+    Pass one (:meth:`add`) counts the values, sums them exactly and builds a histogram of their order-preserving
+    bit patterns; :meth:`summary` then finds the bins that hold the ranks it needs and reads the values again
+    (``again``), keeping only those bins' values, to pick the exact order statistics. The quantiles are the
+    linear interpolation between the two nearest ranks (polars' ``quantile(q, "linear")`` and ``median``: the
+    same floats).
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.largest = -math.inf
+        self.histogram = np.zeros(1 << (64 - _BIN_SHIFT), dtype=np.int64)
+
+    def add(self, values: np.ndarray) -> None:
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if not len(values):
+            return
+        self.count += len(values)
+        self.total += _exact_total(values)
+        self.largest = max(self.largest, float(values.max()))
+        self.histogram += np.bincount(
+            (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64), minlength=len(self.histogram)
+        )
+
+    def _ranked(self, ranks: list[int], again: Callable[[], Iterable[np.ndarray]]) -> dict[int, float]:
+        """The values at ``ranks`` (0-based, in sorted order): the second pass."""
+        cumulative = np.cumsum(self.histogram)
+        bins = {rank: int(np.searchsorted(cumulative, rank, side="right")) for rank in ranks}
+        wanted = np.array(sorted(set(bins.values())), dtype=np.int64)
+        kept: list[np.ndarray] = []
+        for values in again():
+            values = np.ascontiguousarray(values, dtype=np.float64)
+            keys = (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64)
+            kept.append(values[np.isin(keys, wanted)])
+        pool = np.sort(np.concatenate(kept)) if kept else np.zeros(0)
+        pool_keys = (_order_keys(pool) >> np.uint64(_BIN_SHIFT)).astype(np.int64)
+        result = {}
+        for rank, b in bins.items():
+            before = int(cumulative[b - 1]) if b > 0 else 0
+            first = int(np.searchsorted(pool_keys, b, side="left"))
+            result[rank] = float(pool[first + rank - before])
+        return result
+
+    def summary(
+        self, prefix: str, scope: str, again: Callable[[], Iterable[np.ndarray]]
+    ) -> list[tuple[str, str, float | None]]:
+        """``(measure, scope, value)`` rows as :func:`summary` gives for the same values."""
+        if self.count == 0:
+            return [(f"{prefix}_{stat}", scope, None) for stat in ("mean", "median", "p90", "max")]
+        positions = {q: (self.count - 1) * q for q in (0.5, 0.9)}
+        ranks = sorted({r for h in positions.values() for r in (math.floor(h), math.ceil(h))})
+        at = self._ranked(ranks, again)
+
+        def quantile(q: float) -> float:
+            h = positions[q]
+            low, high = at[math.floor(h)], at[math.ceil(h)]
+            return low + (h - math.floor(h)) * (high - low)
+
+        return [
+            (f"{prefix}_mean", scope, (self.total / (1 << _SCALE)) / self.count),
+            (f"{prefix}_median", scope, quantile(0.5)),
+            (f"{prefix}_p90", scope, quantile(0.9)),
+            (f"{prefix}_max", scope, self.largest),
+        ]
 
 
 def summary(values: pl.Series, prefix: str, scope: str) -> list[tuple[str, str, float | None]]:

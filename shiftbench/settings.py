@@ -44,6 +44,12 @@ class Settings(BaseSettings):
     tags_table: Path | None = Field(None, description="an image -> tag table instead of GQA")
     metashift_class_groups: Path | None = Field(None, description="a class grouping for group_classes=true")
     metashift_specs: Path | None = Field(None, description="an extra MetaShift spec file")
+    metashift_buckets: int = Field(
+        0,
+        ge=0,
+        description="build a collection's classes in this many buckets, each in a worker process (0: on threads of "
+        "this process); the version is the same either way",
+    )
     gqa_images_dir: Path | None = Field(None, description="Visual Genome / GQA images, <image_id>.jpg")
     celeba_dir: Path | None = Field(None, description="a folder with CelebA's list_attr_celeba.txt")
     celeba_allow_partial: bool = Field(False, description="accept an attribute file whose header count disagrees")

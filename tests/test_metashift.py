@@ -18,7 +18,7 @@ import scipy.sparse as sp
 from shiftbench.contracts import failures
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.fingerprint import sha256_files
-from shiftbench.metashift import build
+from shiftbench.metashift import build, collection
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import load_specs, parse_specs
@@ -151,7 +151,7 @@ def test_mostly_null_distances_are_warned_about(fixture_scenes: tuple[pl.DataFra
     expected = r"\(9\d%\) are NULL: (degenerate_eigenvalues|different_components) [\d,]+, "
     for overrides, expect in (({}, None), (released, expected)):
         spec = SPECS.collections["metashift-attributes"].with_overrides(overrides)
-        _, _, distances = build.collection_tables(spec, objects, images, SPECS.general_contexts, {}, None)
+        _, _, distances = collection.build_collection(spec, objects, images, SPECS.general_contexts, {})
         warnings = build.distance_warnings(distances, spec.embedding)
         if expect is None:
             assert warnings == []
@@ -354,7 +354,7 @@ def test_empty_inputs_are_errors_never_an_empty_collection(
     objects, images = generated
     strict = SPECS.collections["metashift"].with_overrides({"min_subset_size": 10**6})
     with pytest.raises(InputError, match=r"parameter 'min_subset_size': no class has \d+ subsets of 1000000 or more"):
-        build.collection_tables(strict, objects, images, SPECS.general_contexts, {})
+        collection.build_collection(strict, objects, images, SPECS.general_contexts, {})
 
 
 def test_several_scene_graph_files_read_side_by_side_as_one_source(
@@ -489,11 +489,11 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
     import sys
 
     script = (
-        "from shiftbench.metashift.build import collection_tables; from shiftbench.metashift.specs import load_specs;"
+        "from shiftbench.metashift.collection import build_collection; from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
         "from shiftbench.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
-        "t, _, _ = collection_tables(s.collections['metashift'], o, i, s.general_contexts, {});"
+        "t, _, _ = build_collection(s.collections['metashift'], o, i, s.general_contexts, {});"
         "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_streamed(v);"
         "print({k: h(v) for k, v in sorted(t.items())})"
     )
@@ -519,10 +519,11 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
 
     objects, images = generated
     spec = SPECS.collections["metashift"]
-    tables, _, _ = build.collection_tables(spec, objects, images, SPECS.general_contexts, {"test": True})
+    tables, _, _ = collection.build_collection(spec, objects, images, SPECS.general_contexts, {"test": True})
     staged = Store(tmp_path / "store").stage("metashift", "edges-test", tables)
     paths = {t: staged.table_path(t) for t in staged.tables}
-    assert not failures(check_tables(paths, ["metashift_edges"]))
+    rules = ["metashift_edges", "metashift_subsets"]
+    assert not failures(check_tables(paths, rules))
     edges = pl.read_parquet(paths["metashift_edges"])
     subsets = pl.read_parquet(paths["metashift_subsets"]).filter(pl.col("selected"))
     first = edges.row(0, named=True)
@@ -541,22 +542,31 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
         mutated.write_parquet(tmp_path / "edges.parquet")
         found = failures(check_tables({**paths, "metashift_edges": tmp_path / "edges.parquet"}, ["metashift_edges"]))
         assert "overlap_matches_memberships" in {r.rule for r in found}
-    # The memberships side: one image the first edge's subsets share, taken out of one of them, breaks the rule;
-    # the same rows twice (caught by the primary key) count once.
-    members = pl.read_parquet(paths["metashift_subset_images"])
-    shared = (
-        members.filter(pl.col("subset") == first["subset_a"])
-        .join(members.filter(pl.col("subset") == first["subset_b"]), on="image_id")["image_id"]
-        .sort()[0]
+    # The annotations side: one image the first edge's subsets share, its context of subset_a taken out of the stored
+    # tags, breaks both rules (the edge's count and subset_a's size); the same rows twice (caught by the primary key)
+    # count once.
+    from shiftbench.metashift.checks import _scene_memberships, _scene_versions
+
+    same, numbered = next(_scene_versions(paths))
+    members = pl.concat(
+        pl.DataFrame({"number": n, "image": i}) for _, n, i in _scene_memberships(paths, same, numbered)
     )
-    for mutated, breaks in (
-        (members.filter((pl.col("subset") != first["subset_a"]) | (pl.col("image_id") != shared)), True),
-        (pl.concat([members, members.filter(pl.col("subset").is_in([first["subset_a"], first["subset_b"]]))]), False),
-    ):
-        mutated.write_parquet(tmp_path / "members.parquet")
-        tampered = {**paths, "metashift_subset_images": tmp_path / "members.parquet"}
-        found = failures(check_tables(tampered, ["metashift_edges"]))
+    number = dict(zip(numbered["subset"], numbered["number"], strict=True))
+    in_a = members.filter(pl.col("number") == number[first["subset_a"]])
+    shared = in_a.join(members.filter(pl.col("number") == number[first["subset_b"]]), on="image")["image"].min()
+    row_a = numbered.row(number[first["subset_a"]], named=True)
+    tags = pl.read_parquet(paths["metashift_scene_tags"])
+    target = (
+        (pl.col("image") == shared)
+        & (pl.col("tag") == row_a["context_code"])
+        & (pl.col("kind") == row_a["context_kind"])
+    )
+    assert tags.filter(target).height == 1
+    for mutated, breaks in ((tags.filter(~target), True), (pl.concat([tags, tags.filter(target)]), False)):
+        mutated.write_parquet(tmp_path / "tags.parquet")
+        found = failures(check_tables({**paths, "metashift_scene_tags": tmp_path / "tags.parquet"}, rules))
         assert ("overlap_matches_memberships" in {r.rule for r in found}) is breaks
+        assert ("n_images_matches_memberships" in {r.rule for r in found}) is breaks
 
 
 def test_networkx_mode_from_500_nodes_gives_networkx_s_dense_distances() -> None:

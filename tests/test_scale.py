@@ -4,6 +4,7 @@ contract rules."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -87,8 +88,8 @@ def test_exact_sum_of_many_values_and_of_series() -> None:
 
 
 @pytest.mark.parametrize("dim", [1, 2, 5, 7, 8, 9, 12])
-def test_pair_distances_are_numpy_s_norms_in_any_dimension(dim: int) -> None:
-    """pdist below 8 dimensions, numpy above: the floats published before pdist was used, in any node order."""
+def test_pair_distances_sum_the_squares_in_dimension_order(dim: int) -> None:
+    """One definition of a distance in every dimension (the catalog's view sums the same way), in any node order."""
     rng = np.random.default_rng(dim)
     n = 60
     coords = rng.standard_normal((n, dim)) * rng.random(dim) * 10
@@ -96,8 +97,13 @@ def test_pair_distances_are_numpy_s_norms_in_any_dimension(dim: int) -> None:
     order = rng.permutation(n)
     pairs = em.pair_distances(embedding, order)
     i, j = np.triu_indices(n, k=1)
-    assert np.array_equal(pairs.raw, np.linalg.norm(coords[order][i] - coords[order][j], axis=1))
+    squares = np.zeros(len(i))
+    for k in range(dim):
+        difference = coords[order][i, k] - coords[order][j, k]
+        squares += difference * difference
+    assert np.array_equal(pairs.raw, np.sqrt(squares))
     assert np.array_equal(pairs.i, i) and np.array_equal(pairs.j, j)
+    assert em.point_distance(coords[0], coords[1]) == float(np.sqrt(sum((coords[0] - coords[1]) ** 2)))
 
 
 def test_prefetched_keeps_order_and_makes_at_most_one_item_ahead() -> None:
@@ -204,21 +210,21 @@ def test_strings_in_runs_are_a_take() -> None:
 
 
 def test_the_streamed_distance_table_is_every_pair_sorted_as_the_store_sorts_it() -> None:
-    """Made from codes in subset-name order with pdist: the same rows as the plain construction, sorted."""
-    from shiftbench.metashift import build
+    """With store_distances (small collections): made from codes in subset-name order with pdist, the same rows as
+    the plain construction, sorted."""
+    from shiftbench.metashift import build, collection
 
     specs = load_specs()
     objects, images, _ = generate_scene_tables()
-    tables, results, _ = build.collection_tables(
-        specs.collections["metashift"], objects, images, specs.general_contexts, {}
-    )
+    spec = specs.collections["metashift"].with_overrides({"store_distances": True})
+    tables, results, _ = collection.build_collection(spec, objects, images, specs.general_contexts, {})
     streamed = tables["metashift_distances"]
     assert not isinstance(streamed, pl.DataFrame)
     rows = []
     for name, result in results.items():  # the construction before streaming: node order, numpy's norm, then sorted
         coords, nodes = result.embedding.coords, result.graph.nodes
         pairs = em.pair_distances(result.embedding)
-        norms = np.linalg.norm(coords[pairs.i] - coords[pairs.j], axis=1).tolist()
+        norms = np.sqrt(((coords[pairs.i] - coords[pairs.j]) ** 2).sum(axis=1)).tolist()
         for i, j, raw, status in zip(pairs.i.tolist(), pairs.j.tolist(), norms, pairs.status.tolist(), strict=True):
             a, b = sorted((nodes[i], nodes[j]))
             rows.append((name, a, b, raw if status == "ok" else None, raw, status))
@@ -328,3 +334,46 @@ def test_edge_rule_counts_shared_images_as_sets() -> None:
     shared = _shared_counts(offsets, grouped, small[order], large[order], n_images)
     expected = [len(members[s] & members[t]) for s, t in zip(small[order], large[order], strict=True)]
     assert shared.tolist() == expected
+
+
+@pytest.mark.parametrize("kinds", [["object", "attribute", "general"], ["attribute"], ["object"]])
+def test_each_class_built_alone_has_the_plain_sets_sizes_and_overlaps(
+    kinds: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The per-class work (compiled counts over the scene index, a k x k co-occurrence matrix) gives every candidate
+    the size of its plain set of images, and every pair of selected subsets their plain |A ∩ B|; the sparse product
+    that takes over for very large classes gives the same edges."""
+    from shiftbench.metashift import classes as mc
+    from shiftbench.metashift.index import build_index
+
+    specs = load_specs()
+    objects, images, _ = generate_scene_tables()
+    frame = candidate_memberships(objects, images, kinds, specs.general_contexts).frame()
+    images_of: dict[str, set[str]] = {}
+    for subset, image_id in frame.select("subset", "image_id").iter_rows():
+        images_of.setdefault(subset, set()).add(image_id)
+    from shiftbench.sources.scene_codes import CodedObjects
+
+    index = build_index(CodedObjects.from_strings(objects), images, kinds, specs.general_contexts)
+    settings = mc.ClassSettings(5, 2, None, 0.0, "paper", 3, "louvain", 0)
+    counts = np.zeros(len(index.vocabulary), dtype=np.int64)
+    outcomes = [mc.build_class(index, int(code), settings, counts) for code in index.classes]
+    sizes = {n: int(s) for o in outcomes for n, s in o.listed.select("subset", "n_images").iter_rows()}
+    assert sizes == {name: len(v) for name, v in images_of.items() if len(v) >= 5}
+    assert sum(sum(o.counts.values()) for o in outcomes) == len(images_of)
+    edges = pl.concat([o.result.edges for o in outcomes if o.result is not None])
+    for cls, a, b, shared, overlap in edges.iter_rows():
+        assert a < b and a.startswith(f"{cls}(") and b.startswith(f"{cls}(")
+        assert shared == len(images_of[a] & images_of[b]) > 0
+        assert overlap == shared / min(len(images_of[a]), len(images_of[b]))
+    expected = sum(
+        1
+        for o in outcomes
+        if o.result is not None
+        for x, y in itertools.combinations(o.result.graph.nodes, 2)
+        if images_of[x] & images_of[y]
+    )
+    assert edges.height == expected > 50
+    monkeypatch.setattr(mc, "DENSE_COOCCURRENCE_MAX", 3)
+    sparse = [mc.build_class(index, int(code), settings, counts) for code in index.classes]
+    assert pl.concat([o.result.edges for o in sparse if o.result is not None]).equals(edges)

@@ -1,12 +1,12 @@
-"""MetaShift family: from scene tables to the published tables of a collection or a task.
+"""MetaShift family: the published tables of a task, and what collections and tasks share.
 
 Dataset card
 ------------
 - Source: MetaShift (Liang & Zou, ICLR 2022), CC BY 4.0; annotations are Visual Genome / GQA
   scene graphs (CC BY 4.0), a user's tag table, or the generated sample (not real data).
-- A *collection* (``metashift``, ``metashift-attributes``) is the set of candidate subsets with
-  their meta-graphs, communities, spectral embeddings and pairwise distances. It has no
-  examples of its own.
+- A *collection* (``metashift``, ``metashift-attributes``) is the set of selected subsets with
+  their meta-graphs, communities and spectral embeddings; distances between subsets are a view
+  over the embeddings (:mod:`shiftbench.metashift.collection`). It has no examples of its own.
 - A *task* is a benchmark with examples. Splits (WILDS names): domain generalization: train
   communities -> ``train``, test communities -> ``test``, the released scripts' additional test
   communities -> ``val`` (OOD validation); subpopulation shift: ``train`` (minority fraction p)
@@ -16,29 +16,24 @@ Dataset card
 
 from __future__ import annotations
 
-import os
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-from threadpoolctl import threadpool_limits
 
-from shiftbench.errors import InputError
 from shiftbench.fingerprint import canonical_json
-from shiftbench.magnitudes import SCOPE_ALL, exact_sum, magnitudes_table, summary
-from shiftbench.memory import release_freed_memory
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 from shiftbench.metashift import embedding as em
-from shiftbench.metashift import metagraph as mg
-from shiftbench.metashift.specs import CollectionSpec, TaskSpec
-from shiftbench.metashift.subsets import SUBSET_COLUMNS, Memberships, candidate_memberships, image_classes, subset_table
+from shiftbench.metashift.specs import TaskSpec
+from shiftbench.metashift.subsets import candidate_memberships, image_classes
 from shiftbench.metashift.tasks import TaskData, build_task
 from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup, strings_in_runs
+
+if TYPE_CHECKING:
+    from shiftbench.metashift.classes import ClassResult
 
 FAMILY = "metashift"
 _BENCHMARK_SCHEMA = {
@@ -65,43 +60,13 @@ def benchmarks_row(
     )
 
 
-@dataclass(frozen=True)
-class ClassResult:
-    graph: mg.ClassGraph
-    communities: list[list[str]]
-    embedding: em.Embedding
-
-    def name_order(self) -> np.ndarray:
-        """Node indices in subset-name order: the order of the class's rows in ``metashift_distances``."""
-        names = self.graph.nodes
-        return np.array(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
-
-
-def _class_results(spec: CollectionSpec, nodes: pl.DataFrame, edges: pl.DataFrame) -> dict[str, ClassResult]:
-    """Communities and embeddings of every class.
-
-    The embeddings (LAPACK, which releases the GIL) run on one thread per core, largest classes first, while
-    this thread finds the communities. Each LAPACK call runs single-threaded: OpenBLAS's results depend on how
-    many threads it splits a matrix among (at GQA scale 115 of 1,596 classes got other eigenvector signs or last
-    bits with 2 threads than with 1), so the published version would depend on the machine's core count.
-    """
-    graphs = mg.class_graphs(nodes, edges)
-    largest_first = sorted(graphs, key=lambda name: -len(graphs[name].nodes))
-    with threadpool_limits(limits=1, user_api="blas"), ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
-        embeddings = {
-            name: pool.submit(em.embed, graphs[name].weights, spec.embedding_dim, spec.embedding)
-            for name in largest_first
-        }
-        communities = {name: mg.detect_communities(graphs[name], spec.community_method, spec.seed) for name in graphs}
-        return {name: ClassResult(graphs[name], communities[name], embeddings[name].result()) for name in graphs}
-
-
-def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
-    """Every class's pairs, classes in name order and within a class the subsets in name order, row by row: the
+def distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
+    """Every class's pairs, materialized (``store_distances: true``; by default ``metashift_distances`` is a view
+    over the embeddings): classes in name order and within a class the subsets in name order, row by row, the
     order the store sorts the table in, so the rows are made from integer codes batch by batch, already sorted.
     Strings exist for one batch at a time (Arrow ``take`` from the subsets' names)."""
     classes = sorted(results)
-    orders = [results[c].name_order() for c in classes]
+    orders = [name_order(results[c].graph.nodes) for c in classes]
     names = pa.array(
         [results[c].graph.nodes[k] for c, order in zip(classes, orders, strict=True) for k in order.tolist()],
         type=pa.large_string(),
@@ -141,147 +106,19 @@ def _distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
     return StreamedTable(DISTANCE_SCHEMA, height, batches)
 
 
-def _subset_images_table(memberships: Memberships) -> StreamedTable:
-    """(subset, image_id) from the memberships' codes, which are sorted by subset then image: the store's order."""
-    names = memberships.subsets["subset"]
-    image_ids = memberships.image_ids
-    subset_codes = memberships.pairs["subset"].to_numpy()
-    image_codes = memberships.pairs["image"].to_numpy()
-    height = memberships.height
-
-    def batches(rows: int) -> Iterator[pa.Table]:
-        # Arrow copies of the names only while the table is read (they are not held while others are hashed)
-        subsets = names.to_arrow(compat_level=pl.CompatLevel.oldest())
-        images = image_ids.to_arrow(compat_level=pl.CompatLevel.oldest())
-        for start in range(0, height, rows):
-            end = start + rows
-            columns = [subsets.take(subset_codes[start:end]), images.take(image_codes[start:end])]
-            yield pa.Table.from_arrays(columns, schema=MEMBERSHIP_ARROW)
-            del columns  # not held while the next batch is made
-
-    return StreamedTable(MEMBERSHIP_SCHEMA, height, batches)
+def name_order(names: list[str]) -> np.ndarray:
+    """Node indices in subset-name order: the order of a class's rows in ``metashift_distances``."""
+    return np.array(sorted(range(len(names)), key=names.__getitem__), dtype=np.int64)
 
 
-@dataclass(frozen=True)
-class DistanceCounts:
+class NullCounts(Protocol):
     """What the warnings need of a collection's distances."""
 
-    null_statuses: dict[str, int]  # NULL distances by status
-    total: int
+    @property
+    def null_statuses(self) -> dict[str, int]: ...  # NULL distances by status
 
-
-@dataclass(frozen=True)
-class DistanceSummary(DistanceCounts):
-    """What the collection's magnitudes and warnings need of its distances, gathered without their strings."""
-
-    values: np.ndarray  # every defined distance, class by class (hundreds of MB at GQA scale: dropped once used)
-    class_sums: dict[str, tuple[float, int]]  # exactly rounded sum and count of each class's defined distances
-
-
-def summarise_distances(results: Mapping[str, ClassResult]) -> DistanceSummary:
-    # One array for every pair, filled class by class (a list of the classes' arrays joined at the end held the
-    # 27 M distances of a GQA-scale collection twice); the pairs without a distance are cut off the end.
-    values = np.empty(sum(len(r.graph.nodes) * (len(r.graph.nodes) - 1) // 2 for r in results.values()), dtype=float)
-    class_sums, nulls, filled = {}, Counter[str](), 0
-    for name in sorted(results):
-        pairs = em.pair_distances(results[name].embedding)
-        missing = np.isnan(pairs.distance)
-        known = pairs.distance[~missing]
-        values[filled : filled + len(known)] = known
-        filled += len(known)
-        if len(known):
-            class_sums[name] = (exact_sum(known), len(known))
-        counts = np.bincount(pairs.status_code[missing], minlength=len(em.STATUSES))
-        nulls.update({status: int(n) for status, n in zip(em.STATUSES, counts.tolist(), strict=True) if n})
-    return DistanceSummary(dict(nulls), len(values), values[:filled], class_sums)
-
-
-def collection_tables(
-    spec: CollectionSpec,
-    objects: CodedObjects | pl.DataFrame,
-    images: pl.DataFrame,
-    general_contexts: Mapping[str, Sequence[str]],
-    sources: Mapping[str, Any],
-    class_groups: pl.DataFrame | None = None,
-) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult], DistanceCounts]:
-    """All tables of one collection version (without ``version``), the per-class graphs, and how many distances
-    are NULL and why (for the warnings).
-
-    ``metashift_subset_images`` and ``metashift_distances`` are streamed tables (:class:`StreamedTable`), made from
-    integer codes and the embeddings whenever they are read (at GQA scale they have tens of millions of
-    rows); the other tables are data frames.
-    """
-    memberships = candidate_memberships(objects, images, spec.context_kinds, general_contexts, class_groups)
-    release_freed_memory()  # each stage's temporaries, before the next adds its own peak (shiftbench.memory)
-    subsets = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class)
-    if not subsets["selected"].any():  # an empty collection would publish as a result: refuse it
-        largest = int(subsets.select(pl.col("n_images").max()).item() or 0) if subsets.height else 0
-        raise InputError(
-            f"no class has {spec.min_subsets_per_class} subsets of {spec.min_subset_size} or more images "
-            f"({subsets.height:,} candidate subsets, the largest has {largest:,}): lower min_subset_size or "
-            "min_subsets_per_class",
-            parameter="min_subset_size",
-        )
-    nodes = mg.node_order(subsets.filter(pl.col("selected")))
-    edges = mg.overlap_edges(memberships, nodes, spec.edge_threshold)
-    release_freed_memory()
-    results = _class_results(spec, nodes, edges)
-    release_freed_memory()
-
-    community_rows, embedding_rows, graph_rows = [], [], []
-    for name, result in sorted(results.items()):
-        graph, emb = result.graph, result.embedding
-        size_of = dict(zip(graph.nodes, graph.sizes.tolist(), strict=True))
-        for number, members in enumerate(result.communities):
-            label = min(members, key=lambda m: (-size_of[m], m))  # the largest member names it
-            for member in members:
-                community_rows.append((name, member, number, label, len(members)))
-        for k, subset in enumerate(graph.nodes):
-            embedding_rows.append(
-                (name, subset, int(emb.component[k]), [float(x) for x in emb.coords[k]], str(emb.component_status[k]))
-            )
-        n_components = int(emb.component.max()) + 1 if len(graph.nodes) else 0
-        largest = int(np.sum(emb.component == 0))
-        statuses = sorted(set(emb.component_status.tolist()) - {"ok"})
-        graph_rows.append(
-            (
-                name,
-                len(graph.nodes),
-                int(graph.weights.nnz // 2),
-                n_components,
-                largest,
-                len(result.communities),
-                mg.modularity(graph, result.communities),
-                statuses[0] if statuses else "ok",
-                emb.eigenvalues[0] if emb.eigenvalues else [],
-            )
-        )
-    tables: dict[str, pl.DataFrame | StreamedTable] = {
-        "benchmarks": benchmarks_row(spec.name, {**spec.params(), "kind": "collection"}, sources, 0),
-        "metashift_subsets": subsets.select(SUBSET_COLUMNS),
-        "metashift_subset_images": _subset_images_table(memberships),
-        "metashift_edges": edges,
-        "metashift_distances": _distances_table(results),
-        "metashift_communities": pl.DataFrame(community_rows, schema=COMMUNITY_SCHEMA, orient="row"),
-        "metashift_embeddings": pl.DataFrame(embedding_rows, schema=EMBEDDING_SCHEMA, orient="row"),
-        "metashift_graphs": pl.DataFrame(graph_rows, schema=GRAPH_SCHEMA, orient="row"),
-    }
-    distances = summarise_distances(results)
-    tables["shift_magnitudes"] = collection_magnitudes(distances)
-    counts = DistanceCounts(distances.null_statuses, distances.total)
-    del distances  # every distance, once more: gone before the tables are hashed and written
-    release_freed_memory()
-    return tables, results, counts
-
-
-def collection_magnitudes(distances: DistanceSummary) -> pl.DataFrame:
-    """The distribution of subset distances: over every class (scope ``all``), and each class's mean."""
-    rows = summary(pl.Series(distances.values, dtype=pl.Float64), "subset_distance", SCOPE_ALL)
-    # Each class's mean with an exactly rounded sum (math.fsum): the same value whatever order the
-    # distances come in (a parallel group_by once changed its last bits, and the version id, between runs).
-    for name, (total, count) in sorted(distances.class_sums.items()):
-        rows.append(("subset_distance_mean", name, total / count))
-    return magnitudes_table(FAMILY, rows)
+    @property
+    def total(self) -> int: ...
 
 
 def task_magnitudes(summary_row: Mapping[str, Any], communities: pl.DataFrame) -> pl.DataFrame:
@@ -295,7 +132,7 @@ def task_magnitudes(summary_row: Mapping[str, Any], communities: pl.DataFrame) -
 NULL_DISTANCE_WARNING_SHARE = 0.5
 
 
-def distance_warnings(distances: DistanceCounts, embedding: str) -> list[str]:
+def distance_warnings(distances: NullCounts, embedding: str) -> list[str]:
     """Say loudly when most distances of a collection are NULL (published, but mostly unusable).
 
     Sparse meta-graphs (high ``edge_threshold``, attribute contexts) split into many components,
@@ -328,10 +165,8 @@ DISTANCE_SCHEMA = pl.Schema(
         "status": pl.String(),
     }
 )
-MEMBERSHIP_SCHEMA = pl.Schema({"subset": pl.String(), "image_id": pl.String()})
 # The Arrow schemas of the streamed tables: polars' own export of these schemas (same fingerprints).
 DISTANCE_ARROW = arrow_schema(DISTANCE_SCHEMA)
-MEMBERSHIP_ARROW = arrow_schema(MEMBERSHIP_SCHEMA)
 STATUS_NAMES = pa.array(em.STATUSES, type=pa.large_string())
 COMMUNITY_SCHEMA = pl.Schema(
     {

@@ -7,7 +7,7 @@ returns the number the rule compares (here: how many rows break it). See :mod:`s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -80,7 +80,7 @@ def _shared_counts(
     return shared
 
 
-def edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
+def _stored_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
     """Edges of ``metashift_edges`` that do not follow from the memberships: ``n_shared`` is not |A ∩ B| counted
     in ``metashift_subset_images``, ``overlap`` is not ``n_shared / min(|A|, |B|)`` (sizes of ``metashift_subsets``),
     or either subset is not of the edge's class.
@@ -156,3 +156,175 @@ def edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
         )
         broken += int(checked.select(wrong.sum()).item())
     return broken
+
+
+# -- versions that store their annotations (metashift_scene_*), not their memberships ------------------------------
+_SCENE_TABLES = ("metashift_scene_tags", "metashift_scene_class_names", "metashift_scene_vocabulary")
+MEMBERSHIP_CHUNK = 30_000_000  # (class, image, tag) rows joined at a time: memory stays bounded at any scale
+_SELECTED_COLUMNS = pl.Schema(
+    {"benchmark": pl.String(), "version": pl.String(), "subset": pl.String(), "class": pl.String(),
+     "context": pl.String(), "context_kind": pl.String(), "n_images": pl.Int64(), "selected": pl.Boolean()}
+)  # fmt: skip
+
+
+def _stores_scenes(files: Mapping[str, Path]) -> bool:
+    return all(table in files for table in _SCENE_TABLES)
+
+
+def _scene_versions(files: Mapping[str, Path]) -> Iterator[tuple[pl.Expr, pl.DataFrame]]:
+    """Per version of the files: a filter for its rows, and its selected subsets with their codes and a number."""
+    subsets = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).filter(pl.col("selected")).collect()
+    vocabulary = pl.scan_parquet(files["metashift_scene_vocabulary"]).select(*_KEY, "code", "value").collect()
+    for (benchmark, version), part in subsets.group_by(_KEY):
+        same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
+        words = vocabulary.filter(same).select("code", "value")
+        coded = (
+            part.sort("subset")
+            .with_row_index("number")
+            .join(words.rename({"value": "class", "code": "class_code"}), on="class", how="left")
+            .join(words.rename({"value": "context", "code": "context_code"}), on="context", how="left")
+        )
+        yield same, coded
+
+
+def _scene_memberships(
+    files: Mapping[str, Path], same: pl.Expr, subsets: pl.DataFrame
+) -> Iterator[tuple[pl.DataFrame, np.ndarray, np.ndarray]]:
+    """The images of the selected subsets, counted again from the stored annotations, a chunk of classes at a time:
+    (the chunk's subsets, their numbers and images as two arrays, one row per membership).
+
+    An image is in class(context) when an object name of the class shows in it (``metashift_scene_class_names``)
+    and it has the context (``metashift_scene_tags``, kind object or general; ``metashift_scene_attributes`` for an
+    attribute of an object of the class). Independent of the build's index: joins over the stored tables.
+    """
+    tags = pl.scan_parquet(files["metashift_scene_tags"]).filter(same).select("image", "tag", "kind").collect()
+    names = pl.scan_parquet(files["metashift_scene_class_names"]).filter(same).select("class", "name").collect()
+    attributes = (
+        pl.scan_parquet(files["metashift_scene_attributes"])
+        .filter(same)
+        .select("image", "class", "attribute")
+        .collect()
+        if "metashift_scene_attributes" in files
+        else pl.DataFrame(schema={"image": pl.Int32, "class": pl.Int32, "attribute": pl.Int32})
+    )
+    shows = (
+        tags.filter(pl.col("kind") == "object")
+        .join(names, left_on="tag", right_on="name")
+        .select("class", "image")
+        .unique()
+    )
+    per_image = tags.group_by("image").len("n_tags")
+    load = shows.join(per_image, on="image", how="left").group_by("class").agg(pl.col("n_tags").sum()).sort("class")
+    chunk: list[int] = []
+    rows = 0
+    for klass, n in load.iter_rows():
+        chunk.append(int(klass))
+        rows += int(n or 0)
+        if rows >= MEMBERSHIP_CHUNK:
+            yield _chunk_memberships(subsets, chunk, shows, tags, attributes)
+            chunk, rows = [], 0
+    if chunk:
+        yield _chunk_memberships(subsets, chunk, shows, tags, attributes)
+    unknown = subsets.filter(pl.col("class_code").is_null() | ~pl.col("class_code").is_in(load["class"].implode()))
+    if unknown.height:  # a selected subset whose class no stored annotation shows: it has no image here
+        yield unknown, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
+def _chunk_memberships(
+    subsets: pl.DataFrame, chunk: list[int], shows: pl.DataFrame, tags: pl.DataFrame, attributes: pl.DataFrame
+) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
+    wanted = subsets.filter(pl.col("class_code").is_in(chunk))
+    shown = shows.filter(pl.col("class").is_in(chunk))
+    by_context = (
+        shown.join(tags, on="image")
+        .join(
+            wanted.select("number", "class_code", "context_code", pl.col("context_kind").alias("kind")),
+            left_on=["class", "tag", "kind"],
+            right_on=["class_code", "context_code", "kind"],
+        )
+        .select("number", "image")
+    )
+    by_attribute = attributes.filter(pl.col("class").is_in(chunk)).join(
+        wanted.filter(pl.col("context_kind") == "attribute").select("number", "class_code", "context_code"),
+        left_on=["class", "attribute"],
+        right_on=["class_code", "context_code"],
+    )
+    members = pl.concat([by_context, by_attribute.select("number", "image")]).unique()
+    return wanted, members["number"].to_numpy().astype(np.int64), members["image"].to_numpy().astype(np.int64)
+
+
+def _scene_subset_size_mismatches(files: Mapping[str, Path]) -> int:
+    broken = 0
+    for same, subsets in _scene_versions(files):
+        for wanted, numbers, _ in _scene_memberships(files, same, subsets):
+            counted = np.bincount(numbers, minlength=subsets.height)
+            sizes = counted[wanted["number"].to_numpy()]
+            broken += int((sizes != wanted["n_images"].to_numpy()).sum())
+    return broken
+
+
+def _scene_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
+    edges = _scan(files, "metashift_edges", _EDGE_COLUMNS).collect()
+    broken = 0
+    checked = 0
+    for same, subsets in _scene_versions(files):
+        mine = edges.filter(same)
+        numbered = subsets.select("subset", "number", "class", "n_images")
+        coded = (
+            mine.with_row_index("edge")
+            .join(numbered.rename({"subset": "subset_a", "number": "a", "class": "class_a", "n_images": "size_a"}),
+                  on="subset_a", how="left")
+            .join(numbered.rename({"subset": "subset_b", "number": "b", "class": "class_b", "n_images": "size_b"}),
+                  on="subset_b", how="left")
+        )  # fmt: skip
+        counted = np.full(coded.height, -1, dtype=np.int64)
+        for wanted, numbers, images in _scene_memberships(files, same, subsets):
+            if not len(numbers):
+                continue
+            offsets, grouped = _grouped(numbers, images, subsets.height)
+            in_chunk = coded.filter(pl.col("a").is_in(wanted["number"].implode()))
+            if not in_chunk.height:
+                continue
+            sizes = np.diff(offsets)
+            a, b = in_chunk["a"].to_numpy(), in_chunk["b"].fill_null(0).to_numpy()
+            a_smaller = sizes[a] <= sizes[b]
+            small, large = np.where(a_smaller, a, b), np.where(a_smaller, b, a)
+            order = np.lexsort((np.arange(len(large)), large))
+            shared = _shared_counts(offsets, grouped, small[order], large[order], int(images.max()) + 1)
+            counted[in_chunk["edge"].to_numpy()[order]] = shared
+        checked += coded.height
+        result = coded.with_columns(pl.Series("counted", counted))
+        wrong = (
+            pl.col("a").is_null()
+            | pl.col("b").is_null()
+            | pl.col("class_a").ne_missing(pl.col("class"))
+            | pl.col("class_b").ne_missing(pl.col("class"))
+            | (pl.col("counted") != pl.col("n_shared"))
+            | (pl.col("overlap") - pl.col("n_shared") / pl.min_horizontal("size_a", "size_b"))
+            .abs()
+            .gt(OVERLAP_TOLERANCE)
+            .fill_null(True)
+        )
+        broken += int(result.select(wrong.sum()).item())
+    # edges of a version without selected subsets: nothing they could follow from
+    return broken + edges.height - checked
+
+
+def edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
+    """Edges of ``metashift_edges`` that do not follow from the version's subsets: ``n_shared`` is not |A ∩ B|
+    counted again from its stored annotations (or, for a version written before them, its stored memberships),
+    ``overlap`` is not ``n_shared / min(|A|, |B|)``, or a subset is not a selected subset of the edge's class."""
+    if "metashift_edges" not in files:
+        return 0
+    return _scene_edge_overlap_mismatches(files) if _stores_scenes(files) else _stored_edge_overlap_mismatches(files)
+
+
+def subset_size_mismatches(files: Mapping[str, Path]) -> int:
+    """Selected subsets whose ``n_images`` is not the number of their images, counted again from the version's
+    stored annotations (or, for a version written before them, from its stored ``metashift_subset_images``)."""
+    if _stores_scenes(files):
+        return _scene_subset_size_mismatches(files)
+    subsets = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).select(*_KEY, "subset", "n_images")
+    members = _scan(files, "metashift_subset_images", _MEMBERSHIP_COLUMNS).group_by(*_KEY, "subset").len("n")
+    joined = subsets.join(members, on=[*_KEY, "subset"], how="left")
+    return int(joined.filter(pl.col("n").fill_null(0) != pl.col("n_images")).select(pl.len()).collect().item())

@@ -29,7 +29,8 @@ from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, FilePath, Input, Kind, Markdown, RawSource, Table, Target
 from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, sha256_text
 from shiftbench.images import STANDIN, image_block
-from shiftbench.metashift import build
+from shiftbench.metashift import build, collection
+from shiftbench.metashift.scope import scope_line
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
 from shiftbench.plots import metagraph_figure, task_distances
@@ -47,7 +48,7 @@ from shiftbench.store import StagedVersion
 from shiftbench.streamed import in_memory
 
 # Bump when a change to the MetaShift builders can change their output.
-CODE_VERSION = "metashift-3"
+CODE_VERSION = "metashift-4"
 # The names of the specs shipped with the package (the papers' names), parsed once.
 SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None).collections) | frozenset(load_specs(None).tasks))
 # Per dataset: how an image id becomes an example id, and where the example's image is.
@@ -56,15 +57,22 @@ EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_sc
 SOURCE_GQA, SOURCE_RELEASED, SOURCE_TAGS, SOURCE_GENERATED = "gqa", "released-attributes", "tags", "generated"
 NAME_TAGS = {SOURCE_TAGS: "tags", SOURCE_GENERATED: "generated"}
 DATASET_TAGS = {generated_scenes.DATASET: "generated", "tag-table": "tags"}  # by the dataset a version records
+# What a collection stores grows with its inputs (shiftbench.metashift.collection); metashift_distances is written
+# only with store_distances: true (otherwise the catalog's view computes it from metashift_embeddings).
 COLLECTION_TABLES = (
     "benchmarks",
     "metashift_subsets",
-    "metashift_subset_images",
+    "metashift_classes",
     "metashift_edges",
-    "metashift_distances",
     "metashift_communities",
     "metashift_embeddings",
     "metashift_graphs",
+    "metashift_scene_images",
+    "metashift_scene_tags",
+    "metashift_scene_attributes",
+    "metashift_scene_class_names",
+    "metashift_scene_vocabulary",
+    "metashift_distances",
     "shift_magnitudes",
 )
 TASK_TABLES = ("benchmarks", "examples", "metashift_tasks", "metashift_task_communities", "shift_magnitudes")
@@ -243,9 +251,13 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
     specs = load_specs(settings.metashift_specs)
     objects, images = read_scenes(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
-    tables, results, distances = build.collection_tables(
-        spec, objects, images, specs.general_contexts, {**_sources(settings, scenes), **group_sources}, groups
-    )
+    sources = {**_sources(settings, scenes), **group_sources}
+    work_dir = settings.cache_dir / "metashift_work"
+    work_dir.mkdir(parents=True, exist_ok=True)
+    tables, results, distances = collection.build_collection(
+        spec, objects, images, specs.general_contexts, sources, groups,
+        n_buckets=settings.metashift_buckets, work_dir=work_dir,
+    )  # fmt: skip
     del objects, images  # not needed while the version is hashed and written
     benchmarks = in_memory(tables["benchmarks"])
     params = json.loads(benchmarks["params"][0])
@@ -286,7 +298,7 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         images=None,
         attachments=figures,
         warnings=build.distance_warnings(distances, spec.embedding),
-        card=card_info(str(scenes.meta["dataset"]), COLLECTION_SHIFT),
+        card=card_info(str(scenes.meta["dataset"]), f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
     )
 
 
@@ -317,7 +329,7 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         code_version=CODE_VERSION,
         images=images_of(settings, dataset),
         attachments=figures,
-        card=card_info(dataset, TASK_SHIFT[spec.kind]),
+        card=card_info(dataset, TASK_SHIFT[spec.kind], "task"),
     )
 
 
@@ -346,9 +358,9 @@ DATASET_LICENCES = {
 }
 
 
-def card_info(dataset: str, shift: str) -> CardInfo:
+def card_info(dataset: str, shift: str, kind: str) -> CardInfo:
     return CardInfo(
-        title="MetaShift " + ("collection" if shift is COLLECTION_SHIFT else "task"),
+        title=f"MetaShift {kind}",
         shift=shift,
         licences=DATASET_LICENCES.get(dataset, (f"Annotations: {dataset}",)),
         citation=CITATION,
@@ -358,12 +370,8 @@ def card_info(dataset: str, shift: str) -> CardInfo:
 def describe_collection(staged: StagedVersion) -> Description:
     manifest = staged.manifest()
     subsets = pl.read_parquet(staged.table_path("metashift_subsets"), columns=["selected"])
-    n_images = (
-        pl.scan_parquet(staged.table_path("metashift_subset_images"))
-        .select(pl.col("image_id").n_unique())
-        .collect()
-        .item()
-    )
+    classes = pl.read_parquet(staged.table_path("metashift_classes"), columns=["n_candidates"])
+    n_images = pl.scan_parquet(staged.table_path("metashift_scene_images")).select(pl.len()).collect().item()
     graphs = pl.read_parquet(staged.table_path("metashift_graphs")).sort("n_subsets", "class", descending=[True, False])
     query = (
         "SELECT class, n_subsets, n_components, n_communities, modularity FROM metashift_graphs "
@@ -371,7 +379,7 @@ def describe_collection(staged: StagedVersion) -> Description:
     )
     metadata: dict[str, Any] = {
         "dataset": str(manifest["sources"].get("dataset")),
-        "subsets": subsets.height,
+        "candidate_subsets": int(classes["n_candidates"].sum()),
         "selected_subsets": int(subsets["selected"].sum()),
         "classes": graphs.height,
         "images": n_images,
@@ -389,8 +397,8 @@ def describe_collection(staged: StagedVersion) -> Description:
         png = (staged.path / attachments[figure_name(class_name)]["file"]).read_bytes()
         metadata[f"metagraph/{class_name}"] = Figure(png, f"{class_name} meta-graph")
     summary = (
-        f"{int(subsets['selected'].sum()):,} of {subsets.height:,} subsets selected in {graphs.height:,} classes, "
-        f"{n_images:,} images"
+        f"{int(subsets['selected'].sum()):,} of {int(classes['n_candidates'].sum()):,} subsets selected in "
+        f"{graphs.height:,} classes, {n_images:,} images"
     )
     return Description(metadata, summary, tuple(manifest.get("warnings", [])))
 

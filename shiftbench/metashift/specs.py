@@ -36,6 +36,10 @@ COLLECTION_PARAMS = (
     "community_method",
     "seed",
     "group_classes",
+    "classes",
+    "classes_file",
+    "max_contexts_per_class",
+    "store_distances",
 )
 
 
@@ -51,16 +55,24 @@ class CollectionSpec(Spec):
     community_method: str = "louvain"
     seed: int = 0
     group_classes: bool = False
+    # The declared scope (shiftbench.metashift.scope): the classes built, and a cap on each class's contexts.
+    classes: tuple[str, ...] | None = None
+    classes_file: str | None = None  # one class per line; relative to the spec file that names it
+    max_contexts_per_class: int | None = None
+    # Materialize every pair's distance as a table (small collections only); by default distances are a view.
+    store_distances: bool = False
 
     _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
     _threshold = field_validator("edge_threshold", mode="before")(lambda value: _as_float(value))
+    _classes = field_validator("classes", mode="before")(lambda value: _as_classes(value))
 
     @model_validator(mode="after")
     def _valid(self, info: ValidationInfo) -> CollectionSpec:
         return validate_collection(self, source_of(info))
 
     def params(self) -> dict[str, Any]:
-        values = {name: getattr(self, name) for name in COLLECTION_PARAMS}
+        """The recorded parameters; the scope's class list is recorded resolved (shiftbench.metashift.scope)."""
+        values = {name: getattr(self, name) for name in COLLECTION_PARAMS if name not in ("classes", "classes_file")}
         values["context_kinds"] = list(self.context_kinds)
         return values
 
@@ -73,6 +85,17 @@ def _as_kinds(value: Any) -> tuple[str, ...]:
     return check_context_kinds(list(value))
 
 
+def _as_classes(value: Any) -> Any:
+    """``--set classes=cat,dog`` or a YAML list; ``null`` is every class."""
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if value is not None and (
+        not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value)
+    ):
+        raise InputError(f"must be a non-empty list of class names, got {value!r}", parameter="classes")
+    return tuple(value) if value is not None else None
+
+
 def _as_float(value: Any) -> Any:
     """An integer where a float is expected (``edge_threshold: 1``) is that float; bools stay errors."""
     return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
@@ -81,6 +104,13 @@ def _as_float(value: Any) -> Any:
 def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
     at_least(spec.min_subset_size, "min_subset_size", 1, source)
     at_least(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
+    if spec.max_contexts_per_class is not None:
+        at_least(spec.max_contexts_per_class, "max_contexts_per_class", spec.min_subsets_per_class, source)
+    if spec.classes is not None and spec.classes_file is not None:
+        raise InputError(f"give classes or classes_file, not both (in {source})", parameter="classes_file")
+    if spec.classes_file is not None and not Path(spec.classes_file).is_absolute() and Path(source).is_file():
+        # a file named by a spec file is found next to it, wherever the spec file is read from
+        spec = spec.model_copy(update={"classes_file": str(Path(source).parent / spec.classes_file)})
     check_edge_threshold(spec.edge_threshold)
     check_embedding(spec.embedding, spec.embedding_dim)
     if spec.community_method not in COMMUNITY_METHODS:

@@ -1,0 +1,323 @@
+"""The scene index: a collection's annotations as integer arrays a class can be read from on its own.
+
+MetaShift's definitions are per class: a class's candidate subsets, their sizes, its meta-graph and its
+embedding depend only on the images that show the class and what else those images show. The index holds
+exactly that, as compressed sparse rows (CSR: ``offsets`` and ``values``, row ``r`` being
+``values[offsets[r]:offsets[r + 1]]``), so that any class, or any bucket of classes, is built from it
+without the others (:mod:`shiftbench.metashift.classes`), in threads, processes or Dagster steps:
+
+- ``class_images``: class code -> the images that show the class (an object of that name, or with class
+  groups an object of a member name), sorted;
+- ``image_objects``: image -> the object names it shows, sorted, once each (object contexts);
+- ``image_general``: image -> its image-level contexts of the paper's ontology (location, weather and a tag
+  table's ``general`` tags), sorted (general contexts);
+- ``class_attributes``: class code -> (image, attribute) of the class's objects, sorted, once each
+  (attribute contexts);
+- ``excluded``: class code -> the object names that are not contexts of the class (itself and, with class
+  groups, its own members: "furniture(sofa)" would only restate that the image shows furniture);
+- ``class_names``: class code -> the object names that show it (itself, or its group's members).
+
+Codes are positions in one sorted vocabulary of every name, attribute, general value and class group, so
+sorting by codes sorts as the strings would; images are positions among the sorted image ids. The index is
+linear in the annotations: nothing in it grows with pairs of subsets. It is saved as ``.npy`` files and read
+back memory-mapped, so the processes of a bucketed build share one copy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from shiftbench.metashift.subsets import CONTEXT_KINDS, check_context_kinds
+from shiftbench.sources.scene_codes import CodedObjects
+
+_ARRAYS = (
+    "class_image_offsets",
+    "class_images",
+    "image_object_offsets",
+    "image_objects",
+    "image_general_offsets",
+    "image_general",
+    "class_attribute_offsets",
+    "class_attribute_images",
+    "class_attributes",
+    "excluded_offsets",
+    "excluded",
+    "class_name_offsets",
+    "class_names",
+)
+
+
+@dataclass(frozen=True)
+class SceneIndex:
+    """See the module docstring; every array is a numpy array (possibly memory-mapped)."""
+
+    vocabulary: pl.Series  # String, sorted: code k is vocabulary[k]
+    image_ids: pl.Series  # String, sorted: image k is image_ids[k]
+    kinds: tuple[str, ...]  # the context kinds indexed
+    classes: np.ndarray  # int32: the class codes in scope (sorted), each showing in at least one image
+    general_groups: dict[int, str]  # general context code -> its group in the paper's ontology
+    class_image_offsets: np.ndarray
+    class_images: np.ndarray
+    image_object_offsets: np.ndarray
+    image_objects: np.ndarray
+    image_general_offsets: np.ndarray
+    image_general: np.ndarray
+    class_attribute_offsets: np.ndarray
+    class_attribute_images: np.ndarray
+    class_attributes: np.ndarray
+    excluded_offsets: np.ndarray
+    excluded: np.ndarray
+    class_name_offsets: np.ndarray  # class code -> the object names that show it (itself, or its group's members)
+    class_names: np.ndarray
+
+    @property
+    def n_images(self) -> int:
+        return len(self.image_ids)
+
+    def class_name(self, code: int) -> str:
+        return str(self.vocabulary[int(code)])
+
+    def images_of(self, code: int) -> np.ndarray:
+        return self.class_images[self.class_image_offsets[code] : self.class_image_offsets[code + 1]]
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name in _ARRAYS:
+            np.save(directory / f"{name}.npy", getattr(self, name))
+        np.save(directory / "classes.npy", self.classes)
+        self.vocabulary.to_frame("value").write_parquet(directory / "vocabulary.parquet")
+        self.image_ids.to_frame("image_id").write_parquet(directory / "image_ids.parquet")
+        meta = {"kinds": list(self.kinds), "general_groups": {str(k): v for k, v in self.general_groups.items()}}
+        (directory / "index.json").write_text(json.dumps(meta, sort_keys=True), "utf-8")
+
+    @classmethod
+    def load(cls, directory: Path) -> SceneIndex:
+        """The saved index, its arrays memory-mapped (read-only: processes share the pages)."""
+        meta = json.loads((directory / "index.json").read_text("utf-8"))
+        arrays = {name: np.load(directory / f"{name}.npy", mmap_mode="r") for name in _ARRAYS}
+        return cls(
+            vocabulary=pl.read_parquet(directory / "vocabulary.parquet").to_series(),
+            image_ids=pl.read_parquet(directory / "image_ids.parquet").to_series(),
+            kinds=tuple(meta["kinds"]),
+            classes=np.load(directory / "classes.npy"),
+            general_groups={int(k): v for k, v in meta["general_groups"].items()},
+            **arrays,
+        )
+
+    def field_names(self) -> list[str]:
+        return [f.name for f in fields(self)]
+
+
+def csr(rows: np.ndarray, values: np.ndarray, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets, values) of (row, value) pairs already sorted by row."""
+    offsets = np.zeros(n_rows + 1, dtype=np.int64)
+    if len(rows):
+        np.cumsum(np.bincount(rows, minlength=n_rows), out=offsets[1:])
+    return offsets, np.ascontiguousarray(values)
+
+
+def _unique_pairs(first: np.ndarray, second: np.ndarray, second_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, second) pairs sorted and without repeats, by one sort of one packed 64-bit key."""
+    if len(first) == 0:
+        return first.astype(np.int64), second.astype(np.int64)
+    packed = (first.astype(np.uint64) << np.uint64(second_bits)) | second.astype(np.uint64)
+    packed = pl.Series(packed).unique().sort().to_numpy()  # polars: parallel, faster than numpy here
+    return (packed >> np.uint64(second_bits)).astype(np.int64), (packed & np.uint64((1 << second_bits) - 1)).astype(
+        np.int64
+    )
+
+
+def _bits(n: int) -> int:
+    return max(int(n) - 1, 1).bit_length()
+
+
+def build_index(
+    objects: CodedObjects,
+    images: pl.DataFrame,
+    kinds: Sequence[str],
+    general_ontology: Mapping[str, Sequence[str]],
+    class_groups: pl.DataFrame | None = None,
+    classes: Sequence[str] | None = None,
+) -> SceneIndex:
+    """The index of one collection's annotations (its context kinds, class groups and class list).
+
+    ``classes`` restricts the classes (after grouping) to a declared list; their names are checked by the caller
+    (:mod:`shiftbench.metashift.scope`). Everything is integer work on the objects' codes.
+    """
+    kinds = check_context_kinds(kinds)
+    ontology = pl.DataFrame(
+        [(value, group) for group, values in general_ontology.items() for value in values],
+        schema={"value": pl.String, "context_group": pl.String},
+        orient="row",
+    ).unique("value", keep="first", maintain_order=True)
+    strings = [objects.vocabulary, ontology["value"]]
+    if class_groups is not None:
+        strings.append(class_groups["class"])
+    vocabulary = pl.concat([s.rename("value") for s in strings]).unique().sort()
+    size = len(vocabulary)
+    lookup = vocabulary.to_frame().with_row_index("code")
+    # The objects' codes, recoded into this vocabulary (both sorted: a code keeps its string order).
+    recode = objects.vocabulary.to_frame("value").join(lookup, on="value", how="left", maintain_order="left")
+    recoded = recode["code"].to_numpy().astype(np.int64)
+    image = objects.frame["image"].to_numpy().astype(np.int64)
+    name = recoded[objects.frame["name"].to_numpy()]
+    n_images = len(objects.image_ids)
+    image_bits, code_bits = _bits(n_images), _bits(size)
+
+    # image -> object names
+    name_image, name_code = _unique_pairs(image, name, code_bits)
+    image_object_offsets, image_objects = csr(name_image, name_code.astype(np.int32), n_images)
+
+    # name -> classes (identity, or the class groups)
+    if class_groups is None:
+        member_name = np.unique(name_code)
+        member_class = member_name
+    else:
+        pairs = class_groups.join(lookup.rename({"value": "name"}), on="name").join(
+            lookup.rename({"value": "class", "code": "class_code"}), on="class"
+        )
+        pairs = pairs.sort("code", "class_code")
+        member_name = pairs["code"].to_numpy().astype(np.int64)
+        member_class = pairs["class_code"].to_numpy().astype(np.int64)
+    scope = _scope_mask(vocabulary, classes, size)
+    keep = scope[member_class]
+    member_name, member_class = member_name[keep], member_class[keep]
+
+    # class -> images: every (image, name) whose name belongs to a class, as (class, image)
+    name_offsets = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(member_name, minlength=size), out=name_offsets[1:])
+    per_name = np.diff(name_offsets)[name_code]
+    starts = np.repeat(name_offsets[name_code], per_name)
+    member = starts + (np.arange(int(per_name.sum())) - np.repeat(np.cumsum(per_name) - per_name, per_name))
+    class_of_pair, image_of_pair = _unique_pairs(member_class[member], np.repeat(name_image, per_name), image_bits)
+    class_image_offsets, class_images = csr(class_of_pair, image_of_pair.astype(np.int32), size)
+    present = np.flatnonzero(np.diff(class_image_offsets) > 0).astype(np.int32)
+
+    # class -> the names that show it
+    name_class_pairs = _unique_pairs(member_class, member_name, code_bits)
+    class_name_offsets, class_names = csr(name_class_pairs[0], name_class_pairs[1].astype(np.int32), size)
+
+    # class -> excluded object contexts: itself, and the members of its group
+    excluded_class = np.concatenate([present.astype(np.int64), member_class if class_groups is not None else []])
+    excluded_name = np.concatenate([present.astype(np.int64), member_name if class_groups is not None else []])
+    excluded_class, excluded_name = _unique_pairs(
+        excluded_class.astype(np.int64), excluded_name.astype(np.int64), code_bits
+    )
+    excluded_offsets, excluded = csr(excluded_class, excluded_name.astype(np.int32), size)
+
+    # image -> general contexts
+    general_groups: dict[int, str] = {}
+    if "general" in kinds:
+        context = ontology.join(lookup, on="value")
+        general_groups = dict(zip(context["code"].to_list(), context["context_group"].to_list(), strict=True))
+        tags = pl.concat(
+            [
+                images.select("image_id", pl.col("location").alias("value")),
+                images.select("image_id", pl.col("weather").alias("value")),
+                images.select("image_id", pl.col("general").alias("value")).explode("value"),
+            ]
+        ).drop_nulls("value")
+        tags = tags.join(context.select("value", "code"), on="value", how="inner").join(
+            objects.image_ids.to_frame("image_id").with_row_index("image"), on="image_id", how="inner"
+        )
+        general_image, general_code = _unique_pairs(
+            tags["image"].to_numpy().astype(np.int64), tags["code"].to_numpy().astype(np.int64), code_bits
+        )
+    else:
+        general_image = general_code = np.zeros(0, dtype=np.int64)
+    image_general_offsets, image_general = csr(general_image, general_code.astype(np.int32), n_images)
+
+    # class -> (image, attribute) of its objects
+    if "attribute" in kinds and "attributes" in objects.frame.columns:
+        attribute_class, attribute_image, attribute_code = _attribute_triples(
+            objects, recoded, image, name, name_offsets, member_class, size
+        )
+    else:
+        attribute_class = attribute_image = attribute_code = np.zeros(0, dtype=np.int64)
+    class_attribute_offsets, class_attribute_images = csr(attribute_class, attribute_image.astype(np.int32), size)
+    class_attributes = np.ascontiguousarray(attribute_code.astype(np.int32))
+
+    return SceneIndex(
+        vocabulary=vocabulary,
+        image_ids=objects.image_ids,
+        kinds=kinds,
+        classes=present,
+        general_groups=general_groups,
+        class_image_offsets=class_image_offsets,
+        class_images=class_images,
+        image_object_offsets=image_object_offsets,
+        image_objects=image_objects,
+        image_general_offsets=image_general_offsets,
+        image_general=image_general,
+        class_attribute_offsets=class_attribute_offsets,
+        class_attribute_images=class_attribute_images,
+        class_attributes=class_attributes,
+        excluded_offsets=excluded_offsets,
+        excluded=excluded,
+        class_name_offsets=class_name_offsets,
+        class_names=class_names,
+    )
+
+
+def _scope_mask(vocabulary: pl.Series, classes: Sequence[str] | None, size: int) -> np.ndarray:
+    """Which codes may be classes: all, or the declared list's."""
+    if classes is None:
+        return np.ones(size, dtype=bool)
+    return vocabulary.is_in(pl.Series(list(classes), dtype=pl.String).implode()).to_numpy()
+
+
+def _attribute_triples(
+    objects: CodedObjects,
+    recoded: np.ndarray,
+    image: np.ndarray,
+    name: np.ndarray,
+    name_offsets: np.ndarray,
+    member_class: np.ndarray,
+    size: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(class, image, attribute) of every attribute of an object of a class, sorted and once each."""
+    lists = objects.frame["attributes"].to_arrow(compat_level=pl.CompatLevel.oldest())
+    lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
+    values = lists.flatten()
+    lengths = lists.value_lengths()
+    lengths = (pc.fill_null(lengths, 0) if lengths.null_count else lengths).to_numpy().astype(np.int64)
+    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else None
+    codes = recoded[(pc.fill_null(values, 0) if values.null_count else values).to_numpy().astype(np.int64)]
+    object_image = np.repeat(image, lengths)
+    object_name = np.repeat(name, lengths)
+    if valid is not None:
+        codes, object_image, object_name = codes[valid], object_image[valid], object_name[valid]
+    # each attribute once per class its object's name belongs to
+    per_name = np.diff(name_offsets)[object_name]
+    starts = np.repeat(name_offsets[object_name], per_name)
+    member = starts + (np.arange(int(per_name.sum())) - np.repeat(np.cumsum(per_name) - per_name, per_name))
+    klass = member_class[member]
+    rows_image = np.repeat(object_image, per_name)
+    rows_code = np.repeat(codes, per_name)
+    image_bits, code_bits = _bits(len(objects.image_ids)), _bits(size)
+    if _bits(size) + image_bits + code_bits <= 64:
+        packed = (
+            (klass.astype(np.uint64) << np.uint64(image_bits + code_bits))
+            | (rows_image.astype(np.uint64) << np.uint64(code_bits))
+            | rows_code.astype(np.uint64)
+        )
+        packed = pl.Series(packed).unique().sort().to_numpy()
+        mask_code, mask_image = np.uint64((1 << code_bits) - 1), np.uint64((1 << image_bits) - 1)
+        return (
+            (packed >> np.uint64(image_bits + code_bits)).astype(np.int64),
+            ((packed >> np.uint64(code_bits)) & mask_image).astype(np.int64),
+            (packed & mask_code).astype(np.int64),
+        )
+    rows = pl.DataFrame({"c": klass, "i": rows_image, "a": rows_code}).unique().sort("c", "i", "a")
+    return rows["c"].to_numpy(), rows["i"].to_numpy(), rows["a"].to_numpy()
+
+
+CONTEXT_KIND_CODES = {kind: k for k, kind in enumerate(CONTEXT_KINDS)}
