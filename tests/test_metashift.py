@@ -489,7 +489,8 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
     import sys
 
     script = (
-        "from shiftbench.metashift.collection import build_collection; from shiftbench.metashift.specs import load_specs;"
+        "from shiftbench.metashift.collection import build_collection;"
+        "from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
         "from shiftbench.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
