@@ -587,3 +587,135 @@ def test_networkx_mode_from_500_nodes_gives_networkx_s_dense_distances() -> None
     assert (ours.status_code == 0).all()
     again = em.pair_distances(em.embed(sp.csr_array(weights), 5, "networkx"))
     assert np.array_equal(again.raw, ours.raw)
+
+
+# -- distances and memberships as views, declared scope, bucketed builds --------------------------------------
+def _publish(settings: Settings, name: str, base: str, overrides: dict[str, object]) -> str:
+    from shiftbench import registry
+    from shiftbench.publishing import check_version
+    from shiftbench.store import Store
+
+    kind = registry.family("metashift").kind("collection")
+    if overrides:
+        name = registry.register_variant(settings, kind, name, base, overrides).name
+    staged = stage_one(settings, "metashift/collection", name)
+    store = Store(settings.store_dir)
+    assert not failures(check_version(store, staged))
+    store.publish(staged)
+    return name
+
+
+@pytest.mark.slow
+def test_the_distance_view_equals_the_materialized_pairs_null_reasons_included(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """On the fixture's meta-graphs (disconnected, some degenerate): the view over the embeddings gives exactly the
+    rows a stored table has, floats and NULL reasons included; and the memberships view gives each selected subset's
+    images, the plain sets of the candidate memberships."""
+    import duckdb
+
+    from shiftbench.catalog import refresh_catalog
+
+    settings = make_settings(SHIFTBENCH_GQA_SCENE_GRAPHS=str(SCENES))
+    base = "metashift-attributes@gqa-files"
+    released = {"embedding": "networkx", "edge_threshold": 0.2}
+    pairs = []
+    for settings_of_pair in ({}, released):
+        view = _publish(settings, f"view{len(pairs)}", base, {**settings_of_pair, "seed": 1})
+        stored = _publish(
+            settings, f"stored{len(pairs)}", base, {**settings_of_pair, "seed": 1, "store_distances": True}
+        )
+        pairs.append((view, stored))
+    assert refresh_catalog(settings.catalog_path, settings.store_dir).ok
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        for view, stored in pairs:
+            query = "SELECT class, subset_a, subset_b, distance, raw_distance, status FROM metashift_distances "
+            got = con.sql(query + f"WHERE benchmark = '{view}' ORDER BY ALL").fetchall()
+            expected = con.sql(query + f"WHERE benchmark = '{stored}' ORDER BY ALL").fetchall()
+            assert got == expected and len(got) > 1000
+            statuses = {row[5] for row in got}
+            assert {"ok", "different_components"} <= statuses and all((r[3] is None) == (r[5] != "ok") for r in got)
+        assert any(
+            row[0] == "degenerate_eigenvalues"
+            for row in con.sql(
+                f"SELECT DISTINCT status FROM metashift_distances WHERE benchmark = '{pairs[1][0]}'"
+            ).fetchall()
+        )
+        members = con.sql(
+            f"SELECT subset, image_id FROM metashift_subset_images WHERE benchmark = '{pairs[0][0]}'"
+        ).pl()
+        selected = con.sql(f"SELECT subset FROM metashift_subsets WHERE benchmark = '{pairs[0][0]}' AND selected").pl()
+    objects, images = read_gqa_scene_graphs([SCENES]).objects, read_gqa_scene_graphs([SCENES]).images
+    plain = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts).frame()
+    plain = plain.filter(pl.col("subset").is_in(selected["subset"].implode())).select("subset", "image_id")
+    assert members.sort("subset", "image_id").equals(plain.sort("subset", "image_id"))
+    assert members.height > 50_000
+
+
+def test_a_bucketed_build_is_the_same_version(make_settings: Callable[..., Settings]) -> None:
+    """Classes built in buckets, each in a worker process from the saved index, give the version one piece gives."""
+    ids = []
+    for buckets in ("0", "3"):
+        settings = make_settings(SHIFTBENCH_METASHIFT_BUCKETS=buckets)
+        ids.append(stage_one(settings, "metashift/collection", "metashift@generated").version)
+    assert ids[0] == ids[1]
+
+
+def test_a_declared_scope_is_in_the_params_and_on_the_card(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    settings = make_settings()
+    overrides = {"classes": "cat,dog", "max_contexts_per_class": 8}
+    staged = stage_one(settings, "metashift/collection", "metashift@generated", overrides)
+    params = json.loads(pl.read_parquet(staged.table_path("benchmarks"))["params"][0])
+    assert params["classes"] == ["cat", "dog"] and params["max_contexts_per_class"] == 8
+    assert params["classes_from"] == "inline"
+    classes = pl.read_parquet(staged.table_path("metashift_classes"))
+    assert classes["class"].to_list() == ["cat", "dog"] and classes["n_capped"].min() > 0
+    per_class = pl.read_parquet(staged.table_path("metashift_subsets")).group_by("class").len()
+    assert per_class["len"].max() == 8
+    card = (staged.path / "files" / "card.md").read_text()
+    assert "Scope: the 2 classes of inline; at most the 8 largest contexts of 25 or more images per class" in card
+    # the same scope from a file: the same subsets and edges, the file's name and hash recorded
+    listed = tmp_path / "classes.txt"
+    listed.write_text("# the task's classes\ncat\ndog\n")
+    from_file = stage_one(
+        settings,
+        "metashift/collection",
+        "metashift@generated",
+        {"classes_file": str(listed), "max_contexts_per_class": 8},
+    )
+    for table in ("metashift_subsets", "metashift_edges", "metashift_embeddings"):
+        assert (
+            pl.read_parquet(from_file.table_path(table))
+            .drop("version")
+            .equals(pl.read_parquet(staged.table_path(table)).drop("version"))
+        )
+    recorded = json.loads(pl.read_parquet(from_file.table_path("benchmarks"))["params"][0])
+    assert recorded["classes_from"] == "classes.txt" and recorded["classes"] == ["cat", "dog"]
+
+
+def test_a_class_list_with_an_unknown_class_is_one_line_and_publishes_nothing(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pipelines.cli import main
+
+    listed = tmp_path / "classes.txt"
+    listed.write_text("cat\n# and\ndgo\n")
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(
+        "family: metashift\ncollections:\n  pets:\n    context_kinds: [object, general]\n"
+        "    classes_file: classes.txt\n    max_contexts_per_class: 10\n"
+    )
+    settings = cli_env(SHIFTBENCH_METASHIFT_SPECS=str(specs))
+    assert main(["build", "metashift", "--benchmark", "pets"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "error:" in line]
+    assert len(lines) == 1 and f"pets: error: {listed}:3: unknown class 'dgo'" in lines[0], err
+    assert "did you mean dog" in lines[0] and "nothing published" in lines[0]
+    assert not (settings.store_dir / "metashift" / "pets").exists() or not list(
+        (settings.store_dir / "metashift" / "pets").glob("publications/*.json")
+    )
+    listed.write_text("cat\ncat\n")
+    assert main(["build", "metashift", "--benchmark", "pets"]) == 2
+    assert f"{listed}:2: class 'cat' is listed twice (lines 1 and 2)" in capsys.readouterr().err

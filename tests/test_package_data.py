@@ -76,6 +76,9 @@ def test_offline_defaults_build_the_papers_benchmarks_exactly(
     assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 0
     captured = capsys.readouterr()
     assert "warning" not in captured.err
+    # Every candidate selected (a subset of any size, a class with any number of them): the released subsets whole.
+    every = ["--set", "min_subset_size=1", "--set", "min_subsets_per_class=1", "--name", "metashift-attributes-all"]
+    assert main(["build", "metashift", "--benchmark", "metashift-attributes", *every]) == 0
     with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
         names = [r[0] for r in con.execute("SELECT benchmark FROM benchmarks WHERE family = 'breeds'").fetchall()]
         assert sorted(names) == sorted(published)  # the papers' names: no tag
@@ -97,8 +100,15 @@ def test_offline_defaults_build_the_papers_benchmarks_exactly(
                 for d in ("source", "target")
             ]
             assert rows == want, name
-        pairs = con.execute(
-            "SELECT subset, image_id FROM metashift_subset_images WHERE benchmark = 'metashift-attributes'"
-        ).fetchall()
+        members = "SELECT subset, image_id FROM metashift_subset_images WHERE benchmark = ?"
+        pairs = con.execute(members, ["metashift-attributes-all"]).fetchall()
+        selected = con.execute(members, ["metashift-attributes"]).fetchall()
+        counted = con.execute(
+            "SELECT sum(n_candidates) FROM metashift_classes WHERE benchmark = 'metashift-attributes'"
+        ).fetchone()
     released = pl.read_parquet(RELEASED_SUBSETS)
-    assert set(pairs) == set(zip(released["subset"], released["image_id"], strict=True))
+    everything = set(zip(released["subset"], released["image_id"], strict=True))
+    assert set(pairs) == everything and counted == (4962,)
+    # the default collection's selected subsets (>= 25 images, classes with >= 6) are released subsets, whole
+    chosen = {subset for subset, _ in selected}
+    assert set(selected) == {pair for pair in everything if pair[0] in chosen} and len(chosen) > 600

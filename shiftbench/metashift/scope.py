@@ -101,7 +101,7 @@ def resolve_scope(
 
 
 def _close(name: str, known: pl.Series) -> str:
-    close = difflib.get_close_matches(name, known.to_list(), n=3, cutoff=0.7)
+    close = difflib.get_close_matches(name, known.to_list(), n=3, cutoff=0.6)
     return (
         f" (not a class of these annotations; did you mean {', '.join(close)}?)"
         if close
