@@ -20,6 +20,7 @@ published then and previous versions stay latest.
 import argparse
 import atexit
 import contextlib
+import dataclasses
 import os
 import sys
 import threading
@@ -33,7 +34,7 @@ from shiftbench.errors import ContractViolation, InputError, ShiftbenchError, St
 from shiftbench.outputs import output_file, write_output_file
 from shiftbench.settings import Settings
 
-_DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\n"
+_DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\npython_logs:\n  python_log_level: WARNING\n"
 
 
 def ensure_dagster_home(settings: Settings) -> Path:
@@ -126,6 +127,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args)
     settings = Settings.from_env()
+    if args.units is not None and args.units < 1:
+        raise InputError(f"must be at least 1, got {args.units}", parameter="--units")
     family, plan, skipped, registered = _plan(settings, args)
     from assets.factory import forget_variant
     from pipelines.terminal import Reporter
@@ -144,7 +147,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     run_failures: list[tuple[bool, int]] = []  # failed runs not explained by their benchmarks: (bad input?, count)
     full: Exception | None = None
     try:
-        _run_plan(instance, reporter, family, plan, needed, run_failures)
+        if args.units is not None:
+            _run_fanned_out(instance, reporter, family, plan, needed, run_failures, args.units)
+        else:
+            _run_plan(instance, reporter, family, plan, needed, run_failures)
     except Exception as exc:  # a full disk after some publications: those stand, and the exit code says so
         if not disk_full(exc, settings.home):
             raise
@@ -206,6 +212,75 @@ def _run_plan(
                     shown = ", ".join(unreported) if len(unreported) <= 3 else f"{len(unreported)} {kind.plural}"
                     reporter.line(f"error: {message}; nothing published for {shown}", error=True)
                     run_failures.append((is_input, len(unreported)))
+
+
+def _run_fanned_out(
+    instance: Any,
+    reporter: Any,
+    family: Any,
+    plan: dict[Any, list[str]],
+    needed: list[str],
+    run_failures: list[tuple[bool, int]],
+    units: int,
+) -> None:
+    """Each benchmark in ``units`` units side by side: one run of the kind's fan-out job (plan -> units -> publish)
+    on Dagster's multiprocess executor, after one run that builds the inputs."""
+    import dagster as dg
+
+    from assets.factory import inputs_read
+    from pipelines import runs
+
+    kinds = [kind for kind in plan if kind.fanout is not None]
+    if len(kinds) != len(plan):
+        other = next(kind for kind in plan if kind.fanout is None)
+        raise InputError(f"{family.name} {other.plural} are built in one piece (no units)", parameter="--units")
+    with reporter.listening():
+        inputs = inputs_read(family, kinds[0], needed)
+        if inputs:
+            run = runs.run_job(instance, kinds[0].qualified, assets=inputs)
+            if not run.is_success:
+                message, is_input = runs.run_error(instance, run)
+                reporter.line(f"error: {message}; nothing published", error=True)
+                run_failures.append((is_input, sum(len(names) for names in plan.values())))
+                return
+    total = sum(len(names) for names in plan.values())
+    done = 0
+    for kind in kinds:
+        known = set(instance.get_dynamic_partitions(kind.qualified))
+        instance.add_dynamic_partitions(kind.qualified, [n for n in plan[kind] if n not in known])
+        prefix = f"{kind.family}__{kind.name}"
+        for name in plan[kind]:
+            config = {"benchmark": name, "units": units}
+            ops = {f"{prefix}_plan": {"config": config}, f"{prefix}_publish": {"config": config}}
+            started = time.monotonic()
+            run = runs.run_job(instance, f"{kind.qualified}_fanout", config={"ops": ops})
+            done += 1
+            if not run.is_success:
+                message, is_input = runs.run_error(instance, run)
+                reporter.line(f"[{done}/{total}] {name}: error: {message}; nothing published", error=True)
+                run_failures.append((is_input, 1))
+                continue
+            records = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+            events = [r.asset_materialization for r in records if r.asset_materialization is not None]
+            mine = [m for m in events if m.asset_key == _key(kind.publish_key)][-1]
+            meta = {k: v.value for k, v in mine.metadata.items()}
+            state = "now latest" if meta["became_latest"] else "already latest"
+            reporter.line(
+                f"[{done}/{total}] {name}: version {meta['version']} ({state}; {meta['summary']}; {units} units, "
+                f"{time.monotonic() - started:.1f}s)"
+            )
+            reporter.outcomes.append(_Published(name))
+
+
+@dataclasses.dataclass
+class _Published:
+    """A benchmark a fanned-out run published (what the summary counts)."""
+
+    benchmark: str
+    publication: object = True
+    description: object = None
+    status: str = "published"
+    user_error: bool = False
 
 
 def _key(path: tuple[str, ...]) -> Any:
@@ -640,6 +715,13 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a spec parameter (needs --name)")
     build.add_argument("--name", metavar="NEW", help="build the overridden spec as a new benchmark NEW")
     build.add_argument("--list", action="store_true", help="list the family's benchmark names and exit")
+    build.add_argument(
+        "--units",
+        type=int,
+        metavar="N",
+        help="build each benchmark in N units side by side (MetaShift collections: buckets of classes), one Dagster "
+        "run on its multiprocess executor; the same version as one piece",
+    )
     build.set_defaults(func=cmd_build)
     sql = sub.add_parser("sql", help="run SQL against the catalog")
     sql.add_argument("query")

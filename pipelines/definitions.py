@@ -4,6 +4,8 @@
 - ``<family>_<kinds>`` (``breeds_benchmarks``, ``metashift_collections``, ``metashift_tasks``,
   ``conds_cases``): stage -> blocking contract checks -> publish, one run for any number of
   partitions (single-run backfill policy).
+- ``<family>_<kinds>_fanout`` (``metashift_collections_fanout``): one benchmark built in units run side by side
+  (buckets of classes), on the multiprocess executor (or dagster-k8s' executor): the version one piece gives.
 - ``erm_<family>_<kinds>``: one ERM baseline per (benchmark, seed), under its split in the lineage,
   the job launched through Dagster Pipes; only for families whose images are configured.
 - ``analysis/<name>``: the papers' analyses (MetaShift accuracy vs distance, BREEDS source vs target,
@@ -27,6 +29,7 @@ warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 from assets.analysis import analysis_assets  # noqa: E402
 from assets.erm import baseline_assets, trainable_kinds  # noqa: E402
 from assets.factory import family_assets  # noqa: E402
+from assets.fanout import fanout_job  # noqa: E402
 from pipelines.resources import settings_from_environment  # noqa: E402
 from pipelines.sensors import partitions_sensor  # noqa: E402
 from shiftbench import registry  # noqa: E402
@@ -74,6 +77,7 @@ def build_definitions() -> dg.Definitions:
         ],
         jobs=[
             *[job for family in families.values() for job in family.jobs],
+            *[job for family in FAMILIES.values() for kind in family.kinds if (job := fanout_job(family, kind))],
             *[job for _, job in erm],
             observe_sources_job,
         ],

@@ -109,6 +109,18 @@ Stage = Callable[[Settings, Target, Mapping[str, CachedArtifact]], StagedVersion
 
 
 @dataclass(frozen=True)
+class Fanout:
+    """A kind whose build splits into units that run apart (worker processes, the steps of one Dagster run on its
+    multiprocess or Kubernetes executor): ``plan`` writes what the units read into a work folder and names the
+    units, ``unit`` builds one there, ``stage`` stages the version from all of them. Any split gives the version one
+    piece gives (same tables, same id)."""
+
+    plan: Callable[[Settings, Target, Mapping[str, CachedArtifact], Path, int], list[str]]
+    unit: Callable[[Path, str], None]
+    stage: Callable[[Settings, Target, Mapping[str, CachedArtifact], Path], StagedVersion]
+
+
+@dataclass(frozen=True)
 class Kind:
     """One kind of benchmark a family publishes; each spec (or named variant) is one benchmark."""
 
@@ -131,6 +143,8 @@ class Kind:
     spec_context: Callable[[Settings, Spec], Any] = lambda settings, spec: None
     # The inputs one spec reads, when not all of ``inputs`` (MetaShift: the released attributes or the scenes).
     needs: Callable[[Settings, Spec], tuple[str, ...]] | None = None
+    # How one build fans out into units (MetaShift collections: buckets of classes), when it can.
+    fanout: Fanout | None = None
 
     def inputs_needed(self, settings: Settings, specs: Iterable[Spec]) -> tuple[str, ...]:
         """The inputs building ``specs`` reads (in ``inputs`` order): nothing else is built or loaded."""

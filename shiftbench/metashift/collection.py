@@ -173,11 +173,11 @@ def build_collection(
     if n_buckets <= 0:
         outcomes = build_classes(index, settings)
     else:
-        outcomes = _build_in_processes(index, settings, n_buckets, work_dir)
+        outcomes = build_in_processes(index, settings, n_buckets, work_dir)
     return collection_tables(spec, index, scope, outcomes, sources)
 
 
-def _build_in_processes(
+def build_in_processes(
     index: SceneIndex, settings: ClassSettings, n_buckets: int, work_dir: Path | None
 ) -> list[ClassOutcome]:
     """The classes in buckets, each in a worker process reading the index saved once (memory-mapped)."""

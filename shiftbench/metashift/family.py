@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping
+import pickle
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,11 +28,25 @@ from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
 from shiftbench.errors import InputError
-from shiftbench.family import Description, Family, Figure, FilePath, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.family import (
+    Description,
+    Family,
+    Fanout,
+    Figure,
+    FilePath,
+    Input,
+    Kind,
+    Markdown,
+    RawSource,
+    Table,
+    Target,
+)
 from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, sha256_text
 from shiftbench.images import STANDIN, image_block
 from shiftbench.metashift import build, collection
-from shiftbench.metashift.scope import scope_line
+from shiftbench.metashift.classes import ClassOutcome, ClassSettings
+from shiftbench.metashift.index import SceneIndex
+from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
 from shiftbench.plots import metagraph_figure, task_distances
@@ -240,25 +256,96 @@ def images_of(settings: Settings, dataset: str) -> dict[str, Any]:
     return image_block("user", "{}", None)
 
 
-def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
-    """Build a collection (subsets, meta-graphs, communities, embeddings, distances) and stage it.
+@dataclass(frozen=True)
+class CollectionPlan:
+    """What every unit of a collection build reads besides the index (pickled into the work folder)."""
 
-    Figures of the largest classes' meta-graphs go next to the version (files/).
-    """
-    spec, benchmark = target.spec, target.benchmark
+    spec: CollectionSpec
+    scope: Scope
+    settings: ClassSettings
+    sources: dict[str, Any]
+    dataset: str
+    origin: dict[str, Any]
+
+
+def _prepare_collection(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
+) -> tuple[CollectionPlan, SceneIndex]:
+    spec = target.spec
     assert isinstance(spec, CollectionSpec)
     scenes = _scenes_for(settings, spec, inputs)
-    specs = load_specs(settings.metashift_specs)
     objects, images = read_scenes(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
-    sources = {**_sources(settings, scenes), **group_sources}
-    work_dir = settings.cache_dir / "metashift_work"
-    work_dir.mkdir(parents=True, exist_ok=True)
-    tables, results, distances = collection.build_collection(
-        spec, objects, images, specs.general_contexts, sources, groups,
-        n_buckets=settings.metashift_buckets, work_dir=work_dir,
-    )  # fmt: skip
-    del objects, images  # not needed while the version is hashed and written
+    index, scope = collection.prepare(
+        spec, objects, images, load_specs(settings.metashift_specs).general_contexts, groups
+    )
+    plan = CollectionPlan(
+        spec,
+        scope,
+        collection.class_settings(spec),
+        {**_sources(settings, scenes), **group_sources},
+        str(scenes.meta["dataset"]),
+        {"scenes": scenes.meta.get("paths")},
+    )
+    return plan, index
+
+
+def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Build a collection (subsets, meta-graphs, communities, embeddings) and stage it: its classes on this
+    process's threads, or in ``SHIFTBENCH_METASHIFT_BUCKETS`` buckets of worker processes (the same version)."""
+    plan, index = _prepare_collection(settings, target, inputs)
+    if settings.metashift_buckets <= 0:
+        outcomes = collection.build_classes(index, plan.settings)
+    else:
+        work_dir = settings.cache_dir / "metashift_work"
+        work_dir.mkdir(parents=True, exist_ok=True)
+        outcomes = collection.build_in_processes(index, plan.settings, settings.metashift_buckets, work_dir)
+    return _stage_outcomes(settings, target, plan, index, outcomes)
+
+
+# -- the same build fanned out: a plan, units that run apart (processes, Dagster steps), one stage -----------------
+def plan_collection(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact], work: Path, n_units: int
+) -> list[str]:
+    """Write the index and the plan into ``work`` and split the classes into ``n_units`` buckets (their names)."""
+    plan, index = _prepare_collection(settings, target, inputs)
+    work.mkdir(parents=True, exist_ok=True)
+    index.save(work / "index")
+    (work / "plan.pickle").write_bytes(pickle.dumps(plan))
+    groups = collection.buckets(index, max(n_units, 1))
+    units = {str(k): group for k, group in enumerate(groups)}
+    (work / "units.json").write_text(json.dumps(units), "utf-8")
+    return list(units)
+
+
+def build_collection_unit(work: Path, unit: str) -> None:
+    """One bucket of classes, from the saved index (memory-mapped), into ``work/unit-<name>.pickle``."""
+    plan: CollectionPlan = pickle.loads((work / "plan.pickle").read_bytes())
+    codes = json.loads((work / "units.json").read_text("utf-8"))[unit]
+    collection.build_bucket(work / "index", plan.settings, codes, work / f"unit-{unit}.pickle", workers=1)
+
+
+def stage_collection_units(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact], work: Path
+) -> StagedVersion:
+    """The version from every unit's classes: the tables, hence the id, of a build in one piece."""
+    plan: CollectionPlan = pickle.loads((work / "plan.pickle").read_bytes())
+    units = json.loads((work / "units.json").read_text("utf-8"))
+    outcomes = collection.read_buckets([work / f"unit-{unit}.pickle" for unit in units])
+    return _stage_outcomes(settings, target, plan, SceneIndex.load(work / "index"), outcomes)
+
+
+def _stage_outcomes(
+    settings: Settings,
+    target: Target,
+    plan: CollectionPlan,
+    index: SceneIndex,
+    outcomes: Sequence[ClassOutcome],
+) -> StagedVersion:
+    """Stage the collection's tables; figures of the largest classes' meta-graphs go next to it (files/)."""
+    benchmark = target.benchmark
+    tables, results, distances = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
+    del outcomes
     benchmarks = in_memory(tables["benchmarks"])
     params = json.loads(benchmarks["params"][0])
     params["overrides"] = dict(target.overrides)
@@ -292,13 +379,13 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         build.FAMILY,
         benchmark,
         tables,
-        spec=spec.name,
-        origin={"scenes": scenes.meta.get("paths")},
+        spec=plan.spec.name,
+        origin=plan.origin,
         code_version=CODE_VERSION,
         images=None,
         attachments=figures,
-        warnings=build.distance_warnings(distances, spec.embedding),
-        card=card_info(str(scenes.meta["dataset"]), f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
+        warnings=build.distance_warnings(distances, plan.spec.embedding),
+        card=card_info(plan.dataset, f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
     )
 
 
@@ -474,6 +561,7 @@ COLLECTION = Kind(
     specs=collection_specs,
     needs=lambda settings, spec: scenes_needed(settings, spec),  # type: ignore[arg-type]
     stage=stage_collection,
+    fanout=Fanout(plan_collection, build_collection_unit, stage_collection_units),
     describe=describe_collection,
     trainable=False,
     code_version=CODE_VERSION,
