@@ -719,3 +719,71 @@ def test_a_class_list_with_an_unknown_class_is_one_line_and_publishes_nothing(
     listed.write_text("cat\ncat\n")
     assert main(["build", "metashift", "--benchmark", "pets"]) == 2
     assert f"{listed}:2: class 'cat' is listed twice (lines 1 and 2)" in capsys.readouterr().err
+
+
+def test_the_fanned_out_units_give_the_version_of_one_piece(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """The kind's Fanout (plan, units run apart, stage), as the Dagster job runs it step by step."""
+    from shiftbench import building, registry, variants
+
+    settings = make_settings()
+    family = registry.family("metashift")
+    kind = family.kind("collection")
+    assert kind.fanout is not None
+    target = variants.resolve(settings, kind, "metashift@generated")
+    inputs = building.build_inputs(settings, family, kind.inputs_needed(settings, [target.spec]))
+    whole = kind.stage(settings, target, inputs)
+    units = kind.fanout.plan(settings, target, inputs, tmp_path / "work", 4)
+    assert len(units) == 4
+    for unit in reversed(units):  # in any order, as parallel steps finish
+        kind.fanout.unit(tmp_path / "work", unit)
+    assert kind.fanout.stage(settings, target, inputs, tmp_path / "work").version == whole.version
+
+
+def test_a_version_written_before_distances_became_a_view_still_checks(
+    tmp_path: Path, generated: tuple[pl.DataFrame, pl.DataFrame]
+) -> None:
+    """Versions of the old layout store every candidate's memberships and every pair's distance: their contracts
+    still run (and still catch a wrong count), so `shiftbench check` verifies them."""
+    from shiftbench.contracts import check_tables
+    from shiftbench.store import Store
+
+    objects, images = generated
+    spec = SPECS.collections["metashift"]
+    tables, results, _ = collection.build_collection(spec, objects, images, SPECS.general_contexts, {})
+    memberships = candidate_memberships(objects, images, spec.context_kinds, SPECS.general_contexts)
+    old = {name: tables[name] for name in ("benchmarks", "metashift_edges", "metashift_communities",
+                                           "metashift_embeddings", "metashift_graphs", "shift_magnitudes")}  # fmt: skip
+    old["metashift_subsets"] = subset_table(memberships, spec.min_subset_size, spec.min_subsets_per_class).select(
+        "subset", "class", "context", "context_kind", "context_group", "n_images", "selected", "selection"
+    )
+    old["metashift_subset_images"] = memberships.frame().select("subset", "image_id")
+    old["metashift_distances"] = build.distances_table(results)
+    staged = Store(tmp_path / "store").stage("metashift", "old-layout", old)
+    paths = {t: staged.table_path(t) for t in staged.tables}
+    assert not failures(check_tables(paths))
+    members = pl.read_parquet(paths["metashift_subset_images"])
+    members.slice(1).write_parquet(tmp_path / "members.parquet")  # one membership lost
+    found = failures(check_tables({**paths, "metashift_subset_images": tmp_path / "members.parquet"}))
+    assert "n_images_matches_memberships" in {r.rule for r in found}
+
+
+@pytest.mark.slow
+def test_the_fanout_job_runs_units_as_steps_and_publishes_the_same_version(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`build --units 2`: one Dagster run of metashift_collections_fanout (plan -> 2 unit steps -> publish) on the
+    multiprocess executor, then the same build in one piece: the same version, already latest."""
+    from pipelines.cli import main
+
+    cli_env()
+    assert main(["build", "metashift", "--benchmark", "metashift@generated", "--units", "2"]) == 0
+    first = capsys.readouterr().out
+    assert re.search(r"metashift@generated: version [0-9a-f]{16} \(now latest; .*; 2 units", first), first
+    assert main(["build", "metashift", "--benchmark", "metashift@generated"]) == 0
+    again = capsys.readouterr().out
+    version = re.search(r"version ([0-9a-f]{16})", first).group(1)  # type: ignore[union-attr]
+    assert f"version {version} (already latest" in again, again
+    assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated", "--units", "2"]) == 2
+    assert "metashift tasks are built in one piece" in capsys.readouterr().err
