@@ -23,7 +23,8 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "metashift_classes",
         "metashift_subset_images",  # a view over metashift_scene_* (stored by versions written before it)
         "metashift_scene_images",
-        "metashift_scene_tags",
+        "metashift_scene_objects",
+        "metashift_scene_contexts",
         "metashift_scene_attributes",
         "metashift_scene_class_names",
         "metashift_scene_vocabulary",

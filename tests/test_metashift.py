@@ -543,29 +543,36 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
         mutated.write_parquet(tmp_path / "edges.parquet")
         found = failures(check_tables({**paths, "metashift_edges": tmp_path / "edges.parquet"}, ["metashift_edges"]))
         assert "overlap_matches_memberships" in {r.rule for r in found}
-    # The annotations side: one image the first edge's subsets share, its context of subset_a taken out of the stored
-    # tags, breaks both rules (the edge's count and subset_a's size); the same rows twice (caught by the primary key)
-    # count once.
-    from shiftbench.metashift.checks import _scene_memberships, _scene_versions
+    # The annotations side: one image the first edge's subsets share, its context of subset_a taken out of the
+    # stored annotations, breaks both rules (the edge's count and subset_a's size); the same rows twice (caught by
+    # the primary key) count once.
+    vocabulary = pl.read_parquet(paths["metashift_scene_vocabulary"])
+    code = dict(zip(vocabulary["value"], vocabulary["code"], strict=True))
+    objects = pl.read_parquet(paths["metashift_scene_objects"])
+    contexts = pl.read_parquet(paths["metashift_scene_contexts"])
+    names = pl.read_parquet(paths["metashift_scene_class_names"])
+    shown = objects.join(names, on="name")
+    listed = pl.read_parquet(paths["metashift_subsets"]).filter(pl.col("selected"))
 
-    same, numbered = next(_scene_versions(paths))
-    members = pl.concat(
-        pl.DataFrame({"number": n, "image": i}) for _, n, i in _scene_memberships(paths, same, numbered)
+    def images_of(subset: str) -> set[int]:
+        row = listed.filter(pl.col("subset") == subset).row(0, named=True)
+        of_class = set(shown.filter(pl.col("class") == code[row["class"]])["image"].to_list())
+        table, column = (objects, "name") if row["context_kind"] == "object" else (contexts, "context")
+        return of_class & set(table.filter(pl.col(column) == code[row["context"]])["image"].to_list())
+
+    shared = min(images_of(first["subset_a"]) & images_of(first["subset_b"]))
+    row_a = listed.filter(pl.col("subset") == first["subset_a"]).row(0, named=True)
+    name, column = (
+        ("metashift_scene_objects", "name")
+        if row_a["context_kind"] == "object"
+        else ("metashift_scene_contexts", "context")
     )
-    number = dict(zip(numbered["subset"], numbered["number"], strict=True))
-    in_a = members.filter(pl.col("number") == number[first["subset_a"]])
-    shared = in_a.join(members.filter(pl.col("number") == number[first["subset_b"]]), on="image")["image"].min()
-    row_a = numbered.row(number[first["subset_a"]], named=True)
-    tags = pl.read_parquet(paths["metashift_scene_tags"])
-    target = (
-        (pl.col("image") == shared)
-        & (pl.col("tag") == row_a["context_code"])
-        & (pl.col("kind") == row_a["context_kind"])
-    )
-    assert tags.filter(target).height == 1
-    for mutated, breaks in ((tags.filter(~target), True), (pl.concat([tags, tags.filter(target)]), False)):
-        mutated.write_parquet(tmp_path / "tags.parquet")
-        found = failures(check_tables({**paths, "metashift_scene_tags": tmp_path / "tags.parquet"}, rules))
+    stored = pl.read_parquet(paths[name])
+    target = (pl.col("image") == shared) & (pl.col(column) == code[row_a["context"]])
+    assert stored.filter(target).height == 1
+    for mutated, breaks in ((stored.filter(~target), True), (pl.concat([stored, stored.filter(target)]), False)):
+        mutated.write_parquet(tmp_path / "tampered.parquet")
+        found = failures(check_tables({**paths, name: tmp_path / "tampered.parquet"}, rules))
         assert ("overlap_matches_memberships" in {r.rule for r in found}) is breaks
         assert ("n_images_matches_memberships" in {r.rule for r in found}) is breaks
 

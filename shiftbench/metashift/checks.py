@@ -7,12 +7,19 @@ returns the number the rule compares (here: how many rows break it). See :mod:`s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import os
+import threading
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
 from numba import njit
+
+from shiftbench.metashift.index import _bits, _unique_pairs
 
 _KEY = ["benchmark", "version"]
 _EDGE_COLUMNS = pl.Schema(
@@ -159,107 +166,288 @@ def _stored_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
 
 
 # -- versions that store their annotations (metashift_scene_*), not their memberships ------------------------------
-_SCENE_TABLES = ("metashift_scene_tags", "metashift_scene_class_names", "metashift_scene_vocabulary")
-MEMBERSHIP_CHUNK = 30_000_000  # (class, image, tag) rows joined at a time: memory stays bounded at any scale
+_SCENE_TABLES = (
+    "metashift_scene_objects",
+    "metashift_scene_contexts",
+    "metashift_scene_class_names",
+    "metashift_scene_vocabulary",
+)
 _SELECTED_COLUMNS = pl.Schema(
     {"benchmark": pl.String(), "version": pl.String(), "subset": pl.String(), "class": pl.String(),
      "context": pl.String(), "context_kind": pl.String(), "n_images": pl.Int64(), "selected": pl.Boolean()}
 )  # fmt: skip
+_KIND_NUMBER = {"object": 0, "general": 1, "attribute": 2}
+DENSE_PAIRS_MAX = 8192  # a class's selected subsets counted in a dense matrix up to this many
 
 
 def _stores_scenes(files: Mapping[str, Path]) -> bool:
     return all(table in files for table in _SCENE_TABLES)
 
 
-def _scene_versions(files: Mapping[str, Path]) -> Iterator[tuple[pl.Expr, pl.DataFrame]]:
-    """Per version of the files: a filter for its rows, and its selected subsets with their codes and a number."""
-    subsets = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).filter(pl.col("selected")).collect()
-    vocabulary = pl.scan_parquet(files["metashift_scene_vocabulary"]).select(*_KEY, "code", "value").collect()
-    for (benchmark, version), part in subsets.group_by(_KEY):
-        same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
-        words = vocabulary.filter(same).select("code", "value")
-        coded = (
-            part.sort("subset")
-            .with_row_index("number")
-            .join(words.rename({"value": "class", "code": "class_code"}), on="class", how="left")
-            .join(words.rename({"value": "context", "code": "context_code"}), on="context", how="left")
-        )
-        yield same, coded
+def _csr(rows: np.ndarray, n_rows: int) -> np.ndarray:
+    """Offsets of rows sorted by ``rows``."""
+    offsets = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=offsets[1:])
+    return offsets
 
 
-def _scene_memberships(
-    files: Mapping[str, Path], same: pl.Expr, subsets: pl.DataFrame
-) -> Iterator[tuple[pl.DataFrame, np.ndarray, np.ndarray]]:
-    """The images of the selected subsets, counted again from the stored annotations, a chunk of classes at a time:
-    (the chunk's subsets, their numbers and images as two arrays, one row per membership).
+@njit(cache=True, nogil=True)
+def _recount(
+    images: np.ndarray,
+    tag_offsets: np.ndarray,
+    tags: np.ndarray,
+    tag_kinds: np.ndarray,
+    attribute_images: np.ndarray,
+    attributes: np.ndarray,
+    local: np.ndarray,
+    k: int,
+    pairs: np.ndarray,
+) -> np.ndarray:
+    """Sizes of a class's k selected subsets over its ``images``, and their shared images into ``pairs`` (k x k,
+    upper triangle), from the stored rows: an image's tags (``local[kind, tag]`` is the subset's number or -1) and
+    the class's (image, attribute) rows sorted by image."""
+    sizes = np.zeros(k, dtype=np.int64)
+    found = np.empty(k, dtype=np.int64)
+    a = 0
+    for image in images:
+        n = 0
+        for j in range(tag_offsets[image], tag_offsets[image + 1]):
+            number = local[tag_kinds[j], tags[j]]
+            if number >= 0:
+                found[n] = number
+                n += 1
+        while a < len(attribute_images) and attribute_images[a] < image:
+            a += 1
+        while a < len(attribute_images) and attribute_images[a] == image:
+            number = local[2, attributes[a]]
+            if number >= 0:
+                found[n] = number
+                n += 1
+            a += 1
+        for x in range(n):
+            sizes[found[x]] += 1
+        if pairs.shape[0] == 0 or n < 2:
+            continue
+        for x in range(1, n):  # insertion sort of a handful of numbers, in place
+            value = found[x]
+            y = x - 1
+            while y >= 0 and found[y] > value:
+                found[y + 1] = found[y]
+                y -= 1
+            found[y + 1] = value
+        for x in range(n - 1):
+            for y in range(x + 1, n):
+                pairs[found[x], found[y]] += 1
+    return sizes
 
-    An image is in class(context) when an object name of the class shows in it (``metashift_scene_class_names``)
-    and it has the context (``metashift_scene_tags``, kind object or general; ``metashift_scene_attributes`` for an
-    attribute of an object of the class). Independent of the build's index: joins over the stored tables.
-    """
-    tags = pl.scan_parquet(files["metashift_scene_tags"]).filter(same).select("image", "tag", "kind").collect()
+
+@dataclass(frozen=True)
+class _Recount:
+    """A version's selected subsets (sorted by name) with the sizes and shared images counted from its annotations."""
+
+    subsets: pl.DataFrame  # subset, class, n_images, counted
+    shared: np.ndarray  # |A ∩ B| of every pair asked for, in its order (-1: not two selected subsets of its class)
+
+
+def _scene_recount(files: Mapping[str, Path], benchmark: str, version: str) -> _Recount:
+    """The sizes of a version's selected subsets and the shared images of its edges, counted again from the stored
+    annotations (both rules read it: made once per version and files, :func:`_recount_of`)."""
+    same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
+    asked = _scan(files, "metashift_edges", _EDGE_COLUMNS).filter(same).select("class", "subset_a", "subset_b")
+    return _count_again(files, same, asked.collect())
+
+
+_RECOUNTS: dict[tuple[Any, ...], _Recount] = {}
+
+
+def _recount_of(files: Mapping[str, Path], benchmark: str, version: str) -> _Recount:
+    """One recount per version and set of files (their paths, sizes and times): the two rules share it."""
+    key = (
+        benchmark,
+        version,
+        *sorted((name, str(p), p.stat().st_size, p.stat().st_mtime_ns) for name, p in files.items()),
+    )
+    if key not in _RECOUNTS:
+        _RECOUNTS.clear()  # only the version being checked is kept
+        _RECOUNTS[key] = _scene_recount(files, benchmark, version)
+    return _RECOUNTS[key]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A version's stored annotations as arrays: an image's tags (CSR), who shows each class, the class's
+    attributes (sorted by class then image), and the vocabulary."""
+
+    tag_offsets: np.ndarray
+    tags: np.ndarray
+    kinds: np.ndarray  # 0 object, 1 general
+    shows_class: np.ndarray
+    shows_image: np.ndarray
+    attribute_class: np.ndarray
+    attribute_image: np.ndarray
+    attribute_code: np.ndarray
+    code_of: dict[str, int]
+    size: int
+
+
+def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
+    vocabulary = pl.scan_parquet(files["metashift_scene_vocabulary"]).filter(same).select("code", "value").collect()
+    code_of = dict(zip(vocabulary["value"].to_list(), vocabulary["code"].to_list(), strict=True))
+    size = max(code_of.values(), default=0) + 1
+    frame = pl.concat(
+        [
+            pl.scan_parquet(files["metashift_scene_objects"])
+            .filter(same)
+            .select("image", pl.col("name").alias("tag"), pl.lit(0, pl.Int64).alias("kind"))
+            .collect(),
+            pl.scan_parquet(files["metashift_scene_contexts"])
+            .filter(same)
+            .select("image", pl.col("context").alias("tag"), pl.lit(1, pl.Int64).alias("kind"))
+            .collect(),
+        ]
+    )
+    # One key per row, (image, tag, kind): sorted (the store writes them so; a file may not be) and without repeats
+    # (a row given twice, which the primary key rule reports, counts once here).
+    key = (
+        (frame["image"].to_numpy().astype(np.uint64) << np.uint64(33))
+        | (frame["tag"].to_numpy().astype(np.uint32).astype(np.uint64) << np.uint64(1))
+        | frame["kind"].to_numpy().astype(np.uint64)
+    )
+    del frame
+    if len(key) and (np.diff(key.view(np.int64)) <= 0).any():
+        key = np.unique(key)
+    image = (key >> np.uint64(33)).astype(np.int64)
+    tags = ((key >> np.uint64(1)) & np.uint64(0xFFFFFFFF)).astype(np.int64)
+    kinds = (key & np.uint64(1)).astype(np.int64)
+    del key
+    n_images = int(image.max()) + 1 if len(image) else 1
+    tags = np.where((tags >= 0) & (tags < size), tags, 0)  # a code outside the vocabulary counts for nothing
     names = pl.scan_parquet(files["metashift_scene_class_names"]).filter(same).select("class", "name").collect()
-    attributes = (
-        pl.scan_parquet(files["metashift_scene_attributes"])
-        .filter(same)
-        .select("image", "class", "attribute")
-        .collect()
-        if "metashift_scene_attributes" in files
-        else pl.DataFrame(schema={"image": pl.Int32, "class": pl.Int32, "attribute": pl.Int32})
+    names = names.filter((pl.col("name") >= 0) & (pl.col("name") < size)).sort("name", "class")
+    # the images that show each class: an object row whose name is one of the class's names
+    name_offsets = _csr(names["name"].to_numpy().astype(np.int64), size)
+    rows = np.flatnonzero(kinds == 0)
+    per_row = np.diff(name_offsets)[tags[rows]]
+    starts = np.repeat(name_offsets[tags[rows]], per_row)
+    member = starts + (np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row))
+    classes = names["class"].to_numpy().astype(np.int64)[member]
+    shows_class, shows_image = _unique_pairs(classes, np.repeat(image[rows], per_row), _bits(n_images))
+    attributes = pl.DataFrame(schema={"image": pl.Int32, "class": pl.Int32, "attribute": pl.Int32})
+    if "metashift_scene_attributes" in files:
+        stored = pl.scan_parquet(files["metashift_scene_attributes"]).filter(same)
+        attributes = stored.select("image", "class", "attribute").collect()
+    attributes = attributes.filter((pl.col("attribute") >= 0) & (pl.col("attribute") < size))
+    attributes = attributes.sort("class", "image", "attribute")
+    return _Stored(
+        _csr(image, n_images),
+        tags,
+        kinds,
+        shows_class,
+        shows_image,
+        attributes["class"].to_numpy().astype(np.int64),
+        attributes["image"].to_numpy().astype(np.int64),
+        attributes["attribute"].to_numpy().astype(np.int64),
+        code_of,
+        size,
     )
-    shows = (
-        tags.filter(pl.col("kind") == "object")
-        .join(names, left_on="tag", right_on="name")
-        .select("class", "image")
-        .unique()
-    )
-    per_image = tags.group_by("image").len("n_tags")
-    load = shows.join(per_image, on="image", how="left").group_by("class").agg(pl.col("n_tags").sum()).sort("class")
-    chunk: list[int] = []
-    rows = 0
-    for klass, n in load.iter_rows():
-        chunk.append(int(klass))
-        rows += int(n or 0)
-        if rows >= MEMBERSHIP_CHUNK:
-            yield _chunk_memberships(subsets, chunk, shows, tags, attributes)
-            chunk, rows = [], 0
-    if chunk:
-        yield _chunk_memberships(subsets, chunk, shows, tags, attributes)
-    unknown = subsets.filter(pl.col("class_code").is_null() | ~pl.col("class_code").is_in(load["class"].implode()))
-    if unknown.height:  # a selected subset whose class no stored annotation shows: it has no image here
-        yield unknown, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
 
 
-def _chunk_memberships(
-    subsets: pl.DataFrame, chunk: list[int], shows: pl.DataFrame, tags: pl.DataFrame, attributes: pl.DataFrame
-) -> tuple[pl.DataFrame, np.ndarray, np.ndarray]:
-    wanted = subsets.filter(pl.col("class_code").is_in(chunk))
-    shown = shows.filter(pl.col("class").is_in(chunk))
-    by_context = (
-        shown.join(tags, on="image")
-        .join(
-            wanted.select("number", "class_code", "context_code", pl.col("context_kind").alias("kind")),
-            left_on=["class", "tag", "kind"],
-            right_on=["class_code", "context_code", "kind"],
+def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) -> _Recount:
+    """Count again, class by class, the images of a version's selected subsets and of the pairs ``asked`` (edges):
+    an image is in class(context) when an object name of the class shows in it (``metashift_scene_class_names``)
+    and it has the context (``metashift_scene_objects``: an object name; ``metashift_scene_contexts``: an
+    image-level context;
+    ``metashift_scene_attributes``: an attribute of an object of the class). Reads the stored tables only (not the
+    build's index), in compiled loops over the images of one class at a time, classes on threads."""
+    subsets = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).filter(same & pl.col("selected")).collect()
+    stored = _stored(files, same)
+    ordered = subsets.with_row_index("row").sort("class", "subset")
+    ordered = ordered.with_columns(pl.int_range(pl.len()).over("class").alias("number"))
+    # the pairs asked for, as the numbers of their subsets within the edge's class (NULL: not a selected subset of it)
+    numbered = ordered.select("class", "subset", "number")
+    pairs_asked = (
+        asked.with_row_index("pair")
+        .join(numbered.rename({"subset": "subset_a", "number": "x"}), on=["class", "subset_a"], how="left")
+        .join(numbered.rename({"subset": "subset_b", "number": "y"}), on=["class", "subset_b"], how="left")
+        .filter(pl.col("x").is_not_null() & pl.col("y").is_not_null())
+    )
+    by_class = {key[0]: frame for key, frame in pairs_asked.partition_by("class", as_dict=True).items()}
+    counted = np.full(subsets.height, -1, dtype=np.int64)
+    shared = np.full(asked.height, -1, dtype=np.int64)
+    scratch: dict[int, np.ndarray] = {}
+
+    def one(class_name: str, part: pl.DataFrame) -> None:
+        local = scratch.setdefault(threading.get_ident(), np.full((3, stored.size), -1, dtype=np.int64))
+        code = stored.code_of.get(class_name, -1)
+        contexts = [stored.code_of.get(c, -1) for c in part["context"].to_list()]
+        kinds = [_KIND_NUMBER[k] for k in part["context_kind"].to_list()]
+        for number, (kind, context) in enumerate(zip(kinds, contexts, strict=True)):
+            if context >= 0:
+                local[kind, context] = number
+        k = part.height
+        lo, hi = np.searchsorted(stored.shows_class, [code, code + 1])
+        a_lo, a_hi = np.searchsorted(stored.attribute_class, [code, code + 1])
+        wanted = by_class.get(class_name)
+        dense = wanted is not None and k <= DENSE_PAIRS_MAX
+        pairs = np.zeros((k, k) if dense else (0, 0), dtype=np.int64)
+        images = stored.shows_image[lo:hi]
+        counted[part["row"].to_numpy()] = _recount(
+            images,
+            stored.tag_offsets,
+            stored.tags,
+            stored.kinds,
+            stored.attribute_image[a_lo:a_hi],
+            stored.attribute_code[a_lo:a_hi],
+            local,
+            k,
+            pairs,
         )
-        .select("number", "image")
-    )
-    by_attribute = attributes.filter(pl.col("class").is_in(chunk)).join(
-        wanted.filter(pl.col("context_kind") == "attribute").select("number", "class_code", "context_code"),
-        left_on=["class", "attribute"],
-        right_on=["class_code", "context_code"],
-    )
-    members = pl.concat([by_context, by_attribute.select("number", "image")]).unique()
-    return wanted, members["number"].to_numpy().astype(np.int64), members["image"].to_numpy().astype(np.int64)
+        if wanted is not None:
+            x, y = wanted["x"].to_numpy(), wanted["y"].to_numpy()
+            low, high = np.minimum(x, y), np.maximum(x, y)
+            if dense:
+                shared[wanted["pair"].to_numpy()] = pairs[low, high]
+            else:
+                for pair, first, second in zip(wanted["pair"].to_list(), low.tolist(), high.tolist(), strict=True):
+                    shared[pair] = _shared_slow(
+                        images, stored.tag_offsets, stored.tags, stored.kinds, local, first, second
+                    )
+        for kind, context in zip(kinds, contexts, strict=True):
+            if context >= 0:
+                local[kind, context] = -1
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        list(pool.map(lambda item: one(str(item[0][0]), item[1]), ordered.group_by("class", maintain_order=True)))
+    return _Recount(subsets.with_columns(pl.Series("counted", counted)), shared)
+
+
+def _shared_slow(
+    images: np.ndarray,
+    tag_offsets: np.ndarray,
+    tags: np.ndarray,
+    kinds: np.ndarray,
+    local: np.ndarray,
+    first: int,
+    second: int,
+) -> int:
+    """|A ∩ B| of two subsets of a class too large for a dense matrix (object and general contexts)."""
+    count = 0
+    for image in images.tolist():
+        numbers = {int(local[kinds[j], tags[j]]) for j in range(tag_offsets[image], tag_offsets[image + 1])}
+        count += first in numbers and second in numbers
+    return count
+
+
+def _scene_versions(files: Mapping[str, Path]) -> list[tuple[str, str]]:
+    keys = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).select(*_KEY).unique().collect()
+    return sorted(keys.iter_rows())
 
 
 def _scene_subset_size_mismatches(files: Mapping[str, Path]) -> int:
     broken = 0
-    for same, subsets in _scene_versions(files):
-        for wanted, numbers, _ in _scene_memberships(files, same, subsets):
-            counted = np.bincount(numbers, minlength=subsets.height)
-            sizes = counted[wanted["number"].to_numpy()]
-            broken += int((sizes != wanted["n_images"].to_numpy()).sum())
+    for benchmark, version in _scene_versions(files):
+        recount = _recount_of(files, benchmark, version)
+        broken += recount.subsets.filter(pl.col("counted") != pl.col("n_images")).height
     return broken
 
 
@@ -267,45 +455,29 @@ def _scene_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
     edges = _scan(files, "metashift_edges", _EDGE_COLUMNS).collect()
     broken = 0
     checked = 0
-    for same, subsets in _scene_versions(files):
+    for benchmark, version in _scene_versions(files):
+        same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
         mine = edges.filter(same)
-        numbered = subsets.select("subset", "number", "class", "n_images")
-        coded = (
-            mine.with_row_index("edge")
-            .join(numbered.rename({"subset": "subset_a", "number": "a", "class": "class_a", "n_images": "size_a"}),
-                  on="subset_a", how="left")
-            .join(numbered.rename({"subset": "subset_b", "number": "b", "class": "class_b", "n_images": "size_b"}),
-                  on="subset_b", how="left")
+        recount = _recount_of(files, benchmark, version)
+        known = recount.subsets.select("subset", "class", "n_images")
+        checked_edges = (
+            mine.with_columns(pl.Series("counted", recount.shared).replace(-1, None))
+            .join(known.rename({"subset": "subset_a", "class": "class_a", "n_images": "size_a"}), on="subset_a",
+                  how="left")
+            .join(known.rename({"subset": "subset_b", "class": "class_b", "n_images": "size_b"}), on="subset_b",
+                  how="left")
         )  # fmt: skip
-        counted = np.full(coded.height, -1, dtype=np.int64)
-        for wanted, numbers, images in _scene_memberships(files, same, subsets):
-            if not len(numbers):
-                continue
-            offsets, grouped = _grouped(numbers, images, subsets.height)
-            in_chunk = coded.filter(pl.col("a").is_in(wanted["number"].implode()))
-            if not in_chunk.height:
-                continue
-            sizes = np.diff(offsets)
-            a, b = in_chunk["a"].to_numpy(), in_chunk["b"].fill_null(0).to_numpy()
-            a_smaller = sizes[a] <= sizes[b]
-            small, large = np.where(a_smaller, a, b), np.where(a_smaller, b, a)
-            order = np.lexsort((np.arange(len(large)), large))
-            shared = _shared_counts(offsets, grouped, small[order], large[order], int(images.max()) + 1)
-            counted[in_chunk["edge"].to_numpy()[order]] = shared
-        checked += coded.height
-        result = coded.with_columns(pl.Series("counted", counted))
         wrong = (
-            pl.col("a").is_null()
-            | pl.col("b").is_null()
-            | pl.col("class_a").ne_missing(pl.col("class"))
+            pl.col("class_a").ne_missing(pl.col("class"))
             | pl.col("class_b").ne_missing(pl.col("class"))
-            | (pl.col("counted") != pl.col("n_shared"))
+            | pl.col("counted").ne_missing(pl.col("n_shared"))
             | (pl.col("overlap") - pl.col("n_shared") / pl.min_horizontal("size_a", "size_b"))
             .abs()
             .gt(OVERLAP_TOLERANCE)
             .fill_null(True)
         )
-        broken += int(result.select(wrong.sum()).item())
+        broken += int(checked_edges.select(wrong.sum()).item())
+        checked += mine.height
     # edges of a version without selected subsets: nothing they could follow from
     return broken + edges.height - checked
 

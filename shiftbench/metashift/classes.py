@@ -228,19 +228,20 @@ def _meta_graph(
         shape=(k, k),
     )
     graph = mg.ClassGraph(index.class_name(code), names, sizes, weights)
-    a = np.array(names, dtype=object)[rows]
-    b = np.array(names, dtype=object)[columns]
-    lower, upper = np.where(a < b, a, b), np.where(a < b, b, a)
-    edges = pl.DataFrame(
-        {
-            "class": [graph.class_name] * len(rows),
-            "subset_a": lower.tolist(),
-            "subset_b": upper.tolist(),
-            "n_shared": shared,
-            "overlap": overlap.astype(np.float64),
-        },
-        schema=mg.EDGE_SCHEMA,
-    ).sort("subset_a", "subset_b")
+    labels = pl.Series(names, dtype=pl.String)
+    a, b = pl.col("a"), pl.col("b")
+    edges = (
+        pl.DataFrame({"a": labels.gather(rows), "b": labels.gather(columns), "n_shared": shared, "overlap": overlap})
+        .select(
+            pl.lit(graph.class_name).alias("class"),
+            pl.when(a < b).then(a).otherwise(b).alias("subset_a"),
+            pl.when(a < b).then(b).otherwise(a).alias("subset_b"),
+            "n_shared",
+            pl.col("overlap").cast(pl.Float64),
+        )
+        .cast(mg.EDGE_SCHEMA)  # type: ignore[arg-type]
+        .sort("subset_a", "subset_b")
+    )
     communities = mg.detect_communities(graph, settings.community_method, settings.seed)
     embedding = em.embed(graph.weights, settings.embedding_dim, settings.embedding)
     return ClassResult(graph, communities, embedding, edges)

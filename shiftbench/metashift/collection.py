@@ -9,7 +9,8 @@ What a collection stores grows with its inputs, never with pairs of subsets:
   thresholded meta-graphs, their communities, the spectral embedding of every selected subset with its
   component and the status that makes a distance NULL;
 - the annotations the selected subsets are made of, integer-coded (``metashift_scene_images``,
-  ``metashift_scene_tags``, ``metashift_scene_attributes``, ``metashift_scene_class_names``,
+  ``metashift_scene_objects``, ``metashift_scene_contexts``, ``metashift_scene_attributes``,
+  ``metashift_scene_class_names``,
   ``metashift_scene_vocabulary``): the view ``metashift_subset_images`` lists a selected subset's images
   from them;
 - ``shift_magnitudes``: the distribution of the distances, computed here in two passes over the classes
@@ -35,6 +36,7 @@ from typing import Any
 
 import numpy as np
 import polars as pl
+import pyarrow as pa
 from threadpoolctl import threadpool_limits
 
 from shiftbench.errors import InputError
@@ -266,7 +268,8 @@ def classes_table(outcomes: Sequence[ClassOutcome]) -> pl.DataFrame:
 
 def graph_tables(results: Mapping[str, ClassResult]) -> dict[str, pl.DataFrame]:
     """Communities, embeddings and one summary row per class meta-graph."""
-    community_rows, embedding_rows, graph_rows = [], [], []
+    community_rows, graph_rows = [], []
+    embedding_parts = []
     for name, result in sorted(results.items()):
         graph, emb = result.graph, result.embedding
         size_of = dict(zip(graph.nodes, graph.sizes.tolist(), strict=True))
@@ -274,10 +277,7 @@ def graph_tables(results: Mapping[str, ClassResult]) -> dict[str, pl.DataFrame]:
             label = min(members, key=lambda m: (-size_of[m], m))  # the largest member names it
             for member in members:
                 community_rows.append((name, member, number, label, len(members)))
-        for k, subset in enumerate(graph.nodes):
-            embedding_rows.append(
-                (name, subset, int(emb.component[k]), [float(x) for x in emb.coords[k]], str(emb.component_status[k]))
-            )
+        embedding_parts.append((name, graph.nodes, emb))
         n_components = int(emb.component.max()) + 1 if len(graph.nodes) else 0
         statuses = sorted(set(emb.component_status.tolist()) - {"ok"})
         graph_rows.append(
@@ -295,9 +295,29 @@ def graph_tables(results: Mapping[str, ClassResult]) -> dict[str, pl.DataFrame]:
         )
     return {
         "metashift_communities": pl.DataFrame(community_rows, schema=build.COMMUNITY_SCHEMA, orient="row"),
-        "metashift_embeddings": pl.DataFrame(embedding_rows, schema=build.EMBEDDING_SCHEMA, orient="row"),
+        "metashift_embeddings": _embedding_table(embedding_parts),
         "metashift_graphs": pl.DataFrame(graph_rows, schema=build.GRAPH_SCHEMA, orient="row"),
     }
+
+
+def _embedding_table(parts: list[tuple[str, list[str], em.Embedding]]) -> pl.DataFrame:
+    """One row per embedded subset, made column by column (a list of coordinates per row from one array)."""
+    if not parts:
+        return pl.DataFrame(schema=build.EMBEDDING_SCHEMA)
+    coords = np.vstack([emb.coords for _, _, emb in parts]).astype(np.float64)
+    dim = coords.shape[1]
+    offsets = np.arange(0, coords.size + 1, dim, dtype=np.int64)
+    lists = pl.from_arrow(pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(coords.ravel())))
+    return pl.DataFrame(
+        {
+            "class": np.concatenate([np.full(len(nodes), name, dtype=object) for name, nodes, _ in parts]),
+            "subset": [node for _, nodes, _ in parts for node in nodes],
+            "component": np.concatenate([emb.component for _, _, emb in parts]).astype(np.int32),
+            "embedding": lists,
+            "status": np.concatenate([emb.component_status for _, _, emb in parts]).astype(str),
+        },
+        schema=build.EMBEDDING_SCHEMA,
+    )
 
 
 def _gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -317,21 +337,26 @@ def scene_tables(index: SceneIndex, outcomes: Sequence[ClassOutcome]) -> dict[st
     size = len(index.vocabulary)
     classes = np.array([o.class_code for o in kept], dtype=np.int64)
     _, class_images = _gather(index.class_image_offsets, index.class_images, classes)
-    images = np.unique(class_images).astype(np.int64)
+    shown = np.zeros(index.n_images, dtype=bool)
+    shown[class_images] = True
+    images = np.flatnonzero(shown)
+    del class_images, shown
     names_class, names = _gather(index.class_name_offsets, index.class_names, classes)
     wanted = {kind: np.zeros(size, dtype=bool) for kind in CONTEXT_KINDS}
     for o in kept:
         for kind, codes in o.selected_codes.items():
             wanted[kind][codes] = True
     wanted["object"][names] = True
-    tag_rows = []
-    for kind, offsets, values in (
-        ("object", index.image_object_offsets, index.image_objects),
-        ("general", index.image_general_offsets, index.image_general),
+    pieces = {}
+    for kind, offsets, values, column in (
+        ("object", index.image_object_offsets, index.image_objects, "name"),
+        ("general", index.image_general_offsets, index.image_general, "context"),
     ):
-        image, tag = _gather(offsets, values, images)
-        keep = wanted[kind][tag]
-        tag_rows.append(pl.DataFrame({"image": image[keep], "tag": tag[keep], "kind": kind}, schema=TAG_SCHEMA))
+        image, code = _gather(offsets, values, images)
+        keep = wanted[kind][code]
+        pieces[kind] = pl.DataFrame(
+            {"image": image[keep], column: code[keep]}, schema={"image": pl.Int32(), column: pl.Int32()}
+        )
     attribute_rows = []
     for o in kept:
         start, end = index.class_attribute_offsets[o.class_code], index.class_attribute_offsets[o.class_code + 1]
@@ -349,28 +374,28 @@ def scene_tables(index: SceneIndex, outcomes: Sequence[ClassOutcome]) -> dict[st
                 schema=ATTRIBUTE_SCHEMA,
             )
         )
-    tags = pl.concat(tag_rows)
     attributes = pl.concat(attribute_rows) if attribute_rows else pl.DataFrame(schema=ATTRIBUTE_SCHEMA)
     class_names = pl.DataFrame({"class": names_class, "name": names}, schema=CLASS_NAME_SCHEMA)
     listed = pl.concat([o.listed for o in outcomes]) if outcomes else pl.DataFrame(schema=LISTED)
-    used = np.unique(
-        np.concatenate(
-            [
-                tags["tag"].to_numpy(),
-                attributes["class"].to_numpy(),
-                attributes["attribute"].to_numpy(),
-                names,
-                names_class,
-                listed["class_code"].to_numpy(),
-                listed["context_code"].to_numpy(),
-            ]
-        ).astype(np.int64)
-    )
+    in_use = np.zeros(size, dtype=bool)
+    for codes in (
+        pieces["object"]["name"].to_numpy(),
+        pieces["general"]["context"].to_numpy(),
+        attributes["class"].to_numpy(),
+        attributes["attribute"].to_numpy(),
+        names,
+        names_class,
+        listed["class_code"].to_numpy(),
+        listed["context_code"].to_numpy(),
+    ):
+        in_use[codes] = True
+    used = np.flatnonzero(in_use)
     return {
         "metashift_scene_images": pl.DataFrame(
             {"image": images, "image_id": index.image_ids.gather(images)}, schema=IMAGE_SCHEMA
         ),
-        "metashift_scene_tags": tags,
+        "metashift_scene_objects": pieces["object"],
+        "metashift_scene_contexts": pieces["general"],
         "metashift_scene_attributes": attributes,
         "metashift_scene_class_names": class_names,
         "metashift_scene_vocabulary": pl.DataFrame(
@@ -431,7 +456,6 @@ CLASS_SCHEMA = pl.Schema(
     }
 )
 IMAGE_SCHEMA = pl.Schema({"image": pl.Int32(), "image_id": pl.String()})
-TAG_SCHEMA = pl.Schema({"image": pl.Int32(), "tag": pl.Int32(), "kind": pl.String()})
 ATTRIBUTE_SCHEMA = pl.Schema({"image": pl.Int32(), "class": pl.Int32(), "attribute": pl.Int32()})
 CLASS_NAME_SCHEMA = pl.Schema({"class": pl.Int32(), "name": pl.Int32()})
 VOCABULARY_SCHEMA = pl.Schema({"code": pl.Int32(), "value": pl.String()})

@@ -121,9 +121,15 @@ def cooccurrences(
             a += 1
         if n < 2:
             continue
-        chosen = np.sort(buffer[:n])
+        for x in range(1, n):  # insertion sort of an image's few numbers, in place (np.sort would allocate)
+            value = buffer[x]
+            y = x - 1
+            while y >= 0 and buffer[y] > value:
+                buffer[y + 1] = buffer[y]
+                y -= 1
+            buffer[y + 1] = value
         for x in range(n - 1):
-            row = chosen[x]
+            row = buffer[x]
             for y in range(x + 1, n):
-                shared[row, chosen[y]] += 1
+                shared[row, buffer[y]] += 1
     return shared

@@ -237,7 +237,7 @@ def candidate_memberships(
     parts = []
     if "object" in kinds:
         parts.append(_object_contexts(coded, classes, groups))
-    if "attribute" in kinds:
+    if "attribute" in kinds and "attributes" in objects.frame.columns:  # a tag table's objects have none
         parts.append(_attribute_contexts(_object_attributes(objects, coded, recoded), groups))
     if "general" in kinds:
         context = ontology.join(vocabulary, on="value").select("value", "code")

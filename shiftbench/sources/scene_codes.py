@@ -32,7 +32,9 @@ CODED_SCHEMA = pl.Schema(
 class CodedObjects:
     """Objects as codes, in the order of the string table sorted by every column (image id, object id first)."""
 
-    frame: pl.DataFrame  # CODED_SCHEMA: image (into image_ids), object_id, name and attributes (into vocabulary)
+    # CODED_SCHEMA: image (into image_ids), object_id, name and attributes (into vocabulary); a tag table's objects have
+    # image and name only (the object id is the tag, and there are no attributes), sorted by (image, name)
+    frame: pl.DataFrame
     vocabulary: pl.Series  # String, sorted, unique: every name and attribute
     image_ids: pl.Series  # String, sorted, unique: every image of the source (some may have no object)
 
@@ -72,6 +74,13 @@ class CodedObjects:
         frame = self.frame.slice(start, length)
         old = pl.CompatLevel.oldest()
         vocabulary = self.vocabulary.to_arrow(compat_level=old)
+        names = vocabulary.take(frame["name"].to_arrow())
+        if "attributes" not in frame.columns:  # a tag table's objects: the tag is the object, without attributes
+            empty = pa.LargeListArray.from_arrays(
+                pa.array(np.zeros(frame.height + 1, dtype=np.int64)), pa.array([], type=pa.large_string())
+            )
+            image_ids = self.image_ids.to_arrow(compat_level=old).take(frame["image"].to_arrow())
+            return pa.table({"image_id": image_ids, "object_id": names, "name": names, "attributes": empty})
         lists = frame["attributes"].to_arrow(compat_level=old)
         lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
         first, last = (lists.offsets[0].as_py(), lists.offsets[-1].as_py()) if len(lists) else (0, 0)
@@ -83,7 +92,7 @@ class CodedObjects:
         columns = {
             "image_id": self.image_ids.to_arrow(compat_level=old).take(frame["image"].to_arrow()),
             "object_id": frame["object_id"].to_arrow(compat_level=old),
-            "name": vocabulary.take(frame["name"].to_arrow()),
+            "name": names,
             "attributes": attributes,
         }
         return pa.table(columns)

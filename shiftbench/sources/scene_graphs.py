@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from loky import ProcessPoolExecutor
 
 from shiftbench import progress
@@ -68,6 +69,13 @@ class SceneTables:
     def objects(self) -> pl.DataFrame:
         """The objects as strings, made from the codes (a copy, for small sources and tests)."""
         return self.coded.strings()
+
+    @classmethod
+    def from_coded(cls, coded: CodedObjects, images: pl.DataFrame, files_sha256: str, kind: str) -> SceneTables:
+        """Objects already coded (sorted by image and object, as their strings would be), and the images."""
+        images = images.select(list(IMAGES_SCHEMA)).cast(IMAGES_SCHEMA).sort("image_id")  # type: ignore[arg-type]
+        fingerprint = sha256_text(f"{kind}|{coded.sha256()}|{sha256_table(images)}")
+        return cls(coded, images, fingerprint, files_sha256, kind)
 
     @classmethod
     def from_frames(cls, objects: pl.DataFrame, images: pl.DataFrame, files_sha256: str, kind: str) -> SceneTables:
@@ -273,12 +281,8 @@ def read_tags_table(path: Path) -> SceneTables:
     if not path.is_file():
         raise InputError("tag table not found", path=path, parameter=parameter)
     if path.suffix.lower() == ".parquet":
-        try:
-            frame = pl.read_parquet(path)
-        except (pl.exceptions.PolarsError, OSError) as exc:
-            raise InputError(f"unreadable Parquet: {exc}", path=path, parameter=parameter) from None
-        line_offset = None
-    elif path.suffix.lower() in (".csv", ".tsv"):
+        return _read_tags_parquet(path)
+    if path.suffix.lower() in (".csv", ".tsv"):
         try:
             frame = pl.read_csv(path, separator="\t" if path.suffix.lower() == ".tsv" else ",", infer_schema=False)
         except pl.exceptions.PolarsError as exc:
@@ -286,6 +290,12 @@ def read_tags_table(path: Path) -> SceneTables:
         line_offset = 2  # header is line 1
     else:
         raise InputError("expected a .parquet, .csv or .tsv file", path=path, parameter=parameter)
+    return _tags_from_frame(frame, path, line_offset)
+
+
+def _tags_from_frame(frame: pl.DataFrame, path: Path, line_offset: int | None) -> SceneTables:
+    """A tag table read as strings (CSV): checked, then coded."""
+    parameter = "SHIFTBENCH_TAGS_TABLE"
     missing = [c for c in ("image_id", "tag") if c not in frame.columns]
     if missing:
         raise InputError(f"missing column {missing[0]!r} (have {', '.join(frame.columns)})", path=path)
@@ -331,6 +341,116 @@ def read_tags_table(path: Path) -> SceneTables:
         )
     )
     return SceneTables.from_frames(objects, images, sha256_files([path]), kind="tag-table")
+
+
+def _read_tags_parquet(path: Path) -> SceneTables:
+    """A Parquet tag table read as dictionary codes: no string per row is ever made.
+
+    Open Images' image-level labels are 150 M rows of two strings; as polars strings they took about 40 GiB to
+    read, check, deduplicate and code. Here each string column comes back as dictionary indices; the checks look at
+    the dictionaries (a blank string, a NULL) and name the first row; codes become positions in the sorted strings,
+    and the (image, tag, kind) rows are deduplicated as one packed 64-bit number each. The objects (kind
+    ``object``) are the coded ``CodedObjects`` of the tag reader (image, tag), so the fingerprint is the string
+    table's, as before.
+    """
+    parameter = "SHIFTBENCH_TAGS_TABLE"
+    try:
+        schema = pq.read_schema(path)
+        columns = [c for c in ("image_id", "tag", "kind") if c in schema.names]
+        missing = [c for c in ("image_id", "tag") if c not in schema.names]
+        if missing:
+            raise InputError(f"missing column {missing[0]!r} (have {', '.join(schema.names)})", path=path)
+        for column in columns:
+            kind = schema.field(column).type
+            kind = kind.value_type if pa.types.is_dictionary(kind) else kind
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                polars_type = pl.from_arrow(pa.array([], type=kind)).dtype  # type: ignore[union-attr]
+                raise InputError(
+                    f"column {column!r} must be strings, found {polars_type} (ids are names, not numbers: cast them "
+                    "when writing the file)",
+                    path=path,
+                )
+        table = pq.read_table(path, columns=columns, read_dictionary=columns).unify_dictionaries()
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"unreadable Parquet: {exc}", path=path, parameter=parameter) from None
+    if table.num_rows == 0:
+        raise InputError("no rows: the table has no (image_id, tag) pair", path=path, parameter=parameter)
+    image, image_ids = _sorted_codes(table.column("image_id"), path, "empty image_id")
+    tag, tags = _sorted_codes(table.column("tag"), path, "empty tag")
+    if "kind" in columns:
+        kind_codes, kinds = _sorted_codes(table.column("kind"), path, None)
+        unknown = [k for k, value in enumerate(kinds.to_list()) if value not in TAG_KINDS]
+        if unknown:
+            rows = np.flatnonzero(np.isin(kind_codes, unknown))
+            raise InputError(
+                f"row {int(rows[0])}: kind must be one of {', '.join(TAG_KINDS)} ({len(rows)} such rows)", path=path
+            )
+        general_code = kinds.to_list().index("general") if "general" in kinds.to_list() else -1
+        is_general = kind_codes == general_code
+    else:
+        is_general = np.zeros(len(image), dtype=bool)
+    del table
+    image_bits = max(len(image_ids) - 1, 1).bit_length()
+    tag_bits = max(len(tags) - 1, 1).bit_length()
+    objects = _unique_packed(image[~is_general], tag[~is_general], tag_bits)
+    general = _unique_packed(image[is_general], tag[is_general], tag_bits)
+    if image_bits + tag_bits > 64:  # pragma: no cover - more than 2^64 (image, tag) pairs
+        raise InputError("too many images and tags to code", path=path)
+    vocabulary = tags.rename("value")
+    coded = CodedObjects(
+        pl.DataFrame(
+            {"image": objects[0].astype(np.uint32), "name": objects[1].astype(np.uint32)},
+            schema={"image": pl.UInt32, "name": pl.UInt32},
+        ),
+        vocabulary,
+        image_ids.rename("image_id"),
+    )
+    lists = pl.DataFrame({"image": general[0], "tag": vocabulary.gather(general[1])})
+    lists = lists.group_by("image").agg(pl.col("tag").alias("general"))  # sorted within: codes in string order
+    images = (
+        pl.DataFrame({"image": np.arange(len(image_ids)), "image_id": image_ids})
+        .join(lists, on="image", how="left")
+        .select(
+            "image_id",
+            pl.lit(None, dtype=pl.String).alias("location"),
+            pl.lit(None, dtype=pl.String).alias("weather"),
+            pl.col("general").fill_null(pl.lit([], dtype=pl.List(pl.String))),
+        )
+    )
+    return SceneTables.from_coded(coded, images, sha256_files([path]), kind="tag-table")
+
+
+def _sorted_codes(column: pa.ChunkedArray, path: Path, blank: str | None) -> tuple[np.ndarray, pl.Series]:
+    """A dictionary-encoded column as codes into its sorted, distinct strings; a NULL or (with ``blank``) a blank
+    string is an error naming the first row."""
+    dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([], type=pa.string())
+    indices = pa.chunked_array([chunk.indices for chunk in column.chunks], type=pa.int32())
+    if indices.null_count and blank is not None:
+        rows = np.flatnonzero(pc.is_null(indices).to_numpy(zero_copy_only=False))
+        raise InputError(f"row {int(rows[0])}: {blank} ({len(rows)} such rows)", path=path)
+    codes = pc.fill_null(indices, 0).to_numpy().astype(np.int64)
+    strings = pl.Series(pl.from_arrow(dictionary)).cast(pl.String)
+    if blank is not None:
+        empty = np.flatnonzero((strings.str.strip_chars() == "").to_numpy())
+        if len(empty):
+            rows = np.flatnonzero(np.isin(codes, empty))
+            if len(rows):
+                raise InputError(f"row {int(rows[0])}: {blank} ({len(rows)} such rows)", path=path)
+    used = np.zeros(len(strings), dtype=bool)
+    used[codes] = True
+    kept = np.flatnonzero(used)
+    order = strings.gather(kept).arg_sort().to_numpy()
+    rank = np.empty(len(strings), dtype=np.int64)
+    rank[kept[order]] = np.arange(len(kept))
+    return rank[codes], strings.gather(kept[order])
+
+
+def _unique_packed(first: np.ndarray, second: np.ndarray, second_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    packed = (first.astype(np.uint64) << np.uint64(second_bits)) | second.astype(np.uint64)
+    packed = pl.Series(packed).unique().sort().to_numpy()
+    return (packed >> np.uint64(second_bits)).astype(np.int64), (packed & np.uint64((1 << second_bits) - 1)).astype(
+        np.int64
+    )
 
 
 def read_class_groups(path: Path) -> pl.DataFrame:

@@ -1,9 +1,9 @@
 -- metashift_subset_images: the images of every selected subset, as a view.
 -- A collection stores the annotations its selected subsets are made of, integer-coded (metashift_scene_*), never one
 -- row per (subset, image): an image is in class(context) when an object name of the class shows in it
--- (metashift_scene_class_names) and it has the context (metashift_scene_tags: an object name or an image-level
--- context; metashift_scene_attributes: an attribute of an object of the class). Subsets and codes meet through
--- metashift_scene_vocabulary (class and context strings).
+-- (metashift_scene_class_names) and it has the context (metashift_scene_objects: an object name;
+-- metashift_scene_contexts: an image-level context; metashift_scene_attributes: an attribute of an object of the
+-- class). Subsets and codes meet through metashift_scene_vocabulary (class and context strings).
 -- {{stored}} is the union of the versions that store the table (written before it became a view, listing every
 -- candidate subset); {{stored_versions}} lists them as 'benchmark/version'.
 
@@ -19,20 +19,25 @@ selected AS (
     WHERE s.selected AND s.benchmark || '/' || s.version NOT IN ({{stored_versions}})
 ),
 shows AS (
-    SELECT DISTINCT t.benchmark, t.version, n.class, t.image
-    FROM metashift_scene_tags_history AS t
+    SELECT DISTINCT o.benchmark, o.version, n.class, o.image
+    FROM metashift_scene_objects_history AS o
     INNER JOIN metashift_scene_class_names_history AS n
-        ON n.benchmark = t.benchmark AND n.version = t.version AND n.name = t.tag
-    WHERE t.kind = 'object'
+        ON n.benchmark = o.benchmark AND n.version = o.version AND n.name = o.name
 ),
 members AS (
     SELECT s.benchmark, s.version, s.subset, c.image
     FROM selected AS s
     INNER JOIN shows AS c ON c.benchmark = s.benchmark AND c.version = s.version AND c.class = s.class_code
-    INNER JOIN metashift_scene_tags_history AS x
-        ON x.benchmark = s.benchmark AND x.version = s.version AND x.image = c.image
-        AND x.tag = s.context_code AND x.kind = s.context_kind
-    WHERE s.context_kind IN ('object', 'general')
+    INNER JOIN metashift_scene_objects_history AS x
+        ON x.benchmark = s.benchmark AND x.version = s.version AND x.image = c.image AND x.name = s.context_code
+    WHERE s.context_kind = 'object'
+    UNION ALL
+    SELECT s.benchmark, s.version, s.subset, c.image
+    FROM selected AS s
+    INNER JOIN shows AS c ON c.benchmark = s.benchmark AND c.version = s.version AND c.class = s.class_code
+    INNER JOIN metashift_scene_contexts_history AS x
+        ON x.benchmark = s.benchmark AND x.version = s.version AND x.image = c.image AND x.context = s.context_code
+    WHERE s.context_kind = 'general'
     UNION ALL
     SELECT s.benchmark, s.version, s.subset, a.image
     FROM selected AS s
