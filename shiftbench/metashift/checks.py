@@ -293,45 +293,48 @@ class _Stored:
 def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
     vocabulary = pl.scan_parquet(files["metashift_scene_vocabulary"]).filter(same).select("code", "value").collect()
     code_of = dict(zip(vocabulary["value"].to_list(), vocabulary["code"].to_list(), strict=True))
-    size = max(code_of.values(), default=0) + 1
-    frame = pl.concat(
-        [
-            pl.scan_parquet(files["metashift_scene_objects"])
+    size = max(code_of.values(), default=0) + 1  # a code outside the vocabulary counts as its last one, for nothing
+    # One row per (image, code, kind), sorted by image (the store writes them sorted; a file may not be), a row given
+    # twice (which the primary key rule reports) once: one polars sort of one packed 64-bit key, codes as int32.
+    keys = []
+    for table, column, kind in (("metashift_scene_objects", "name", 0), ("metashift_scene_contexts", "context", 1)):
+        keys.append(
+            pl.scan_parquet(files[table])
             .filter(same)
-            .select("image", pl.col("name").alias("tag"), pl.lit(0, pl.Int64).alias("kind"))
-            .collect(),
-            pl.scan_parquet(files["metashift_scene_contexts"])
-            .filter(same)
-            .select("image", pl.col("context").alias("tag"), pl.lit(1, pl.Int64).alias("kind"))
-            .collect(),
-        ]
-    )
-    # One key per row, (image, tag, kind): sorted (the store writes them so; a file may not be) and without repeats
-    # (a row given twice, which the primary key rule reports, counts once here).
-    key = (
-        (frame["image"].to_numpy().astype(np.uint64) << np.uint64(33))
-        | (frame["tag"].to_numpy().astype(np.uint32).astype(np.uint64) << np.uint64(1))
-        | frame["kind"].to_numpy().astype(np.uint64)
-    )
-    del frame
-    if len(key) and (np.diff(key.view(np.int64)) <= 0).any():
-        key = np.unique(key)
-    image = (key >> np.uint64(33)).astype(np.int64)
-    tags = ((key >> np.uint64(1)) & np.uint64(0xFFFFFFFF)).astype(np.int64)
-    kinds = (key & np.uint64(1)).astype(np.int64)
+            .select(
+                (pl.col("image").cast(pl.UInt64) * (1 << 33))
+                + (pl.col(column).clip(0, size - 1).cast(pl.UInt64) * 2)
+                + kind
+            )
+            .collect()
+            .to_series()
+        )
+    key = pl.concat(keys).unique().sort().to_numpy()
+    del keys
+    image = (key >> np.uint64(33)).astype(np.int32)
+    tags = ((key >> np.uint64(1)) & np.uint64(0xFFFFFFFF)).astype(np.int32)
+    kinds = (key & np.uint64(1)).astype(np.int8)
     del key
     n_images = int(image.max()) + 1 if len(image) else 1
-    tags = np.where((tags >= 0) & (tags < size), tags, 0)  # a code outside the vocabulary counts for nothing
     names = pl.scan_parquet(files["metashift_scene_class_names"]).filter(same).select("class", "name").collect()
     names = names.filter((pl.col("name") >= 0) & (pl.col("name") < size)).sort("name", "class")
     # the images that show each class: an object row whose name is one of the class's names
-    name_offsets = _csr(names["name"].to_numpy().astype(np.int64), size)
     rows = np.flatnonzero(kinds == 0)
-    per_row = np.diff(name_offsets)[tags[rows]]
-    starts = np.repeat(name_offsets[tags[rows]], per_row)
-    member = starts + (np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row))
-    classes = names["class"].to_numpy().astype(np.int64)[member]
-    shows_class, shows_image = _unique_pairs(classes, np.repeat(image[rows], per_row), _bits(n_images))
+    if names["name"].is_duplicated().any():  # class groups: a name may show several classes
+        name_offsets = _csr(names["name"].to_numpy().astype(np.int64), size)
+        per_row = np.diff(name_offsets)[tags[rows]]
+        starts = np.repeat(name_offsets[tags[rows]], per_row)
+        member = starts + (np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row))
+        classes = names["class"].to_numpy().astype(np.int64)[member]
+        shown = np.repeat(image[rows], per_row).astype(np.int64)
+    else:  # each name shows one class at most: a lookup
+        class_of = np.full(size, -1, dtype=np.int64)
+        class_of[names["name"].to_numpy()] = names["class"].to_numpy()
+        classes = class_of[tags[rows]]
+        keep = classes >= 0
+        classes, shown = classes[keep], image[rows][keep].astype(np.int64)
+    shows_class, shows_image = _unique_pairs(classes, shown, _bits(n_images))
+    del classes, shown, rows
     attributes = pl.DataFrame(schema={"image": pl.Int32, "class": pl.Int32, "attribute": pl.Int32})
     if "metashift_scene_attributes" in files:
         stored = pl.scan_parquet(files["metashift_scene_attributes"]).filter(same)
@@ -370,10 +373,13 @@ def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) 
         .join(numbered.rename({"subset": "subset_a", "number": "x"}), on=["class", "subset_a"], how="left")
         .join(numbered.rename({"subset": "subset_b", "number": "y"}), on=["class", "subset_b"], how="left")
         .filter(pl.col("x").is_not_null() & pl.col("y").is_not_null())
+        .select("pair", "class", "x", "y")  # the names are not kept: only the numbers are looked up
     )
+    n_asked = asked.height
+    del asked
     by_class = {key[0]: frame for key, frame in pairs_asked.partition_by("class", as_dict=True).items()}
     counted = np.full(subsets.height, -1, dtype=np.int64)
-    shared = np.full(asked.height, -1, dtype=np.int64)
+    shared = np.full(n_asked, -1, dtype=np.int64)
     scratch: dict[int, np.ndarray] = {}
 
     def one(class_name: str, part: pl.DataFrame) -> None:
@@ -452,12 +458,12 @@ def _scene_subset_size_mismatches(files: Mapping[str, Path]) -> int:
 
 
 def _scene_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
-    edges = _scan(files, "metashift_edges", _EDGE_COLUMNS).collect()
+    n_edges = _scan(files, "metashift_edges", _EDGE_COLUMNS).select(pl.len()).collect().item()
     broken = 0
     checked = 0
     for benchmark, version in _scene_versions(files):
         same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
-        mine = edges.filter(same)
+        mine = _scan(files, "metashift_edges", _EDGE_COLUMNS).filter(same).drop(*_KEY).collect()
         recount = _recount_of(files, benchmark, version)
         known = recount.subsets.select("subset", "class", "n_images")
         checked_edges = (
@@ -479,7 +485,7 @@ def _scene_edge_overlap_mismatches(files: Mapping[str, Path]) -> int:
         broken += int(checked_edges.select(wrong.sum()).item())
         checked += mine.height
     # edges of a version without selected subsets: nothing they could follow from
-    return broken + edges.height - checked
+    return broken + int(n_edges) - checked
 
 
 def edge_overlap_mismatches(files: Mapping[str, Path]) -> int:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ from shiftbench.family import (
 )
 from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, sha256_text
 from shiftbench.images import STANDIN, image_block
+from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build, collection
-from shiftbench.metashift.classes import ClassOutcome, ClassSettings
+from shiftbench.metashift.classes import ClassResult, ClassSettings
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
@@ -61,7 +62,7 @@ from shiftbench.sources.scene_graphs import (
     read_tags_table,
 )
 from shiftbench.store import StagedVersion
-from shiftbench.streamed import in_memory
+from shiftbench.streamed import StreamedTable, in_memory
 
 # Bump when a change to the MetaShift builders can change their output.
 CODE_VERSION = "metashift-4"
@@ -301,7 +302,10 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         work_dir = settings.cache_dir / "metashift_work"
         work_dir.mkdir(parents=True, exist_ok=True)
         outcomes = collection.build_in_processes(index, plan.settings, settings.metashift_buckets, work_dir)
-    return _stage_outcomes(settings, target, plan, index, outcomes)
+    built = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
+    del index, outcomes  # not held while the version is hashed, written and checked
+    release_freed_memory()
+    return _stage_built(settings, target, plan, *built)
 
 
 # -- the same build fanned out: a plan, units that run apart (processes, Dagster steps), one stage -----------------
@@ -333,20 +337,22 @@ def stage_collection_units(
     plan: CollectionPlan = pickle.loads((work / "plan.pickle").read_bytes())
     units = json.loads((work / "units.json").read_text("utf-8"))
     outcomes = collection.read_buckets([work / f"unit-{unit}.pickle" for unit in units])
-    return _stage_outcomes(settings, target, plan, SceneIndex.load(work / "index"), outcomes)
+    built = collection.collection_tables(plan.spec, SceneIndex.load(work / "index"), plan.scope, outcomes, plan.sources)
+    del outcomes
+    release_freed_memory()
+    return _stage_built(settings, target, plan, *built)
 
 
-def _stage_outcomes(
+def _stage_built(
     settings: Settings,
     target: Target,
     plan: CollectionPlan,
-    index: SceneIndex,
-    outcomes: Sequence[ClassOutcome],
+    tables: dict[str, pl.DataFrame | StreamedTable],
+    results: dict[str, ClassResult],
+    distances: collection.DistanceCounts,
 ) -> StagedVersion:
     """Stage the collection's tables; figures of the largest classes' meta-graphs go next to it (files/)."""
     benchmark = target.benchmark
-    tables, results, distances = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
-    del outcomes
     benchmarks = in_memory(tables["benchmarks"])
     params = json.loads(benchmarks["params"][0])
     params["overrides"] = dict(target.overrides)
