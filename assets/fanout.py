@@ -42,7 +42,17 @@ def work_folder(settings: Settings, run_id: str) -> Path:
     return settings.cache_dir / "fanout" / run_id
 
 
-def fanout_job(family: Family, kind: Kind) -> dg.JobDefinition | None:
+def executor(settings: Settings | None) -> dg.ExecutorDefinition:
+    """Dagster's multiprocess executor, or with ``SHIFTBENCH_FANOUT_EXECUTOR=k8s`` dagster-k8s' job executor: the
+    same job, each step in a pod (the run itself launched by the ``K8sRunLauncher``; docs/kubernetes.md)."""
+    if settings is not None and settings.fanout_executor == "k8s":
+        from dagster_k8s import k8s_job_executor
+
+        return k8s_job_executor  # type: ignore[no-any-return]
+    return dg.multiprocess_executor
+
+
+def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> dg.JobDefinition | None:
     """The fanned-out build of one benchmark of ``kind``, or None when the kind does not split."""
     fanout = kind.fanout
     if fanout is None:
@@ -102,7 +112,7 @@ def fanout_job(family: Family, kind: Kind) -> dg.JobDefinition | None:
         name=f"{kind.qualified}_fanout",
         description=f"Build one {family.title} {kind.name} in units run side by side (plan -> units -> publish), "
         "on the multiprocess executor; the same version as one piece.",
-        executor_def=dg.multiprocess_executor,
+        executor_def=executor(settings),
     )
     def _job() -> None:
         publish(plan().map(unit).collect())

@@ -77,7 +77,12 @@ def build_definitions() -> dg.Definitions:
         ],
         jobs=[
             *[job for family in families.values() for job in family.jobs],
-            *[job for family in FAMILIES.values() for kind in family.kinds if (job := fanout_job(family, kind))],
+            *[
+                job
+                for family in FAMILIES.values()
+                for kind in family.kinds
+                if (job := fanout_job(family, kind, settings)) is not None
+            ],
             *[job for _, job in erm],
             observe_sources_job,
         ],

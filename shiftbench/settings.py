@@ -44,6 +44,11 @@ class Settings(BaseSettings):
     tags_table: Path | None = Field(None, description="an image -> tag table instead of GQA")
     metashift_class_groups: Path | None = Field(None, description="a class grouping for group_classes=true")
     metashift_specs: Path | None = Field(None, description="an extra MetaShift spec file")
+    fanout_executor: Literal["multiprocess", "k8s"] = Field(
+        "multiprocess",
+        description="the executor of fanned-out builds (metashift_collections_fanout): Dagster's multiprocess "
+        "executor, or dagster-k8s' k8s_job_executor (one pod per step; docs/kubernetes.md)",
+    )
     metashift_buckets: int = Field(
         0,
         ge=0,

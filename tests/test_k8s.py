@@ -345,3 +345,20 @@ def test_a_bad_pod_file_fails_the_launch_before_submitting(tmp_path: Path) -> No
 def test_the_setting_reads_its_variable(tmp_path: Path) -> None:
     assert Settings.from_env({"SHIFTBENCH_K8S_POD": str(tmp_path / "pod.yaml")}).k8s_pod == tmp_path / "pod.yaml"
     assert Settings.from_env({}).k8s_pod is None
+
+
+def test_the_fanned_out_collection_job_runs_on_the_executor_the_setting_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same fan-out job on Dagster's multiprocess executor, or on dagster-k8s' job executor (a pod per step)."""
+    from pipelines.definitions import build_definitions
+
+    for setting, executor in (("multiprocess", "multiprocess"), ("k8s", "k8s")):
+        monkeypatch.setenv("SHIFTBENCH_FANOUT_EXECUTOR", setting)
+        job = build_definitions().resolve_job_def("metashift_collections_fanout")
+        assert job.executor_def.name == executor
+        assert sorted(node.name for node in job.nodes) == [
+            "metashift__collection_plan",
+            "metashift__collection_publish",
+            "metashift__collection_unit",
+        ]

@@ -13,24 +13,34 @@ FROM {{stored}} AS t
 SEMI JOIN publications AS p ON p.benchmark = t.benchmark AND p.version = t.version
 UNION ALL
 SELECT
-    a.benchmark,
-    a.version,
-    a.class,
-    a.subset AS subset_a,
-    b.subset AS subset_b,
-    CASE WHEN a.component = b.component AND a.status = 'ok' THEN d.raw END AS distance,
-    d.raw AS raw_distance,
-    CASE WHEN a.component <> b.component THEN 'different_components' ELSE a.status END AS status
-FROM metashift_embeddings_history AS a
-INNER JOIN metashift_embeddings_history AS b
-    ON b.benchmark = a.benchmark AND b.version = a.version AND b.class = a.class AND a.subset < b.subset
-CROSS JOIN LATERAL (
-    SELECT sqrt(list_reduce(
-        list_transform(list_zip(a.embedding, b.embedding), lambda x: (x[1] - x[2]) * (x[1] - x[2])),
-        lambda s, y: s + y
-    )) AS raw
-) AS d
-WHERE a.benchmark || '/' || a.version NOT IN ({{stored_versions}});
+    benchmark,
+    version,
+    class,
+    subset_a,
+    subset_b,
+    CASE WHEN same_component AND status_a = 'ok' THEN raw END AS distance,
+    raw AS raw_distance,
+    CASE WHEN same_component THEN status_a ELSE 'different_components' END AS status
+FROM (
+    -- a plain join and projection: a query's filters on benchmark, version and class reach both scans (1,698
+    -- subsets of a class, 1.44 M pairs, in about 0.3 s)
+    SELECT
+        a.benchmark,
+        a.version,
+        a.class,
+        a.subset AS subset_a,
+        b.subset AS subset_b,
+        a.component = b.component AS same_component,
+        a.status AS status_a,
+        sqrt(list_reduce(
+            list_transform(list_zip(a.embedding, b.embedding), lambda x: (x[1] - x[2]) * (x[1] - x[2])),
+            lambda s, y: s + y
+        )) AS raw
+    FROM metashift_embeddings_history AS a
+    INNER JOIN metashift_embeddings_history AS b
+        ON b.benchmark = a.benchmark AND b.version = a.version AND b.class = a.class AND a.subset < b.subset
+    WHERE a.benchmark || '/' || a.version NOT IN ({{stored_versions}})
+) AS pairs;
 
 CREATE OR REPLACE VIEW metashift_distances AS
 SELECT t.*

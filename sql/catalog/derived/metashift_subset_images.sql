@@ -24,20 +24,33 @@ shows AS (
     INNER JOIN metashift_scene_class_names_history AS n
         ON n.benchmark = o.benchmark AND n.version = o.version AND n.name = o.name
 ),
-members AS (
-    SELECT s.benchmark, s.version, s.subset, c.image
-    FROM selected AS s
-    INNER JOIN shows AS c ON c.benchmark = s.benchmark AND c.version = s.version AND c.class = s.class_code
+-- (class, context, image) first, then the selected subsets by (class, context): a whole collection's 12.9 M
+-- memberships in about 1 s at GQA scale, one subset in 0.5 s (joining a subset to every image with its context
+-- first took minutes: a context is shared by the subsets of many classes)
+object_triples AS (
+    SELECT c.benchmark, c.version, c.class, x.name AS context, c.image
+    FROM shows AS c
     INNER JOIN metashift_scene_objects_history AS x
-        ON x.benchmark = s.benchmark AND x.version = s.version AND x.image = c.image AND x.name = s.context_code
-    WHERE s.context_kind = 'object'
-    UNION ALL
-    SELECT s.benchmark, s.version, s.subset, c.image
-    FROM selected AS s
-    INNER JOIN shows AS c ON c.benchmark = s.benchmark AND c.version = s.version AND c.class = s.class_code
+        ON x.benchmark = c.benchmark AND x.version = c.version AND x.image = c.image
+),
+general_triples AS (
+    SELECT c.benchmark, c.version, c.class, x.context, c.image
+    FROM shows AS c
     INNER JOIN metashift_scene_contexts_history AS x
-        ON x.benchmark = s.benchmark AND x.version = s.version AND x.image = c.image AND x.context = s.context_code
-    WHERE s.context_kind = 'general'
+        ON x.benchmark = c.benchmark AND x.version = c.version AND x.image = c.image
+),
+members AS (
+    SELECT s.benchmark, s.version, s.subset, t.image
+    FROM object_triples AS t
+    INNER JOIN selected AS s
+        ON s.benchmark = t.benchmark AND s.version = t.version AND s.class_code = t.class
+        AND s.context_code = t.context AND s.context_kind = 'object'
+    UNION ALL
+    SELECT s.benchmark, s.version, s.subset, t.image
+    FROM general_triples AS t
+    INNER JOIN selected AS s
+        ON s.benchmark = t.benchmark AND s.version = t.version AND s.class_code = t.class
+        AND s.context_code = t.context AND s.context_kind = 'general'
     UNION ALL
     SELECT s.benchmark, s.version, s.subset, a.image
     FROM selected AS s
