@@ -112,16 +112,19 @@ class OrderStatistics:
         self.largest = -math.inf
         self.histogram = np.zeros(1 << (64 - _BIN_SHIFT), dtype=np.int64)
 
-    def add(self, values: np.ndarray) -> None:
+    def add(self, values: np.ndarray) -> float | None:
+        """Count ``values`` in; returns their own exactly rounded sum (None when there are none)."""
         values = np.ascontiguousarray(values, dtype=np.float64)
         if not len(values):
-            return
+            return None
+        total = _exact_total(values)
         self.count += len(values)
-        self.total += _exact_total(values)
+        self.total += total
         self.largest = max(self.largest, float(values.max()))
         self.histogram += np.bincount(
             (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64), minlength=len(self.histogram)
         )
+        return total / (1 << _SCALE)
 
     def _ranked(self, ranks: list[int], again: Callable[[], Iterable[np.ndarray]]) -> dict[int, float]:
         """The values at ``ranks`` (0-based, in sorted order): the second pass."""

@@ -74,7 +74,48 @@ class ClassResult:
     graph: mg.ClassGraph
     communities: list[list[str]]
     embedding: em.Embedding
-    edges: pl.DataFrame
+    # the edges as node numbers (in graph.nodes) and values: made into strings once for all classes (edge_table)
+    edge_rows: np.ndarray
+    edge_columns: np.ndarray
+    edge_shared: np.ndarray
+    edge_overlap: np.ndarray
+
+    @property
+    def edges(self) -> pl.DataFrame:
+        return edge_table([self])
+
+
+def edge_table(results: Sequence[ClassResult]) -> pl.DataFrame:
+    """``metashift_edges`` of some classes: ``subset_a`` < ``subset_b``, sorted by class then subsets; the strings
+    are made here, for all of them at once (a data frame per class cost about a millisecond each)."""
+    if not results:
+        return pl.DataFrame(schema=mg.EDGE_SCHEMA)
+    names = pl.Series([n for r in results for n in r.graph.nodes], dtype=pl.String)
+    first = np.cumsum([0] + [len(r.graph.nodes) for r in results])[:-1]
+    counts = np.array([len(r.edge_rows) for r in results])
+    classes = pl.Series([r.graph.class_name for r in results], dtype=pl.String)
+    offset = np.repeat(first, counts)
+    a, b = pl.col("a"), pl.col("b")
+    frame = pl.DataFrame(
+        {
+            "class": classes.gather(np.repeat(np.arange(len(results)), counts)),
+            "a": names.gather(offset + np.concatenate([r.edge_rows for r in results])),
+            "b": names.gather(offset + np.concatenate([r.edge_columns for r in results])),
+            "n_shared": np.concatenate([r.edge_shared for r in results]).astype(np.int64),
+            "overlap": np.concatenate([r.edge_overlap for r in results]).astype(np.float64),
+        }
+    )
+    return (
+        frame.select(
+            "class",
+            pl.when(a < b).then(a).otherwise(b).alias("subset_a"),
+            pl.when(a < b).then(b).otherwise(a).alias("subset_b"),
+            "n_shared",
+            "overlap",
+        )
+        .cast(mg.EDGE_SCHEMA)  # type: ignore[arg-type]
+        .sort("class", "subset_a", "subset_b")
+    )
 
 
 def candidates(index: SceneIndex, code: int, counts: np.ndarray, min_subset_size: int) -> Candidates:
@@ -228,23 +269,9 @@ def _meta_graph(
         shape=(k, k),
     )
     graph = mg.ClassGraph(index.class_name(code), names, sizes, weights)
-    labels = pl.Series(names, dtype=pl.String)
-    a, b = pl.col("a"), pl.col("b")
-    edges = (
-        pl.DataFrame({"a": labels.gather(rows), "b": labels.gather(columns), "n_shared": shared, "overlap": overlap})
-        .select(
-            pl.lit(graph.class_name).alias("class"),
-            pl.when(a < b).then(a).otherwise(b).alias("subset_a"),
-            pl.when(a < b).then(b).otherwise(a).alias("subset_b"),
-            "n_shared",
-            pl.col("overlap").cast(pl.Float64),
-        )
-        .cast(mg.EDGE_SCHEMA)  # type: ignore[arg-type]
-        .sort("subset_a", "subset_b")
-    )
     communities = mg.detect_communities(graph, settings.community_method, settings.seed)
     embedding = em.embed(graph.weights, settings.embedding_dim, settings.embedding)
-    return ClassResult(graph, communities, embedding, edges)
+    return ClassResult(graph, communities, embedding, rows, columns, shared, overlap)
 
 
 def _sparse_cooccurrences(

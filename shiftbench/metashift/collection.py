@@ -37,16 +37,17 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pyarrow as pa
+from scipy.spatial.distance import pdist
 from threadpoolctl import threadpool_limits
 
 from shiftbench.errors import InputError
-from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, exact_sum, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, magnitudes_table
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.classes import LISTED_SCHEMA as LISTED
-from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings, build_class
+from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings, build_class, edge_table
 from shiftbench.metashift.index import SceneIndex, build_index
 from shiftbench.metashift.scope import Scope, resolve_scope
 from shiftbench.metashift.specs import CollectionSpec
@@ -238,7 +239,7 @@ def collection_tables(
         "benchmarks": build.benchmarks_row(spec.name, params, sources, 0),
         "metashift_subsets": listed.sort("class", "subset").select(*SUBSET_COLUMNS),
         "metashift_classes": classes_table(outcomes),
-        "metashift_edges": pl.concat([r.edges for _, r in sorted(results.items())]),
+        "metashift_edges": edge_table([r for _, r in sorted(results.items())]),
         **graph_tables(results),
         **scene_tables(index, outcomes),
         "shift_magnitudes": distances.magnitudes,
@@ -411,11 +412,23 @@ class DistanceStatistics:
     total: int
 
 
-def _class_distances(results: Mapping[str, ClassResult]) -> Iterator[tuple[str, np.ndarray]]:
-    """Each class's defined distances (the view's ``distance IS NOT NULL``), computed again on every call."""
+def _defined_distances(embedding: em.Embedding) -> tuple[np.ndarray, np.ndarray]:
+    """A class's defined distances (the view's ``distance IS NOT NULL``) and the count of its pairs by status; a
+    meta-graph of one component whose status is ok has only defined ones (then the distances alone are made)."""
+    n = len(embedding.component)
+    if n > 1 and not embedding.component.any() and (embedding.component_status == "ok").all():
+        values = pdist(embedding.coords)
+        counts = np.zeros(len(em.STATUSES), dtype=np.int64)
+        counts[0] = len(values)
+        return values, counts
+    pairs = em.pair_distances(embedding)
+    return pairs.distance[pairs.status_code == 0], np.bincount(pairs.status_code, minlength=len(em.STATUSES))
+
+
+def _class_distances(results: Mapping[str, ClassResult]) -> Iterator[np.ndarray]:
+    """Each class's defined distances, computed again on every call."""
     for name in sorted(results):
-        pairs = em.pair_distances(results[name].embedding)
-        yield name, pairs.distance[pairs.status_code == 0]
+        yield _defined_distances(results[name].embedding)[0]
 
 
 def distance_statistics(results: Mapping[str, ClassResult]) -> DistanceStatistics:
@@ -430,17 +443,16 @@ def distance_statistics(results: Mapping[str, ClassResult]) -> DistanceStatistic
     class_means: list[tuple[str, str, float | None]] = []
     statistics = OrderStatistics()
     for name in sorted(results):
-        pairs = em.pair_distances(results[name].embedding)
-        total += len(pairs.raw)
-        nulls += np.bincount(pairs.status_code, minlength=len(em.STATUSES))
-        known = pairs.distance[pairs.status_code == 0]
-        statistics.add(known)
-        if len(known):
-            class_means.append(("subset_distance_mean", name, exact_sum(known) / len(known)))
+        known, counts = _defined_distances(results[name].embedding)
+        total += int(counts.sum())
+        nulls += counts
+        class_sum = statistics.add(known)
+        if class_sum is not None:
+            class_means.append(("subset_distance_mean", name, class_sum / len(known)))
     nulls[0] = 0
-    rows = statistics.summary("subset_distance", SCOPE_ALL, lambda: (d for _, d in _class_distances(results)))
-    counts = {status: int(n) for status, n in zip(em.STATUSES, nulls.tolist(), strict=True) if n}
-    return DistanceStatistics(magnitudes_table(build.FAMILY, [*rows, *class_means]), counts, total)
+    rows = statistics.summary("subset_distance", SCOPE_ALL, lambda: _class_distances(results))
+    by_status = {status: int(n) for status, n in zip(em.STATUSES, nulls.tolist(), strict=True) if n}
+    return DistanceStatistics(magnitudes_table(build.FAMILY, [*rows, *class_means]), by_status, total)
 
 
 CLASS_SCHEMA = pl.Schema(
