@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import polars as pl
@@ -96,14 +97,49 @@ def _order_keys(values: np.ndarray) -> np.ndarray:
     return np.where(negative, ~bits, bits | np.uint64(1 << 63))
 
 
+@dataclass(frozen=True)
+class ValuesPart:
+    """What the first pass keeps of one part of the values: made anywhere (a worker thread), merged in order."""
+
+    count: int
+    total: int  # exact, in units of 2^-_SCALE
+    largest: float
+    lowest_bin: int
+    bin_counts: np.ndarray  # the histogram from ``lowest_bin`` on (a part's values span a few magnitudes)
+
+    @property
+    def mean(self) -> float:
+        return (self.total / (1 << _SCALE)) / self.count
+
+    @staticmethod
+    def of(values: np.ndarray) -> ValuesPart | None:
+        values = np.ascontiguousarray(values, dtype=np.float64)
+        if not len(values):
+            return None
+        bins = _bins(values)
+        lowest = int(bins.min())
+        return ValuesPart(len(values), _exact_total(values), float(values.max()), lowest, np.bincount(bins - lowest))
+
+
+def _bins(values: np.ndarray) -> np.ndarray:
+    return (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64)
+
+
+def in_bins(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The values that fall in the histogram bins ``wanted`` (what the second pass keeps of a part)."""
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    kept: np.ndarray = values[np.isin(_bins(values), wanted)]
+    return kept
+
+
 class OrderStatistics:
     """Mean, median, 90th percentile and max of finite values given in parts, exactly, without holding them.
 
-    Pass one (:meth:`add`) counts the values, sums them exactly and builds a histogram of their order-preserving
-    bit patterns; :meth:`summary` then finds the bins that hold the ranks it needs and reads the values again
-    (``again``), keeping only those bins' values, to pick the exact order statistics. The quantiles are the
-    linear interpolation between the two nearest ranks (polars' ``quantile(q, "linear")`` and ``median``: the
-    same floats).
+    Pass one (:meth:`add`, or :meth:`merge` of :meth:`ValuesPart.of` made elsewhere) counts the values, sums them
+    exactly and builds a histogram of their order-preserving bit patterns; :meth:`summary` then finds the bins that
+    hold the ranks it needs and reads the values again (``again(wanted)``: each part's :func:`in_bins`), keeping
+    only those bins' values, to pick the exact order statistics. The quantiles are the linear interpolation between
+    the two nearest ranks (polars' ``quantile(q, "linear")`` and ``median``: the same floats).
     """
 
     def __init__(self) -> None:
@@ -112,32 +148,28 @@ class OrderStatistics:
         self.largest = -math.inf
         self.histogram = np.zeros(1 << (64 - _BIN_SHIFT), dtype=np.int64)
 
-    def add(self, values: np.ndarray) -> float | None:
-        """Count ``values`` in; returns their own exactly rounded sum (None when there are none)."""
-        values = np.ascontiguousarray(values, dtype=np.float64)
-        if not len(values):
+    def merge(self, part: ValuesPart | None) -> float | None:
+        """Count a part in; returns its own exactly rounded mean (None when it has no values)."""
+        if part is None:
             return None
-        total = _exact_total(values)
-        self.count += len(values)
-        self.total += total
-        self.largest = max(self.largest, float(values.max()))
-        self.histogram += np.bincount(
-            (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64), minlength=len(self.histogram)
-        )
-        return total / (1 << _SCALE)
+        self.count += part.count
+        self.total += part.total
+        self.largest = max(self.largest, part.largest)
+        self.histogram[part.lowest_bin : part.lowest_bin + len(part.bin_counts)] += part.bin_counts
+        return part.mean
 
-    def _ranked(self, ranks: list[int], again: Callable[[], Iterable[np.ndarray]]) -> dict[int, float]:
+    def add(self, values: np.ndarray) -> float | None:
+        """Count ``values`` in; returns their own exactly rounded mean (None when there are none)."""
+        return self.merge(ValuesPart.of(values))
+
+    def _ranked(self, ranks: list[int], again: Callable[[np.ndarray], Iterable[np.ndarray]]) -> dict[int, float]:
         """The values at ``ranks`` (0-based, in sorted order): the second pass."""
         cumulative = np.cumsum(self.histogram)
         bins = {rank: int(np.searchsorted(cumulative, rank, side="right")) for rank in ranks}
         wanted = np.array(sorted(set(bins.values())), dtype=np.int64)
-        kept: list[np.ndarray] = []
-        for values in again():
-            values = np.ascontiguousarray(values, dtype=np.float64)
-            keys = (_order_keys(values) >> np.uint64(_BIN_SHIFT)).astype(np.int64)
-            kept.append(values[np.isin(keys, wanted)])
+        kept = list(again(wanted))
         pool = np.sort(np.concatenate(kept)) if kept else np.zeros(0)
-        pool_keys = (_order_keys(pool) >> np.uint64(_BIN_SHIFT)).astype(np.int64)
+        pool_keys = _bins(pool)
         result = {}
         for rank, b in bins.items():
             before = int(cumulative[b - 1]) if b > 0 else 0
@@ -146,9 +178,10 @@ class OrderStatistics:
         return result
 
     def summary(
-        self, prefix: str, scope: str, again: Callable[[], Iterable[np.ndarray]]
+        self, prefix: str, scope: str, again: Callable[[np.ndarray], Iterable[np.ndarray]]
     ) -> list[tuple[str, str, float | None]]:
-        """``(measure, scope, value)`` rows as :func:`summary` gives for the same values."""
+        """``(measure, scope, value)`` rows as :func:`summary` gives for the same values; ``again(wanted)`` yields
+        :func:`in_bins` ``(part, wanted)`` of every part."""
         if self.count == 0:
             return [(f"{prefix}_{stat}", scope, None) for stat in ("mean", "median", "p90", "max")]
         positions = {q: (self.count - 1) * q for q in (0.5, 0.9)}

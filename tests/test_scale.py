@@ -24,6 +24,7 @@ from shiftbench.errors import InputError
 from shiftbench.magnitudes import exact_sum
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
+from shiftbench.metashift.eigensolver import smallest_eigenpairs
 from shiftbench.metashift.specs import load_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.sources.generated_scenes import generate_scene_tables
@@ -85,6 +86,32 @@ def test_exact_sum_of_many_values_and_of_series() -> None:
     assert exact_sum(pl.Series(values)) == exact_sum(values[::-1])
     assert math.copysign(1.0, exact_sum(np.array([-0.0]))) == math.copysign(1.0, math.fsum([-0.0]))
     assert math.isnan(exact_sum(np.array([1.0, math.nan])))
+
+
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (5, 2), (60, 7), (501, 7), (900, 1), (30, 30)])
+def test_smallest_eigenpairs_are_scipy_s_eigh_bit_for_bit(n: int, k: int) -> None:
+    """The GIL-free call of dsyevr gives what scipy.linalg.eigh(driver="evr") gives, to the last bit."""
+    import scipy.linalg
+
+    rng = np.random.default_rng(n + k)
+    weights = rng.random((n, n))
+    weights = np.where(weights + weights.T > 1.2, weights + weights.T, 0.0)
+    np.fill_diagonal(weights, 0.0)
+    laplacian = np.diag(weights.sum(axis=1)) - weights
+    values, vectors = smallest_eigenpairs(laplacian, k)
+    expected_values, expected_vectors = scipy.linalg.eigh(laplacian, subset_by_index=[0, k - 1], driver="evr")
+    assert np.array_equal(values, expected_values) and np.array_equal(vectors, expected_vectors)
+    with pytest.raises(ValueError, match="square matrix"):
+        smallest_eigenpairs(laplacian, n + 1)
+
+
+def test_smallest_eigenpairs_call_lapack_with_python_s_lock_released() -> None:
+    """A plain ctypes function (not a Python-API one) releases the GIL for the call: classes on threads overlap."""
+    import ctypes
+
+    from shiftbench.metashift.eigensolver import _dsyevr
+
+    assert not _dsyevr()._flags_ & ctypes._FUNCFLAG_PYTHONAPI  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("dim", [1, 2, 5, 7, 8, 9, 12])

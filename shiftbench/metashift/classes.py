@@ -79,6 +79,7 @@ class ClassResult:
     edge_columns: np.ndarray
     edge_shared: np.ndarray
     edge_overlap: np.ndarray
+    modularity: float | None  # of the communities (metashift_graphs)
 
     @property
     def edges(self) -> pl.DataFrame:
@@ -271,7 +272,8 @@ def _meta_graph(
     graph = mg.ClassGraph(index.class_name(code), names, sizes, weights)
     communities = mg.detect_communities(graph, settings.community_method, settings.seed)
     embedding = em.embed(graph.weights, settings.embedding_dim, settings.embedding)
-    return ClassResult(graph, communities, embedding, rows, columns, shared, overlap)
+    modularity = mg.modularity(graph, communities)  # here, on the class's thread, not when the tables are made
+    return ClassResult(graph, communities, embedding, rows, columns, shared, overlap, modularity)
 
 
 def _sparse_cooccurrences(

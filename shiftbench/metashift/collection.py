@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import polars as pl
@@ -41,11 +42,10 @@ from scipy.spatial.distance import pdist
 from threadpoolctl import threadpool_limits
 
 from shiftbench.errors import InputError
-from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, ValuesPart, in_bins, magnitudes_table
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
-from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.classes import LISTED_SCHEMA as LISTED
 from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings, build_class, edge_table
 from shiftbench.metashift.index import SceneIndex, build_index
@@ -54,6 +54,8 @@ from shiftbench.metashift.specs import CollectionSpec
 from shiftbench.metashift.subsets import CONTEXT_KINDS, SUBSET_COLUMNS
 from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.streamed import StreamedTable
+
+T = TypeVar("T")
 
 
 def class_settings(spec: CollectionSpec) -> ClassSettings:
@@ -289,7 +291,7 @@ def graph_tables(results: Mapping[str, ClassResult]) -> dict[str, pl.DataFrame]:
                 n_components,
                 int(np.sum(emb.component == 0)),
                 len(result.communities),
-                mg.modularity(graph, result.communities),
+                result.modularity,
                 statuses[0] if statuses else "ok",
                 emb.eigenvalues[0] if emb.eigenvalues else [],
             )
@@ -425,10 +427,23 @@ def _defined_distances(embedding: em.Embedding) -> tuple[np.ndarray, np.ndarray]
     return pairs.distance[pairs.status_code == 0], np.bincount(pairs.status_code, minlength=len(em.STATUSES))
 
 
-def _class_distances(results: Mapping[str, ClassResult]) -> Iterator[np.ndarray]:
-    """Each class's defined distances, computed again on every call."""
-    for name in sorted(results):
-        yield _defined_distances(results[name].embedding)[0]
+def _each_class(results: Mapping[str, ClassResult], work: Callable[[em.Embedding], T]) -> Iterator[T]:
+    """``work`` on each class's embedding, in name order, on threads (pdist and numpy release the GIL) a few classes
+    ahead: never more than a few classes' distances in memory."""
+    names = sorted(results)
+    ahead = 2 * (os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=os.cpu_count()) as pool:
+        pending = deque(pool.submit(work, results[name].embedding) for name in names[:ahead])
+        for name in names[ahead:]:
+            yield pending.popleft().result()
+            pending.append(pool.submit(work, results[name].embedding))
+        while pending:
+            yield pending.popleft().result()
+
+
+def _first_pass(embedding: em.Embedding) -> tuple[ValuesPart | None, np.ndarray]:
+    known, counts = _defined_distances(embedding)
+    return ValuesPart.of(known), counts
 
 
 def distance_statistics(results: Mapping[str, ClassResult]) -> DistanceStatistics:
@@ -442,15 +457,18 @@ def distance_statistics(results: Mapping[str, ClassResult]) -> DistanceStatistic
     total = 0
     class_means: list[tuple[str, str, float | None]] = []
     statistics = OrderStatistics()
-    for name in sorted(results):
-        known, counts = _defined_distances(results[name].embedding)
+    for name, (part, counts) in zip(sorted(results), _each_class(results, _first_pass), strict=True):
         total += int(counts.sum())
         nulls += counts
-        class_sum = statistics.add(known)
-        if class_sum is not None:
-            class_means.append(("subset_distance_mean", name, class_sum / len(known)))
+        mean = statistics.merge(part)
+        if mean is not None:
+            class_means.append(("subset_distance_mean", name, mean))
     nulls[0] = 0
-    rows = statistics.summary("subset_distance", SCOPE_ALL, lambda: _class_distances(results))
+
+    def again(wanted: np.ndarray) -> Iterator[np.ndarray]:
+        return _each_class(results, lambda embedding: in_bins(_defined_distances(embedding)[0], wanted))
+
+    rows = statistics.summary("subset_distance", SCOPE_ALL, again)
     by_status = {status: int(n) for status, n in zip(em.STATUSES, nulls.tolist(), strict=True) if n}
     return DistanceStatistics(magnitudes_table(build.FAMILY, [*rows, *class_means]), by_status, total)
 

@@ -37,13 +37,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.linalg
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 from scipy.sparse.linalg import eigsh
 from scipy.spatial.distance import pdist
 
 from shiftbench.errors import InputError
+from shiftbench.metashift.eigensolver import smallest_eigenpairs
 
 EMBEDDINGS = ("paper", "networkx")
 STATUSES = ("ok", "different_components", "degenerate_eigenvalues", "too_few_nodes")
@@ -106,8 +106,7 @@ def _component_eigenpairs(laplacian: sp.csr_array, k: int) -> tuple[np.ndarray, 
     for components too large to hold densely."""
     n = laplacian.shape[0]
     if n <= _DENSE_MAX or k >= n - 1:
-        values, vectors = scipy.linalg.eigh(laplacian.toarray(), subset_by_index=[0, k - 1], driver="evr")
-        return values, vectors
+        return smallest_eigenpairs(laplacian.toarray(), k)
     v0 = np.cos(np.arange(n, dtype=np.float64) + 0.5)  # fixed start: ARPACK is otherwise random
     values, vectors = eigsh(laplacian.tocsc(), k=k, sigma=-1.0, which="LM", v0=v0)
     order = np.argsort(values)
@@ -157,7 +156,7 @@ def networkx_layout(adjacency: np.ndarray, dim: int) -> tuple[np.ndarray, np.nda
         # networkx's ARPACK is unseeded here; the symmetric dense solver is exact and deterministic, and asked for
         # the dim + 2 smallest eigenpairs only (LAPACK's MRRR) it is 3x faster than all of them (1,698 nodes:
         # 0.26 s against 0.71 s on one thread)
-        values, vectors = scipy.linalg.eigh(laplacian, subset_by_index=[0, min(dim + 1, n - 1)], driver="evr")
+        values, vectors = smallest_eigenpairs(laplacian, min(dim + 2, n))
     index = np.argsort(values)[1 : dim + 1]
     pos = np.real(vectors[:, index])
     pos -= pos.mean(axis=0)

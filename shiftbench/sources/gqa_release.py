@@ -53,5 +53,7 @@ def image_count(path: Path, cache_dir: Path) -> int | None:
 
 def is_release(paths: Sequence[Path], cache_dir: Path) -> bool:
     """Whether ``paths`` are GQA's two released scene-graph files (by their published image counts)."""
+    if len(paths) != len(RELEASE_IMAGE_COUNTS):  # one file, or three, is never the release: nothing to count
+        return False
     counts = [image_count(path, cache_dir) for path in paths]
     return sorted(c for c in counts if c is not None) == sorted(RELEASE_IMAGE_COUNTS) and None not in counts
