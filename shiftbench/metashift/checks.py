@@ -19,7 +19,8 @@ import numpy as np
 import polars as pl
 from numba import njit
 
-from shiftbench.metashift.index import _bits, _unique_pairs
+from shiftbench.memory import release_freed_memory
+from shiftbench.metashift.index import _bits, _unique_pairs, sorted_unique
 
 _KEY = ["benchmark", "version"]
 _EDGE_COLUMNS = pl.Schema(
@@ -254,7 +255,7 @@ def _scene_recount(files: Mapping[str, Path], benchmark: str, version: str) -> _
     annotations (both rules read it: made once per version and files, :func:`_recount_of`)."""
     same = (pl.col("benchmark") == benchmark) & (pl.col("version") == version)
     asked = _scan(files, "metashift_edges", _EDGE_COLUMNS).filter(same).select("class", "subset_a", "subset_b")
-    return _count_again(files, same, asked.collect())
+    return _count_again(files, same, asked)
 
 
 _RECOUNTS: dict[tuple[Any, ...], _Recount] = {}
@@ -281,7 +282,7 @@ class _Stored:
     tag_offsets: np.ndarray
     tags: np.ndarray
     kinds: np.ndarray  # 0 object, 1 general
-    shows_class: np.ndarray
+    shows_offsets: np.ndarray  # the images that show class code c: shows_image[shows_offsets[c] : shows_offsets[c + 1]]
     shows_image: np.ndarray
     attribute_class: np.ndarray
     attribute_image: np.ndarray
@@ -309,7 +310,7 @@ def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
             .collect()
             .to_series()
         )
-    key = pl.concat(keys).unique().sort().to_numpy()
+    key = sorted_unique(np.concatenate([k.to_numpy() for k in keys]) if len(keys) > 1 else keys[0].to_numpy())
     del keys
     image = (key >> np.uint64(33)).astype(np.int32)
     tags = ((key >> np.uint64(1)) & np.uint64(0xFFFFFFFF)).astype(np.int32)
@@ -319,7 +320,10 @@ def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
     names = pl.scan_parquet(files["metashift_scene_class_names"]).filter(same).select("class", "name").collect()
     names = names.filter((pl.col("name") >= 0) & (pl.col("name") < size)).sort("name", "class")
     # the images that show each class: an object row whose name is one of the class's names
-    rows = np.flatnonzero(kinds == 0)
+    objects_only = not kinds.any()  # tag tables and object-only collections: every row, without a copy
+    rows = slice(None) if objects_only else np.flatnonzero(kinds == 0)
+    classes: np.ndarray
+    shown: np.ndarray
     if names["name"].is_duplicated().any():  # class groups: a name may show several classes
         name_offsets = _csr(names["name"].to_numpy().astype(np.int64), size)
         per_row = np.diff(name_offsets)[tags[rows]]
@@ -327,14 +331,18 @@ def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
         member = starts + (np.arange(int(per_row.sum())) - np.repeat(np.cumsum(per_row) - per_row, per_row))
         classes = names["class"].to_numpy().astype(np.int64)[member]
         shown = np.repeat(image[rows], per_row).astype(np.int64)
-    else:  # each name shows one class at most: a lookup
-        class_of = np.full(size, -1, dtype=np.int64)
+    else:  # each name shows one class at most: a lookup (no copy of every row when all are objects, as in tag tables)
+        class_of = np.full(size, -1, dtype=np.int32)
         class_of[names["name"].to_numpy()] = names["class"].to_numpy()
-        classes = class_of[tags[rows]]
-        keep = classes >= 0
-        classes, shown = classes[keep], image[rows][keep].astype(np.int64)
+        of_row = class_of[tags[rows]]
+        keep = of_row >= 0
+        classes, shown = of_row[keep], image[rows][keep]
+        del of_row, keep
     shows_class, shows_image = _unique_pairs(classes, shown, _bits(n_images))
     del classes, shown, rows
+    shows_offsets = _csr(shows_class, size)
+    shows_image = shows_image.astype(np.int32)  # images < 2^31 (stored as Int32)
+    del shows_class
     attributes = pl.DataFrame(schema={"image": pl.Int32, "class": pl.Int32, "attribute": pl.Int32})
     if "metashift_scene_attributes" in files:
         stored = pl.scan_parquet(files["metashift_scene_attributes"]).filter(same)
@@ -345,7 +353,7 @@ def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
         _csr(image, n_images),
         tags,
         kinds,
-        shows_class,
+        shows_offsets,
         shows_image,
         attributes["class"].to_numpy().astype(np.int64),
         attributes["image"].to_numpy().astype(np.int64),
@@ -355,7 +363,7 @@ def _stored(files: Mapping[str, Path], same: pl.Expr) -> _Stored:
     )
 
 
-def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) -> _Recount:
+def _count_again(files: Mapping[str, Path], same: pl.Expr, edges: pl.LazyFrame) -> _Recount:
     """Count again, class by class, the images of a version's selected subsets and of the pairs ``asked`` (edges):
     an image is in class(context) when an object name of the class shows in it (``metashift_scene_class_names``)
     and it has the context (``metashift_scene_objects``: an object name; ``metashift_scene_contexts``: an
@@ -363,11 +371,11 @@ def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) 
     ``metashift_scene_attributes``: an attribute of an object of the class). Reads the stored tables only (not the
     build's index), in compiled loops over the images of one class at a time, classes on threads."""
     subsets = _scan(files, "metashift_subsets", _SELECTED_COLUMNS).filter(same & pl.col("selected")).collect()
-    stored = _stored(files, same)
     ordered = subsets.with_row_index("row").sort("class", "subset")
     ordered = ordered.with_columns(pl.int_range(pl.len()).over("class").alias("number"))
     # the pairs asked for, as the numbers of their subsets within the edge's class (NULL: not a selected subset of it)
     numbered = ordered.select("class", "subset", "number")
+    asked = edges.collect()  # collected here, so that its names are freed once the pairs are numbered
     pairs_asked = (
         asked.with_row_index("pair")
         .join(numbered.rename({"subset": "subset_a", "number": "x"}), on=["class", "subset_a"], how="left")
@@ -377,6 +385,8 @@ def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) 
     )
     n_asked = asked.height
     del asked
+    release_freed_memory()
+    stored = _stored(files, same)  # after the names are gone: the two never wait in memory together
     by_class = {key[0]: frame for key, frame in pairs_asked.partition_by("class", as_dict=True).items()}
     counted = np.full(subsets.height, -1, dtype=np.int64)
     shared = np.full(n_asked, -1, dtype=np.int64)
@@ -391,7 +401,7 @@ def _count_again(files: Mapping[str, Path], same: pl.Expr, asked: pl.DataFrame) 
             if context >= 0:
                 local[kind, context] = number
         k = part.height
-        lo, hi = np.searchsorted(stored.shows_class, [code, code + 1])
+        lo, hi = (stored.shows_offsets[code], stored.shows_offsets[code + 1]) if code >= 0 else (0, 0)
         a_lo, a_hi = np.searchsorted(stored.attribute_class, [code, code + 1])
         wanted = by_class.get(class_name)
         dense = wanted is not None and k <= DENSE_PAIRS_MAX
