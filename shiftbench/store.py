@@ -288,17 +288,20 @@ class Store:
         given: Mapping[str, bytes] = {} if attachments is None or callable(attachments) else attachments
         try:
             files: dict[str, Any] = {}
-            for name, frame in prepared.items():
+            for name in list(prepared):
+                frame = prepared.pop(name)  # each canonical copy is let go once written, before the checks run
                 path = staging / f"{name}.parquet"
                 if isinstance(frame, StreamedTable):
                     self._write_streamed(frame, version, path)
                 else:
                     self._write_table(self._with_version(frame, version), path)
+                rows = frame.height
+                del frame
                 release_freed_memory()
                 files[name] = {
                     "file": path.name,
                     "bytes": path.stat().st_size,
-                    "rows": frame.height,
+                    "rows": rows,
                     "sha256": sha256_file(path),
                     "content_sha256": hashes[name],
                 }

@@ -25,7 +25,7 @@ _ARGUMENTS = 21  # dsyevr(jobz, range, uplo, n, a, lda, vl, vu, il, iu, abstol, 
 @cache
 def _dsyevr() -> Any:
     """scipy's ``dsyevr`` (the function behind ``scipy.linalg.cython_lapack.dsyevr``), callable from ctypes."""
-    capsule = cython_lapack.__pyx_capi__["dsyevr"]  # type: ignore[attr-defined]
+    capsule = getattr(cython_lapack, "__pyx_capi__")["dsyevr"]  # noqa: B009 (no stubs name it)
     get_name = ctypes.pythonapi.PyCapsule_GetName
     get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
     get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
