@@ -390,6 +390,19 @@ def test_tag_tables_build_subsets_and_reject_numeric_ids(tmp_path: Path) -> None
         read_tags_table(tmp_path / "bad.csv")
 
 
+def test_figures_drawn_by_a_worker_process_are_the_bytes_drawn_here() -> None:
+    """Large collections' figures are drawn in a worker while the version is staged: the same PNGs, in order."""
+    from shiftbench.plots import MetaGraphDrawing, metagraph_figures_started
+
+    drawings = [
+        MetaGraphDrawing(["cat(sofa)", "cat(bed)", "cat(grass)"], [40, 30, 25], [(0, 1, 0.5)], [0, 0, 1], "cat"),
+        MetaGraphDrawing(["dog(ball)", "dog(car)"], [50, 26], [(0, 1, 0.2)], [0, 1], "dog"),
+    ]
+    here = metagraph_figures_started(drawings, in_worker=False)()
+    assert metagraph_figures_started(drawings, in_worker=True)() == here
+    assert here[0] != here[1] and all(png.startswith(b"\x89PNG") for png in here)
+
+
 # -- publishing -----------------------------------------------------------------------------
 def test_collections_and_tasks_publish_deterministically_and_contracts_catch_leakage(
     make_settings: Callable[..., Settings], tmp_path: Path

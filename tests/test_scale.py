@@ -385,7 +385,7 @@ def test_each_class_built_alone_has_the_plain_sets_sizes_and_overlaps(
     settings = mc.ClassSettings(5, 2, None, 0.0, "paper", 3, "louvain", 0)
     counts = np.zeros(len(index.vocabulary), dtype=np.int64)
     outcomes = [mc.build_class(index, int(code), settings, counts) for code in index.classes]
-    sizes = {n: int(s) for o in outcomes for n, s in o.listed.select("subset", "n_images").iter_rows()}
+    sizes = {n: int(s) for o in outcomes for n, s in zip(o.listed.subsets, o.listed.sizes, strict=True)}
     assert sizes == {name: len(v) for name, v in images_of.items() if len(v) >= 5}
     assert sum(sum(o.counts.values()) for o in outcomes) == len(images_of)
     edges = pl.concat([o.result.edges for o in outcomes if o.result is not None])

@@ -56,6 +56,19 @@ class Candidates:
 
 
 @dataclass(frozen=True)
+class Listed:
+    """A class's rows of ``metashift_subsets`` as plain columns: one table is made of every class's at once
+    (:func:`listed_table`; a polars frame per class cost more than counting the class, 1,700 GQA classes)."""
+
+    subsets: list[str]
+    contexts: list[str]
+    kinds: np.ndarray  # int8 positions in CONTEXT_KINDS
+    codes: np.ndarray  # int64 context codes
+    sizes: np.ndarray  # int64 images
+    selection: list[str]
+
+
+@dataclass(frozen=True)
 class ClassOutcome:
     """Everything a collection keeps of one class."""
 
@@ -63,7 +76,7 @@ class ClassOutcome:
     class_code: int
     n_images: int
     counts: dict[str, int]  # candidates by selection status
-    listed: pl.DataFrame  # subsets listed in metashift_subsets (selected, or large in a dropped class)
+    listed: Listed  # subsets listed in metashift_subsets (selected, or large in a dropped class)
     result: ClassResult | None  # None when the class has too few large subsets
     selected_codes: dict[str, np.ndarray]  # per context kind, the codes of its selected contexts
     largest: int  # its largest candidate's size
@@ -154,7 +167,7 @@ def candidates(index: SceneIndex, code: int, counts: np.ndarray, min_subset_size
         n_small += int((~large).sum())
         clash = np.isin(codes[large], earlier)
         earlier = np.union1d(earlier, codes)
-        strings = index.vocabulary.gather(codes[large]).to_list()
+        strings = [index.names[c] for c in codes[large].tolist()]
         prefix = f"{CONTEXT_KINDS[kind]}:"
         names += [f"{class_name}({prefix if c else ''}{s})" for s, c in zip(strings, clash.tolist(), strict=True)]
         contexts += strings
@@ -196,22 +209,13 @@ def build_class(index: SceneIndex, code: int, settings: ClassSettings, counts: n
     status, enough = select(found, settings)
     class_name = index.class_name(code)
     listed_rows = [k for k, s in enumerate(status) if s in ("selected", "class_too_few_subsets")]
-    listed = pl.DataFrame(
-        {
-            "subset": [found.names[k] for k in listed_rows],
-            "class": [class_name] * len(listed_rows),
-            "context": [found.contexts[k] for k in listed_rows],
-            "context_kind": [CONTEXT_KINDS[int(found.kinds[k])] for k in listed_rows],
-            "context_group": [
-                index.general_groups.get(int(found.codes[k])) if found.kinds[k] == 2 else None for k in listed_rows
-            ],
-            "n_images": found.sizes[listed_rows].astype(np.int64),
-            "selected": [status[k] == "selected" for k in listed_rows],
-            "selection": [status[k] for k in listed_rows],
-            "class_code": np.full(len(listed_rows), code, dtype=np.int32),
-            "context_code": found.codes[listed_rows].astype(np.int32),
-        },
-        schema=LISTED_SCHEMA,
+    listed = Listed(
+        [found.names[k] for k in listed_rows],
+        [found.contexts[k] for k in listed_rows],
+        found.kinds[listed_rows],
+        found.codes[listed_rows],
+        found.sizes[listed_rows],
+        [status[k] for k in listed_rows],
     )
     tally = dict.fromkeys(SELECTIONS, 0)
     tally["too_small"] = found.n_small
@@ -308,6 +312,36 @@ def _sparse_cooccurrences(
         shape=(len(images), k),
     )
     return sp.triu(matrix.T @ matrix, k=1).tocoo()
+
+
+def listed_table(index: SceneIndex, outcomes: Sequence[ClassOutcome]) -> pl.DataFrame:
+    """The listed subsets of every class, in the order of ``outcomes`` (columns of :data:`LISTED_SCHEMA`)."""
+    parts = [o.listed for o in outcomes]
+    lengths = np.array([len(p.subsets) for p in parts], dtype=np.int64)
+    kinds = np.concatenate([p.kinds for p in parts]) if parts else np.zeros(0, np.int8)
+    codes = np.concatenate([p.codes for p in parts]) if parts else np.zeros(0, np.int64)
+    selection = [s for p in parts for s in p.selection]
+    general = CONTEXT_KINDS.index("general")
+    return pl.DataFrame(
+        {
+            "subset": [s for p in parts for s in p.subsets],
+            "class": pl.Series([o.class_name for o in outcomes], dtype=pl.String).gather(
+                np.repeat(np.arange(len(parts)), lengths)
+            ),
+            "context": [c for p in parts for c in p.contexts],
+            "context_kind": pl.Series(CONTEXT_KINDS, dtype=pl.String).gather(kinds.astype(np.int64)),
+            "context_group": [
+                index.general_groups.get(int(c)) if k == general else None
+                for k, c in zip(kinds.tolist(), codes.tolist(), strict=True)
+            ],
+            "n_images": (np.concatenate([p.sizes for p in parts]) if parts else np.zeros(0)).astype(np.int64),
+            "selected": [s == "selected" for s in selection],
+            "selection": selection,
+            "class_code": np.repeat(np.array([o.class_code for o in outcomes], dtype=np.int32), lengths),
+            "context_code": codes.astype(np.int32),
+        },
+        schema=LISTED_SCHEMA,
+    )
 
 
 LISTED_SCHEMA = pl.Schema(

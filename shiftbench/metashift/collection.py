@@ -46,8 +46,14 @@ from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, ValuesPart, in_bin
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
-from shiftbench.metashift.classes import LISTED_SCHEMA as LISTED
-from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings, build_class, edge_table
+from shiftbench.metashift.classes import (
+    ClassOutcome,
+    ClassResult,
+    ClassSettings,
+    build_class,
+    edge_table,
+    listed_table,
+)
 from shiftbench.metashift.index import SceneIndex, build_index
 from shiftbench.metashift.scope import Scope, resolve_scope
 from shiftbench.metashift.specs import CollectionSpec
@@ -224,7 +230,7 @@ def collection_tables(
 ) -> tuple[dict[str, pl.DataFrame | StreamedTable], dict[str, ClassResult], DistanceCounts]:
     """All tables of one collection version (without ``version``), its classes' meta-graphs (for figures), and
     how many distances are NULL and why (for the warnings)."""
-    listed = pl.concat([o.listed for o in outcomes]) if outcomes else pl.DataFrame(schema=LISTED)
+    listed = listed_table(index, outcomes)
     if not listed["selected"].any():  # an empty collection would publish as a result: refuse it
         n_candidates = sum(sum(o.counts.values()) for o in outcomes)
         largest = max((o.largest for o in outcomes), default=0)
@@ -243,7 +249,7 @@ def collection_tables(
         "metashift_classes": classes_table(outcomes),
         "metashift_edges": edge_table([r for _, r in sorted(results.items())]),
         **graph_tables(results),
-        **scene_tables(index, outcomes),
+        **scene_tables(index, outcomes, listed),
         "shift_magnitudes": distances.magnitudes,
     }
     if spec.store_distances:
@@ -330,7 +336,7 @@ def _gather(offsets: np.ndarray, values: np.ndarray, rows: np.ndarray) -> tuple[
     return np.repeat(rows, lengths), np.asarray(values)[starts + np.arange(int(lengths.sum()))]
 
 
-def scene_tables(index: SceneIndex, outcomes: Sequence[ClassOutcome]) -> dict[str, pl.DataFrame]:
+def scene_tables(index: SceneIndex, outcomes: Sequence[ClassOutcome], listed: pl.DataFrame) -> dict[str, pl.DataFrame]:
     """The integer-coded annotations of the selected subsets: what the view ``metashift_subset_images`` reads.
 
     Only what selected subsets need: the images that show a class with a meta-graph, the object names that show
@@ -379,7 +385,6 @@ def scene_tables(index: SceneIndex, outcomes: Sequence[ClassOutcome]) -> dict[st
         )
     attributes = pl.concat(attribute_rows) if attribute_rows else pl.DataFrame(schema=ATTRIBUTE_SCHEMA)
     class_names = pl.DataFrame({"class": names_class, "name": names}, schema=CLASS_NAME_SCHEMA)
-    listed = pl.concat([o.listed for o in outcomes]) if outcomes else pl.DataFrame(schema=LISTED)
     in_use = np.zeros(size, dtype=bool)
     for codes in (
         pieces["object"]["name"].to_numpy(),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,12 +45,12 @@ from shiftbench.fingerprint import canonical_json, sha256_files, sha256_table, s
 from shiftbench.images import STANDIN, image_block
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build, collection
-from shiftbench.metashift.classes import ClassResult, ClassSettings
+from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
-from shiftbench.plots import metagraph_figure, task_distances
+from shiftbench.plots import MetaGraphDrawing, metagraph_figures_started, task_distances
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects
@@ -302,10 +302,11 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         work_dir = settings.cache_dir / "metashift_work"
         work_dir.mkdir(parents=True, exist_ok=True)
         outcomes = collection.build_in_processes(index, plan.settings, settings.metashift_buckets, work_dir)
+    figures = _figures_started(outcomes, target.benchmark)
     built = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
     del index, outcomes  # not held while the version is hashed, written and checked
     release_freed_memory()
-    return _stage_built(settings, target, plan, *built)
+    return _stage_built(settings, target, plan, *built, figures)
 
 
 # -- the same build fanned out: a plan, units that run apart (processes, Dagster steps), one stage -----------------
@@ -337,10 +338,11 @@ def stage_collection_units(
     plan: CollectionPlan = pickle.loads((work / "plan.pickle").read_bytes())
     units = json.loads((work / "units.json").read_text("utf-8"))
     outcomes = collection.read_buckets([work / f"unit-{unit}.pickle" for unit in units])
+    figures = _figures_started(outcomes, target.benchmark)
     built = collection.collection_tables(plan.spec, SceneIndex.load(work / "index"), plan.scope, outcomes, plan.sources)
     del outcomes
     release_freed_memory()
-    return _stage_built(settings, target, plan, *built)
+    return _stage_built(settings, target, plan, *built, figures)
 
 
 def _stage_built(
@@ -350,6 +352,7 @@ def _stage_built(
     tables: dict[str, pl.DataFrame | StreamedTable],
     results: dict[str, ClassResult],
     distances: collection.DistanceCounts,
+    figures: Callable[[], dict[str, bytes]],
 ) -> StagedVersion:
     """Stage the collection's tables; figures of the largest classes' meta-graphs go next to it (files/)."""
     benchmark = target.benchmark
@@ -357,29 +360,6 @@ def _stage_built(
     params = json.loads(benchmarks["params"][0])
     params["overrides"] = dict(target.overrides)
     tables["benchmarks"] = benchmarks.with_columns(pl.lit(canonical_json(params)).alias("params"))
-
-    def figures() -> dict[str, bytes]:
-        attachments = {}
-        for class_name in sorted(results, key=lambda c: (-len(results[c].graph.nodes), c))[:MAX_FIGURES]:
-            result = results[class_name]
-            community_of = {m: k for k, members in enumerate(result.communities) for m in members}
-            nodes = result.graph.nodes
-            # A figure of thousands of labelled nodes is unreadable and takes tens of seconds: draw the
-            # largest subsets (nodes come largest first) and their edges, and say so in the title.
-            shown = min(len(nodes), MAX_FIGURE_NODES)
-            coo = result.graph.weights.tocoo()
-            edges = [
-                (int(i), int(j), float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True) if i < j < shown
-            ]
-            drawn = f"the {shown} largest of " if shown < len(nodes) else ""
-            attachments[figure_name(class_name)] = metagraph_figure(
-                nodes[:shown],
-                result.graph.sizes[:shown].tolist(),
-                edges,
-                [community_of[n] for n in nodes[:shown]],
-                f"{class_name}: {drawn}{len(nodes)} subsets, {len(result.communities)} communities ({benchmark})",
-            )
-        return attachments
 
     return stage_tables(
         settings,
@@ -393,6 +373,34 @@ def _stage_built(
         attachments=figures,
         warnings=build.distance_warnings(distances, plan.spec.embedding),
         card=card_info(plan.dataset, f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
+    )
+
+
+def _figures_started(outcomes: Sequence[ClassOutcome], benchmark: str) -> Callable[[], dict[str, bytes]]:
+    """Figures of the largest classes' meta-graphs, being drawn from now on (the call waits for them)."""
+    results = {o.class_name: o.result for o in outcomes if o.result is not None}
+    largest = sorted(results, key=lambda c: (-len(results[c].graph.nodes), c))[:MAX_FIGURES]
+    in_worker = sum(len(result.graph.nodes) for result in results.values()) >= FIGURES_IN_WORKER_FROM
+    pngs = metagraph_figures_started([_drawing(results[n], n, benchmark) for n in largest], in_worker=in_worker)
+    return lambda: {figure_name(name): png for name, png in zip(largest, pngs(), strict=True)}
+
+
+def _drawing(result: ClassResult, class_name: str, benchmark: str) -> MetaGraphDrawing:
+    """A class's meta-graph as its figure shows it."""
+    community_of = {m: k for k, members in enumerate(result.communities) for m in members}
+    nodes = result.graph.nodes
+    # A figure of thousands of labelled nodes is unreadable and takes tens of seconds: draw the
+    # largest subsets (nodes come largest first) and their edges, and say so in the title.
+    shown = min(len(nodes), MAX_FIGURE_NODES)
+    coo = result.graph.weights.tocoo()
+    edges = [(int(i), int(j), float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True) if i < j < shown]
+    drawn = f"the {shown} largest of " if shown < len(nodes) else ""
+    return MetaGraphDrawing(
+        nodes[:shown],
+        result.graph.sizes[:shown].tolist(),
+        edges,
+        [community_of[n] for n in nodes[:shown]],
+        f"{class_name}: {drawn}{len(nodes)} subsets, {len(result.communities)} communities ({benchmark})",
     )
 
 
@@ -554,6 +562,7 @@ RELEASED = Input(
 )
 MAX_FIGURES = 12  # the largest classes; the UI shows 4 inline (FIGURES_INLINE)
 MAX_FIGURE_NODES = 60  # about what MetaShift's Figure 2 shows per class
+FIGURES_IN_WORKER_FROM = 5_000  # selected subsets from which a worker draws the figures (GQA attributes: 8,015)
 
 
 COLLECTION = Kind(

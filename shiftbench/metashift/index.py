@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -82,8 +83,13 @@ class SceneIndex:
     def n_images(self) -> int:
         return len(self.image_ids)
 
+    @cached_property
+    def names(self) -> list[str]:
+        """The vocabulary as a list: a class's names looked up without a polars call per class."""
+        return self.vocabulary.to_list()
+
     def class_name(self, code: int) -> str:
-        return str(self.vocabulary[int(code)])
+        return self.names[int(code)]
 
     def images_of(self, code: int) -> np.ndarray:
         return self.class_images[self.class_image_offsets[code] : self.class_image_offsets[code + 1]]
