@@ -303,10 +303,10 @@ def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, Ca
         work_dir.mkdir(parents=True, exist_ok=True)
         outcomes = collection.build_in_processes(index, plan.settings, settings.metashift_buckets, work_dir)
     figures = _figures_started(outcomes, target.benchmark)
-    built = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
-    del index, outcomes  # not held while the version is hashed, written and checked
+    tables, results, distances = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
+    del index, outcomes, results  # not held while the version is hashed, written and checked
     release_freed_memory()
-    return _stage_built(settings, target, plan, *built, figures)
+    return _stage_built(settings, target, plan, tables, distances, figures)
 
 
 # -- the same build fanned out: a plan, units that run apart (processes, Dagster steps), one stage -----------------
@@ -339,10 +339,11 @@ def stage_collection_units(
     units = json.loads((work / "units.json").read_text("utf-8"))
     outcomes = collection.read_buckets([work / f"unit-{unit}.pickle" for unit in units])
     figures = _figures_started(outcomes, target.benchmark)
-    built = collection.collection_tables(plan.spec, SceneIndex.load(work / "index"), plan.scope, outcomes, plan.sources)
-    del outcomes
+    index = SceneIndex.load(work / "index")
+    tables, results, distances = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
+    del index, outcomes, results
     release_freed_memory()
-    return _stage_built(settings, target, plan, *built, figures)
+    return _stage_built(settings, target, plan, tables, distances, figures)
 
 
 def _stage_built(
@@ -350,11 +351,11 @@ def _stage_built(
     target: Target,
     plan: CollectionPlan,
     tables: dict[str, pl.DataFrame | StreamedTable],
-    results: dict[str, ClassResult],
     distances: collection.DistanceCounts,
     figures: Callable[[], dict[str, bytes]],
 ) -> StagedVersion:
-    """Stage the collection's tables; figures of the largest classes' meta-graphs go next to it (files/)."""
+    """Stage the collection's tables; the figures of the largest classes' meta-graphs (:func:`_figures_started`)
+    go next to it (files/)."""
     benchmark = target.benchmark
     benchmarks = in_memory(tables["benchmarks"])
     params = json.loads(benchmarks["params"][0])
