@@ -51,9 +51,13 @@ def stage_tables(
     attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
     warnings: Sequence[str] = (),
     card: CardInfo | None = None,
+    consume: bool = False,
 ) -> StagedVersion:
     """Stage a version with the manifest every family writes (params, sources, images, environment),
-    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given."""
+    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given.
+
+    With ``consume`` (``tables`` a dict the caller no longer reads), the store empties ``tables`` as it takes each
+    table (:meth:`Store.stage`); the card then reads what it needs of them, kept aside here (:func:`_for_card`)."""
     row = in_memory(tables["benchmarks"]).row(0, named=True)
     manifest = {
         "spec": spec,
@@ -68,9 +72,11 @@ def stage_tables(
         "family": family,
     }
 
+    described = _for_card(tables) if consume else tables
+
     def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
         assert card is not None
-        return cards.documents(cards.Version(benchmark, version, manifest, tables, files, figures, card))
+        return cards.documents(cards.Version(benchmark, version, manifest, described, files, figures, card))
 
     return Store(settings.store_dir).stage(
         family,
@@ -80,7 +86,21 @@ def stage_tables(
         attachments=attachments,
         documents=documents if card is not None else None,
         while_attaching=_CHECK_WHILE_ATTACHING.get(),
+        consume=consume,
     )
+
+
+def _for_card(tables: Mapping[str, pl.DataFrame | StreamedTable]) -> dict[str, pl.DataFrame | StreamedTable]:
+    """What a card reads of a version's tables (:func:`cards.documents`): every table's schema, the rows of
+    ``examples`` and ``shift_magnitudes`` only."""
+    return {
+        name: (
+            table
+            if name in cards.TABLES_READ or isinstance(table, StreamedTable)  # streamed: made when read, not held
+            else pl.DataFrame(schema=table.schema)
+        )
+        for name, table in tables.items()
+    }
 
 
 @dataclass

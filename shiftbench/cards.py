@@ -83,6 +83,9 @@ class CardInfo:
     citation: str  # the paper to cite next to the version id
 
 
+TABLES_READ = ("examples", "shift_magnitudes")  # the tables whose rows a card reads; of the others, the schema
+
+
 @dataclass(frozen=True)
 class Version:
     """What the card and the Croissant file of one version are made from."""

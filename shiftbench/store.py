@@ -243,6 +243,7 @@ class Store:
         attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
         documents: Callable[[str, Mapping[str, Mapping[str, Any]], list[str]], Mapping[str, bytes]] | None = None,
         while_attaching: Callable[[Mapping[str, Path]], None] | None = None,
+        consume: bool = False,
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
@@ -255,6 +256,8 @@ class Store:
         card): they are written under ``files/`` too, once the tables' files and checksums exist.
         ``while_attaching(table files)`` runs once the tables of a new version are written if its attachments are
         still being made then (the contract check: it reads only the tables, and figures take about as long).
+        With ``consume`` (``tables`` a dict), each table is taken out of ``tables`` once its canonical copy exists:
+        a large build's frames are not held twice while the version is hashed, written and checked.
         """
         check_benchmark_name(benchmark)
         other = self.family_of(benchmark)
@@ -262,10 +265,12 @@ class Store:
             raise InputError(f"benchmark {benchmark!r} already belongs to family {other!r}", parameter="name")
         prepared: dict[str, pl.DataFrame | StreamedTable] = {}
         hashes = {}
-        for name, table in sorted(tables.items()):
+        for name in sorted(tables):
             # Each table is put in canonical order when its turn comes (not all first): a sorted copy of a large
             # frame does not wait in memory while a large streamed table is hashed.
+            table = tables.pop(name) if consume and isinstance(tables, dict) else tables[name]
             frame = prepared[name] = self._canonical(table, benchmark)
+            del table
             # sha256_table sorts the canonical frame again: the same rows, but bitmaps rebuilt the way every id so far
             # was hashed (their unused bits enter the bytes; see SceneTables.from_frames)
             hashes[name] = sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)

@@ -58,6 +58,16 @@ def test_row_order_does_not_change_the_id(tmp_path: Path, toy_breeds_dir: ToyDir
         assert a.table_path(table).read_bytes() == b.table_path(table).read_bytes()
 
 
+def test_consumed_tables_give_the_same_version_and_are_let_go(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
+    """``consume``: the store takes each table out of the caller's dict (a large build's frames are not held twice)."""
+    kept = Store(tmp_path / "a").stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    given = dict(toy_tables(toy_breeds_dir("again")))
+    taken = Store(tmp_path / "b").stage("breeds", "toy", given, consume=True)
+    assert given == {} and taken.version == kept.version
+    for table in kept.tables:
+        assert kept.table_path(table).read_bytes() == taken.table_path(table).read_bytes()
+
+
 def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     v1 = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))

@@ -374,6 +374,7 @@ def _stage_built(
         attachments=figures,
         warnings=build.distance_warnings(distances, plan.spec.embedding),
         card=card_info(plan.dataset, f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
+        consume=True,  # the collection's frames are let go as the store takes them
     )
 
 
