@@ -19,7 +19,7 @@ from pipelines.cli import main
 from shiftbench.contracts import failures
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import SplitTable, augment, group_batches, normalize, training_groups
+from shiftbench.erm.data import MEAN, STD, SplitTable, augment, group_batches, normalize, training_groups
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError
@@ -143,7 +143,7 @@ def test_group_batches_hold_n_distinct_groups_in_equal_shares() -> None:
     assert seen == {0, 1, 2, 3}  # the single-example group is drawn like the others
 
 
-def test_domainbed_augmentation_is_seeded_per_image_and_symmetric_normalisation_spans_minus_one_to_one() -> None:
+def test_domainbed_augmentation_is_seeded_per_image_and_normalisation_is_exact() -> None:
     torch.manual_seed(0)
     batch = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8)
     batch[:, :, :, :16] = 0  # a left half that flips and crops move
@@ -159,6 +159,10 @@ def test_domainbed_augmentation_is_seeded_per_image_and_symmetric_normalisation_
     x = normalize(torch.tensor([0, 255], dtype=torch.uint8).view(1, 1, 1, 2).expand(1, 3, 1, 2), channels_last=False,
                   kind="symmetric")  # fmt: skip
     assert x.flatten().tolist() == [-1.0, 1.0] * 3
+    pixels = torch.tensor([0, 128, 255], dtype=torch.uint8).view(1, 1, 1, 3).expand(2, 3, 1, 3)
+    mean, std = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    for _ in range(2):  # the constants are made once per device, the values the same every step
+        assert torch.equal(normalize(pixels, channels_last=False), (pixels.float() / 255.0 - mean) / std)
 
 
 def test_every_method_trains_through_the_cli_into_the_results_view(

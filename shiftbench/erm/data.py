@@ -15,6 +15,7 @@ Two input paths:
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -162,6 +163,16 @@ class SplitDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int, torch.Tenso
         return x, int(self.table.y[row]), torch.from_numpy(self.table.metadata[row])
 
 
+@functools.cache
+def _imagenet_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """ImageNet's mean and std on ``device``, made once: built on the host every step they were a copy to the
+    GPU per step, which also rules out capturing the step in a CUDA graph."""
+    return (
+        torch.tensor(MEAN, device=device).view(1, 3, 1, 1),
+        torch.tensor(STD, device=device).view(1, 3, 1, 1),
+    )
+
+
 def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet") -> torch.Tensor:
     """uint8 ``[B, 3, H, W]`` -> float on the batch's device: ImageNet mean/std (DomainBed, BREEDS,
     WILDS), or ``symmetric``, pixels in (-1, 1) as ConDS feeds its models (Appendix A.4)."""
@@ -170,8 +181,7 @@ def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet
         x = x.div_(127.5).sub_(1.0)
     else:
         x = x.div_(255.0)
-        mean = torch.tensor(MEAN, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(STD, device=x.device).view(1, 3, 1, 1)
+        mean, std = _imagenet_constants(x.device)
         x = x.sub_(mean).div_(std)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
