@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_metashift_gqa import distance_query
 from process_memory import run_sampled
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -80,26 +81,6 @@ def build(env: dict[str, str], benchmark: str, units: int, home: Path) -> dict[s
         "summary": next((line.strip() for line in stdout.splitlines() if "subsets selected" in line), ""),
         "distance_query": distance_query(home, benchmark),
     }
-
-
-def distance_query(home: Path, benchmark: str) -> dict[str, Any]:
-    """The largest class's distances from the catalog's view (a fresh connection, the median of 3 queries)."""
-    import duckdb
-
-    with duckdb.connect(str(home / "catalog.duckdb"), read_only=True) as con:
-        largest, n = con.execute(
-            "SELECT class, n_subsets FROM metashift_graphs WHERE benchmark = ? ORDER BY n_subsets DESC LIMIT 1",
-            [benchmark],
-        ).fetchone()  # type: ignore[misc]
-        times = []
-        for _ in range(3):
-            start = time.perf_counter()
-            pairs, defined = con.execute(
-                "SELECT count(*), count(distance) FROM metashift_distances WHERE benchmark = ? AND class = ?",
-                [benchmark, largest],
-            ).fetchone()  # type: ignore[misc]
-            times.append(time.perf_counter() - start)
-    return {"class": largest, "subsets": n, "pairs": pairs, "defined": defined, "median_s": statistics.median(times)}
 
 
 def main() -> None:
