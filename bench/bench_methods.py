@@ -2,7 +2,7 @@
 
 Side by side in one run, medians of --repeats: one optimisation step (forward, the method's loss,
 backward, Adam) of the small CNN on a batch of 128 32x32 images with 9 training groups, for every
-method of shiftbench.erm.methods; and one batch of each augmentation of shiftbench.erm.data.augment,
+method of shiftbench.erm.methods; and one batch of each augmentation of shiftbench.erm.augment.augment,
 against the plain per-image Python loop over the same transforms as the simple baseline.
 
     .venv/bin/python bench/bench_methods.py --out bench/results/methods.json
@@ -21,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shiftbench.erm.data import augment, normalize
+from shiftbench.erm.augment import augment
+from shiftbench.erm.data import normalize
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 

@@ -14,7 +14,7 @@ Measured side by side in one process (same torch, ``torch.set_num_threads(2)``, 
   and gradient differences once torchvision's random weights are loaded into ours, and the
   train-mode forward+backward time of a batch;
 - augmentation: DomainBed's training transform as torchvision v2 per image (DomainBed's way), v2 on
-  the whole batch (one random draw for all images), and ``shiftbench.erm.data.augment("domainbed")``;
+  the whole batch (one random draw for all images), and ``shiftbench.erm.augment.augment("domainbed")``;
 - decoding: JPEG -> RGB -> square resize with Pillow (``shiftbench.erm.data.decode``) vs
   ``torchvision.io.decode_jpeg`` + ``v2.functional.resize(antialias=True)``, and their pixel agreement.
 
@@ -53,6 +53,7 @@ from torchvision.io import ImageReadMode, decode_jpeg, read_file  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 from torchvision.transforms.v2 import functional as tvf  # noqa: E402
 
+from shiftbench.erm import augment as sb_augment  # noqa: E402
 from shiftbench.erm import data as sb_data  # noqa: E402
 from shiftbench.erm.models import build_model  # noqa: E402
 
@@ -221,7 +222,7 @@ def augmentation(batch_size: int, size: int, repeats: int) -> dict[str, Any]:
     fns: dict[str, Callable[[], torch.Tensor]] = {
         "v2_per_image": lambda: torch.stack([transform(image) for image in batch]),
         "v2_whole_batch": lambda: transform(batch),
-        "shiftbench_batched": lambda: sb_data.augment(batch, "domainbed", generator),
+        "shiftbench_batched": lambda: sb_augment.augment(batch, "domainbed", generator),
     }
     result = timed(fns, repeats)  # type: ignore[arg-type]
     row: dict[str, Any] = {"batch": batch_size, "size": size}
@@ -235,7 +236,7 @@ def augmentation(batch_size: int, size: int, repeats: int) -> dict[str, Any]:
     for name, fn in (
         ("v2_per_image", lambda: torch.stack([transform(image) for image in same])),
         ("v2_whole_batch", lambda: transform(same)),
-        ("shiftbench_batched", lambda: sb_data.augment(same, "domainbed", generator)),
+        ("shiftbench_batched", lambda: sb_augment.augment(same, "domainbed", generator)),
     ):
         out = fn()
         row[f"{name}_distinct_outputs"] = len({bytes(o.numpy().tobytes()) for o in out})

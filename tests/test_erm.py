@@ -450,7 +450,7 @@ def test_metashift_tasks_train_on_real_layout_gqa_images(make_settings: Any, tmp
 
 
 def test_flip_rot90_augmentation_is_lossless_seeded_and_covers_the_square_symmetries() -> None:
-    from shiftbench.erm.data import augment
+    from shiftbench.erm.augment import augment
 
     batch = torch.arange(64 * 3 * 4 * 4, dtype=torch.int64).reshape(64, 3, 4, 4).to(torch.uint8)
     first = augment(batch, "flip_rot90", torch.Generator().manual_seed(0))

@@ -19,7 +19,8 @@ from pipelines.cli import main
 from shiftbench.contracts import failures
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import MEAN, STD, SplitTable, augment, group_batches, normalize, training_groups
+from shiftbench.erm.augment import augment
+from shiftbench.erm.data import MEAN, STD, SplitTable, group_batches, normalize, training_groups
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError

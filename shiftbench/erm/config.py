@@ -20,7 +20,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers"}
+    | {"decode_workers", "step"}
 )
 
 
@@ -56,7 +56,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     loader: str = "auto"  # auto (the method's) | standard | group_balanced | groups
     image_size: int = 64
-    augment: str = "none"  # none | flip_rot90 | domainbed (batched on the device; shiftbench.erm.data.augment)
+    augment: str = "none"  # none | flip_rot90 | domainbed (batched on the device; shiftbench.erm.augment)
     normalization: str = "imagenet"  # imagenet (mean/std) | symmetric (pixels in (-1, 1), ConDS)
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
@@ -70,6 +70,7 @@ class TrainConfig:
     precision: str = "auto"  # auto (bf16 on cuda, fp32 on cpu) | bf16 | fp32
     channels_last: bool | None = None  # None: on for cuda
     compile: bool = False
+    step: str = "auto"  # auto (a CUDA graph on a GPU when the method allows) | graph | eager (shiftbench.erm.step)
     cache: str = "auto"  # auto (when it fits cache_budget_gib) | on | off
     cache_budget_gib: float = 16.0
     eval_batch_size: int = 512
@@ -115,6 +116,7 @@ class TrainConfig:
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
         need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")
+        need(self.step in {"auto", "graph", "eager"}, "step", "must be auto, graph or eager")
         need(0 < self.lr_gamma <= 1, "lr_gamma", "must be in (0, 1]")
         need(all(m >= 1 for m in self.lr_milestones), "lr_milestones", "must be iterations >= 1")
         need(self.cache_budget_gib > 0 and math.isfinite(self.cache_budget_gib), "cache_budget_gib", "must be > 0")

@@ -16,7 +16,6 @@ Two input paths:
 from __future__ import annotations
 
 import functools
-import math
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
+from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import InputError
 
 # ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
@@ -148,6 +148,30 @@ class ImageCache:
         return self.images.index_select(0, index.to(self.images.device))
 
 
+class Batches:
+    """uint8 batches by example index: from the cache, or decoded per batch by a thread pool."""
+
+    def __init__(self, paths: Sequence[Path], config: TrainConfig, device: torch.device, rows: np.ndarray) -> None:
+        budget = config.cache_budget_gib * 2**30
+        needed = ImageCache.bytes_needed(len(rows), config.image_size)
+        self.cached = config.cache == "on" or (config.cache == "auto" and needed <= budget)
+        self.device, self.size = device, config.image_size
+        self.paths = paths
+        workers = config.decode_workers or None
+        # Only the rows a run touches are decoded; position maps an example row to its cache slot.
+        self.position = np.full(len(paths), -1, dtype=np.int64)
+        self.position[rows] = np.arange(len(rows))
+        self.cache = ImageCache([paths[r] for r in rows], config.image_size, device, workers) if self.cached else None
+        self.pool = None if self.cached else ThreadPoolExecutor(max_workers=workers)
+
+    def __call__(self, index: torch.Tensor) -> torch.Tensor:
+        if self.cache is not None:
+            return self.cache.batch(torch.from_numpy(self.position[index.numpy()]))
+        assert self.pool is not None
+        arrays = list(self.pool.map(lambda r: decode(self.paths[r], self.size), index.tolist()))
+        return torch.from_numpy(np.stack(arrays)).to(self.device, non_blocking=True)
+
+
 class SplitDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int, torch.Tensor]]):
     """WILDS-style items ``(x uint8 [3, S, S], y, metadata)`` decoded on access."""
 
@@ -184,85 +208,6 @@ def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet
         mean, std = _imagenet_constants(x.device)
         x = x.sub_(mean).div_(std)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
-
-
-def augment(batch: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
-    """Random label-preserving transforms of a uint8 ``[B, C, H, W]`` batch, on its own device, batched.
-
-    ``domainbed``: DomainBed's training transform (MetaShift Section 4 follows it), see :func:`_domainbed`.
-    ``flip_rot90``: each image is flipped horizontally with probability 1/2 and turned by a uniformly
-    drawn multiple of 90 degrees (the dihedral group of the square: lossless on square images, no
-    interpolation). The draws come from ``generator`` (CPU, seeded), so a seed gives the same run.
-    """
-    if kind == "none":
-        return batch
-    if kind == "domainbed":
-        return _domainbed(batch, generator)
-    n = batch.shape[0]
-    flips = torch.rand(n, generator=generator) < 0.5
-    turns = torch.randint(0, 4, (n,), generator=generator)
-    out = torch.where(flips.to(batch.device).view(-1, 1, 1, 1), batch.flip(-1), batch)
-    rotated = out.clone()
-    for k in (1, 2, 3):
-        chosen = (turns == k).to(batch.device)
-        if bool(chosen.any()):
-            rotated[chosen] = torch.rot90(out[chosen], k, dims=(-2, -1))
-    return rotated
-
-
-# RGB -> YIQ and back: hue turns rotate the chroma plane (I, Q) and leave luma (Y) alone.
-_YIQ = torch.tensor([[0.299, 0.587, 0.114], [0.596, -0.274, -0.322], [0.211, -0.523, 0.312]])
-_GREY = torch.tensor([0.299, 0.587, 0.114])  # ITU-R 601-2 luma, as Pillow and torchvision convert to L
-
-
-def _domainbed(batch: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """DomainBed's training augmentation for every image of a batch at once, each with its own draws:
-    RandomResizedCrop (scale 0.7-1, aspect 3/4-4/3, back to the input size), horizontal flip (p 1/2),
-    ColorJitter 0.3 (brightness, contrast, saturation, hue) and greyscale (p 0.1).
-
-    Written here because torchvision's v2 transforms draw one set of parameters per call (a batch
-    would share one crop) and torchvision does not import beside the CPU torch wheel (BENCHMARKS.md,
-    "torchvision"). Crop and flip are one affine resampling (``grid_sample``, bilinear). The jitter
-    factors are applied in a fixed order (torchvision permutes them per call), and hue is turned in
-    YIQ space, a linear stand-in for torchvision's HSV round trip. Draws come from ``generator``.
-    """
-    n, _, h, w = batch.shape
-    device = batch.device
-
-    def uniform(low: float, high: float) -> torch.Tensor:
-        return (low + (high - low) * torch.rand(n, generator=generator)).to(device)
-
-    area = uniform(0.7, 1.0)
-    log_ratio = uniform(math.log(3 / 4), math.log(4 / 3))
-    ratio = torch.exp(log_ratio)
-    crop_w = torch.sqrt(area * ratio).clamp(max=1.0)  # fractions of the width and height
-    crop_h = torch.sqrt(area / ratio).clamp(max=1.0)
-    centre_x = (uniform(0.0, 1.0) * (1 - crop_w) + crop_w / 2) * 2 - 1  # in grid coordinates (-1, 1)
-    centre_y = (uniform(0.0, 1.0) * (1 - crop_h) + crop_h / 2) * 2 - 1
-    flip = torch.where(uniform(0.0, 1.0) < 0.5, -1.0, 1.0)
-    theta = torch.zeros(n, 2, 3, device=device)
-    theta[:, 0, 0], theta[:, 0, 2] = crop_w * flip, centre_x
-    theta[:, 1, 1], theta[:, 1, 2] = crop_h, centre_y
-    x = batch.float().div_(255.0)
-    grid = torch.nn.functional.affine_grid(theta, [n, 3, h, w], align_corners=False)
-    x = torch.nn.functional.grid_sample(x, grid, mode="bilinear", padding_mode="reflection", align_corners=False)
-
-    grey_weights = _GREY.to(device).view(1, 3, 1, 1)
-    brightness, contrast, saturation = uniform(0.7, 1.3), uniform(0.7, 1.3), uniform(0.7, 1.3)
-    hue = uniform(-0.3, 0.3) * 2 * math.pi
-    x = (x * brightness.view(-1, 1, 1, 1)).clamp_(0, 1)
-    mean = (x * grey_weights).sum(1, keepdim=True).mean((2, 3), keepdim=True)
-    x = ((x - mean) * contrast.view(-1, 1, 1, 1) + mean).clamp_(0, 1)
-    grey = (x * grey_weights).sum(1, keepdim=True)
-    x = ((x - grey) * saturation.view(-1, 1, 1, 1) + grey).clamp_(0, 1)
-    yiq = torch.einsum("ij,bjhw->bihw", _YIQ.to(device), x)
-    cos, sin = torch.cos(hue).view(-1, 1, 1), torch.sin(hue).view(-1, 1, 1)
-    i, q = yiq[:, 1], yiq[:, 2]
-    yiq = torch.stack([yiq[:, 0], cos * i - sin * q, sin * i + cos * q], 1)
-    x = torch.einsum("ij,bjhw->bihw", torch.linalg.inv(_YIQ).to(device), yiq).clamp_(0, 1)
-    to_grey = (uniform(0.0, 1.0) < 0.1).view(-1, 1, 1, 1)
-    x = torch.where(to_grey, (x * grey_weights).sum(1, keepdim=True).expand_as(x), x)
-    return x.mul_(255.0).round_().to(torch.uint8)
 
 
 def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[str]]:

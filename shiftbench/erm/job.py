@@ -72,6 +72,7 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
         "stopped_early": result.stopped_early,
         "device": result.device,
         "precision": result.precision,
+        "step": result.step,
         "cached": result.cached,
         "train_images_per_s": result.train_images_per_s,
         "timings": result.timings,

@@ -338,6 +338,7 @@ def stage_run(
             # Which learning rate of the grid won, on which score; the groups the method trained on.
             "lr_grid_scores": summary.get("lr_grid_scores", {}),
             "training_groups": summary.get("training_groups", []),
+            "step": summary.get("step", "eager"),  # eager | graph | static (shiftbench.erm.step)
         },
     }
     store = Store(settings.store_dir)

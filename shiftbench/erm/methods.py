@@ -41,6 +41,9 @@ class Method(ABC):
     name: ClassVar[str]
     default_loader: ClassVar[str] = "standard"
     needs_features: ClassVar[bool] = False
+    # The loss has fixed shapes, no host synchronisation and no dependence on the iteration, and keeps
+    # its state in tensors it updates in place: the training step can be captured in a CUDA graph.
+    graphable: ClassVar[bool] = False
 
     def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
         self.n_groups, self.params, self.device = n_groups, params, device
@@ -58,6 +61,7 @@ class Method(ABC):
 
 class ERM(Method):
     name = "erm"
+    graphable = True
 
     def loss(
         self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
@@ -67,6 +71,7 @@ class ERM(Method):
 
 class Reweight(Method):
     name = "reweight"
+    graphable = True
 
     def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
         super().__init__(train_groups, n_groups, params, device)
@@ -85,8 +90,9 @@ class Reweight(Method):
 
 
 def group_means(values: torch.Tensor, g: torch.Tensor, n_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group means of ``values`` (0 for groups absent from the batch) and the per-group counts."""
-    counts = torch.bincount(g, minlength=n_groups).to(values.dtype)
+    """Per-group means of ``values`` (0 for groups absent from the batch) and the per-group counts.
+    Sums of ones, not ``bincount``, whose output size depends on the data (a host sync)."""
+    counts = torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add(0, g, torch.ones_like(values))
     sums = torch.zeros(n_groups, dtype=values.dtype, device=values.device).index_add(0, g, values)
     return sums / counts.clamp(min=1), counts
 
@@ -94,6 +100,7 @@ def group_means(values: torch.Tensor, g: torch.Tensor, n_groups: int) -> tuple[t
 class GroupDRO(Method):
     name = "groupdro"
     default_loader = "group_balanced"
+    graphable = True
 
     def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
         super().__init__(train_groups, n_groups, params, device)
@@ -107,7 +114,7 @@ class GroupDRO(Method):
         group_loss, _ = group_means(losses, g, self.n_groups)
         with torch.no_grad():
             q = self.q * torch.exp(self.params["groupdro_eta"] * group_loss.detach())
-            self.q = q / q.sum()
+            self.q.copy_(q / q.sum())  # in place: a captured step reads and writes the same tensor
         return (self.q * group_loss).sum()
 
 

@@ -15,10 +15,8 @@ import hashlib
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
@@ -27,10 +25,8 @@ from torch import nn
 from shiftbench import progress
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import (
-    ImageCache,
+    Batches,
     SplitTable,
-    augment,
-    decode,
     group_balanced_batches,
     group_batches,
     normalize,
@@ -47,6 +43,7 @@ from shiftbench.erm.metrics import (
     value_of,
 )
 from shiftbench.erm.models import build_model, load_checkpoint
+from shiftbench.erm.step import StepInputs, autocast, build_step
 from shiftbench.errors import InputError
 from shiftbench.seeding import seed_for
 
@@ -71,6 +68,7 @@ class TrainResult:
     lr_grid_scores: dict[str, float] = field(default_factory=dict)  # lr -> best selection score
     training_groups: list[str] = field(default_factory=list)
     init: dict[str, object] | None = None  # what init_checkpoint loaded: entries, left at init, ignored
+    step: str = "eager"  # eager | graph (captured in a CUDA graph) | static (the graph's program, uncaptured)
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -96,44 +94,14 @@ def choose_selection(config: TrainConfig, splits: Sequence[str]) -> str | None:
     return next((s for s in ("val", "id_val") if s in splits), None)
 
 
-class _Batches:
-    """uint8 batches by example index: from the cache, or decoded per batch by a thread pool."""
-
-    def __init__(self, paths: Sequence[Path], config: TrainConfig, device: torch.device, rows: np.ndarray) -> None:
-        budget = config.cache_budget_gib * 2**30
-        needed = ImageCache.bytes_needed(len(rows), config.image_size)
-        self.cached = config.cache == "on" or (config.cache == "auto" and needed <= budget)
-        self.device, self.size = device, config.image_size
-        self.paths = paths
-        workers = config.decode_workers or None
-        # Only the rows a run touches are decoded; position maps an example row to its cache slot.
-        self.position = np.full(len(paths), -1, dtype=np.int64)
-        self.position[rows] = np.arange(len(rows))
-        self.cache = ImageCache([paths[r] for r in rows], config.image_size, device, workers) if self.cached else None
-        self.pool = None if self.cached else ThreadPoolExecutor(max_workers=workers)
-
-    def __call__(self, index: torch.Tensor) -> torch.Tensor:
-        if self.cache is not None:
-            return self.cache.batch(torch.from_numpy(self.position[index.numpy()]))
-        assert self.pool is not None
-        arrays = list(self.pool.map(lambda r: decode(self.paths[r], self.size), index.tolist()))
-        return torch.from_numpy(np.stack(arrays)).to(self.device, non_blocking=True)
-
-
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _autocast(device: torch.device, precision: str) -> Any:
-    if precision == "bf16":
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return torch.autocast(device_type=device.type, enabled=False)
-
-
 def evaluate(
     model: nn.Module,
-    batches: _Batches,
+    batches: Batches,
     table: SplitTable,
     split: str,
     *,
@@ -147,7 +115,7 @@ def evaluate(
     rows = table.indices(split)
     predictions, losses, probabilities = [], [], []
     model.eval()
-    with torch.inference_mode(), _autocast(device, precision):
+    with torch.inference_mode(), autocast(device, precision):
         for start in range(0, len(rows), config.eval_batch_size):
             index = torch.from_numpy(rows[start : start + config.eval_batch_size])
             x = normalize(batches(index), channels_last=channels_last, kind=config.normalization)
@@ -170,13 +138,6 @@ def evaluate(
     return out
 
 
-def _optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
-    params = [p for p in model.parameters() if p.requires_grad]
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    return torch.optim.Adam(params, lr=config.lr, weight_decay=config.weight_decay)
-
-
 @dataclass
 class _Fit:
     """One training run at one learning rate: the selected weights and how they were chosen."""
@@ -192,6 +153,7 @@ class _Fit:
     steady_images: int
     train_time: float
     init: dict[str, object] | None = None  # what the checkpoint loaded (models.LoadedCheckpoint)
+    step: str = "eager"
 
 
 def train(
@@ -224,7 +186,7 @@ def train(
 
     rows = np.arange(len(paths))
     t0 = time.perf_counter()
-    batches = _Batches(paths, config, device, rows)
+    batches = Batches(paths, config, device, rows)
     timings = {"load_images_s": time.perf_counter() - t0}
     present = len(np.unique(groups[train_rows]))
     log(
@@ -285,12 +247,13 @@ def train(
         lr_grid_scores=grid_scores if config.lr_grid else {},
         training_groups=group_labels,
         init=fit.init,
+        step=fit.step,
     )
 
 
 def _fit(
     table: SplitTable,
-    batches: _Batches,
+    batches: Batches,
     config: TrainConfig,
     train_rows: np.ndarray,
     groups: np.ndarray,
@@ -328,57 +291,26 @@ def _fit(
         model.get_submodule("fc").register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
 
     generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "batches"))
-    augment_generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "augment"))
-    loader = method.default_loader if config.loader == "auto" else config.loader
-    stream: Iterator[torch.Tensor]
-    if loader == "group_balanced":
-        stream = group_balanced_batches(train_rows, groups, config.batch_size, generator)
-    elif loader == "groups":
-        stream = group_batches(train_rows, groups, config.batch_size, config.n_groups_per_batch, generator)
-    else:
-        stream = standard_batches(train_rows, min(config.batch_size, train_rows.size), generator)
-    optimizer = _optimizer(model, config)
-    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, list(config.lr_milestones), config.lr_gamma)
-    labels = torch.from_numpy(table.y)
-    group_codes = torch.from_numpy(groups)
-
+    step = build_step(
+        StepInputs(
+            model, step_model, method, config, batches, torch.from_numpy(table.y), torch.from_numpy(groups),
+            torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "augment")), device, precision,
+            channels_last, captured,
+        ),
+        log,
+    )  # fmt: skip
+    stream = _batch_stream(config, method.default_loader, train_rows, groups, generator)
     best_score, best_iteration, best_state = -math.inf, 0, copy.deepcopy(model.state_dict())
     patience_left, curve = config.patience, []
-    # Running sums stay on the device: no host sync per step, so a GPU is never starved by logging.
-    running_loss = torch.zeros((), device=device)
-    running_correct = torch.zeros((), device=device, dtype=torch.long)
+    # Running sums stay on the device (the step's): no host sync per step, so a GPU is never starved by logging.
     running_seen, steady_images, eval_time, stopped_early, iteration = 0, 0, 0.0, False, 0
     t_steady = time.perf_counter()
     for iteration in range(1, config.max_iters + 1):
         model.train()
         if config.linear_probe:  # frozen features: keep batch-norm statistics too
             model.eval()
-        if method.reset_optimizer(iteration):
-            optimizer = _optimizer(model, config)
-            passed = sum(1 for m in config.lr_milestones if m < iteration)  # drops already taken stay taken
-            for group in optimizer.param_groups:
-                group["lr"] = config.lr * config.lr_gamma**passed
-            scheduler = torch.optim.lr_scheduler.MultiStepLR(
-                optimizer, [m - iteration + 1 for m in config.lr_milestones if m >= iteration], config.lr_gamma
-            )
         index = next(stream)
-        x = normalize(
-            augment(batches(index), config.augment, augment_generator),
-            channels_last=channels_last,
-            kind=config.normalization,
-        )
-        y = labels[index].to(device, non_blocking=True)
-        g = group_codes[index].to(device, non_blocking=True)
-        captured.clear()
-        with _autocast(device, precision):
-            logits = step_model(x)
-            loss = method.loss(logits.float(), captured[0] if captured else None, y, g, iteration)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        optimizer.step()
-        scheduler.step()
-        running_loss += loss.detach() * len(index)
-        running_correct += (logits.detach().argmax(1) == y).sum()
+        step(index, iteration)
         running_seen += len(index)
         if iteration == 5:  # throughput excludes warm-up (allocator, cudnn autotune, compile)
             _synchronize(device)
@@ -389,10 +321,10 @@ def _fit(
             continue
         _synchronize(device)
         t_eval_start = time.perf_counter()
-        train_loss = float(running_loss) / running_seen
+        train_loss = float(step.running_loss) / running_seen
         curve.append((iteration, config.train_split, "loss_avg", train_loss))
-        curve.append((iteration, config.train_split, "acc_avg", int(running_correct) / running_seen))
-        running_loss.zero_(), running_correct.zero_()
+        curve.append((iteration, config.train_split, "acc_avg", int(step.running_correct) / running_seen))
+        step.running_loss.zero_(), step.running_correct.zero_()
         running_seen = 0
         if selection is None:
             best_iteration, best_state = iteration, copy.deepcopy(model.state_dict())
@@ -430,8 +362,20 @@ def _fit(
     train_time = time.perf_counter() - t_steady - eval_time
     return _Fit(
         model, step_model, best_state, best_score, best_iteration, iteration, stopped_early, curve, steady_images,
-        train_time, init,
+        train_time, init, step.kind,
     )  # fmt: skip
+
+
+def _batch_stream(
+    config: TrainConfig, default_loader: str, train_rows: np.ndarray, groups: np.ndarray, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """The run's training batches (example rows), every one of the same size."""
+    loader = default_loader if config.loader == "auto" else config.loader
+    if loader == "group_balanced":
+        return group_balanced_batches(train_rows, groups, config.batch_size, generator)
+    if loader == "groups":
+        return group_batches(train_rows, groups, config.batch_size, config.n_groups_per_batch, generator)
+    return standard_batches(train_rows, min(config.batch_size, train_rows.size), generator)
 
 
 def method_params(config: TrainConfig) -> dict[str, float]:
