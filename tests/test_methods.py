@@ -18,8 +18,8 @@ import torch
 from pipelines.cli import main
 from shiftbench.contracts import failures
 from shiftbench.erm import checkpoints, launch
-from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.augment import augment
+from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import MEAN, STD, SplitTable, group_batches, normalize, training_groups
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
