@@ -7,6 +7,7 @@
     shiftbench catalog                    recreate the DuckDB views
     shiftbench gc [--keep N] [--dry-run]  delete all but the N most recent versions
     shiftbench train BENCHMARK [--model M] [--seed N] [--device D] [--preset P] [--set KEY=VALUE ...]
+    shiftbench train BENCHMARK [BENCHMARK ...] --seeds 0,1,2 [--parallel K] [...]   (a sweep)
     shiftbench export BENCHMARK DIR --layout imagefolder
 
 Runs go to the Dagster instance in ``$DAGSTER_HOME`` (default ``$SHIFTBENCH_HOME/dagster_home``)
@@ -309,6 +310,7 @@ def _list(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
     from pipelines import runs
+    from pipelines.sweep import cmd_sweep, wants_sweep
     from pipelines.terminal import Reporter
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
@@ -318,6 +320,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     for key in ("model", "device"):
         if getattr(args, key):
             overrides[key] = getattr(args, key)
+    if wants_sweep(args):
+        _typed_training(overrides)  # every value checked before any run is planned
+        return cmd_sweep(args, overrides)
+    args.benchmark, args.seed = args.benchmarks[0], 0 if args.seed is None else args.seed
     kind = registry.kind_of(settings, args.benchmark)
     if not kind.trainable:
         raise InputError(f"{args.benchmark} is a {kind.family} {kind.name}: it has no examples to train on")
@@ -749,10 +755,14 @@ def build_parser() -> argparse.ArgumentParser:
     gc.add_argument("--keep", type=int, default=1)
     gc.add_argument("--dry-run", action="store_true")
     gc.set_defaults(func=cmd_gc)
-    train = sub.add_parser("train", help="train an ERM baseline on a published split and publish its results")
-    train.add_argument("benchmark")
+    train = sub.add_parser(
+        "train", help="train ERM baselines on published splits and publish their results (several: a sweep)"
+    )
+    train.add_argument("benchmarks", nargs="+", metavar="benchmark")
     train.add_argument("--model", help="resnet18, resnet50, small_cnn or mlp (default: the preset's)")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, help="the seed, 0..9 (default: 0)")
+    train.add_argument("--seeds", help="a sweep over seeds: 0,1,2 or 0-2")
+    train.add_argument("--parallel", type=int, help="runs at a time in a sweep (default: one per core; 4 on a GPU)")
     train.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
     train.add_argument("--preset", help="a preset of shiftbench/specs/erm.yaml (default: the family's)")
     train.add_argument("--version", help="split version (default: latest)")

@@ -142,6 +142,18 @@ TRAIN = [
     (["train", CASE, "--image-root", "{tmp}", "--path-template", "{x}"], "must hold exactly one {}"),
     (["train", CASE, "--seed", "12"], "parameter '--seed'"),
     (["train", CASE, "--set", "init_checkpoint={tmp}/nothing.pt"], "checkpoint not found"),
+    (["train", CASE, "--seeds", "0,x"], "parameter '--seeds': 'x' is not a seed or a range like 0-2"),
+    (["train", CASE, "--seeds", "3-1"], "parameter '--seeds': seeds are partitions 0..9, got '3-1'"),
+    (["train", CASE, "--seeds", "0-12"], "parameter '--seeds': seeds are partitions 0..9"),
+    (["train", CASE, "--seeds", "0,1,0"], "seed 0 is named twice"),
+    (["train", CASE, CASE, "--seeds", "0"], f"parameter 'benchmarks': {CASE} is named twice"),
+    (["train", CASE, "nope", "--seeds", "0"], "nope"),
+    (["train", CASE, "--seeds", "0", "--parallel", "0"], "parameter '--parallel': must be at least 1"),
+    (["train", CASE, "--seed", "1", "--seeds", "0,1"], "give --seed or --seeds, not both"),
+    (["train", CASE, "--seeds", "0", "--set", "seed=3"], "set the seed with --seed"),
+    (["train", CASE, "--seeds", "0", "--set", "lr=-1"], "parameter 'lr'"),
+    (["train", CASE, "--seeds", "0", "--set", "step=fast"], "parameter 'step'"),
+    (["train", CASE, "--set", "threads=-1"], "parameter 'threads'"),
 ]
 GENERATE = [
     (["generate", "metashift-dg", "--classes", "cat,dog", "--test", "dog(shelf)", "--name", "cat-dog-dg-bag-box"],

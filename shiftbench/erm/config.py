@@ -20,7 +20,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers", "step"}
+    | {"decode_workers", "step", "threads"}
 )
 
 
@@ -75,6 +75,7 @@ class TrainConfig:
     cache_budget_gib: float = 16.0
     eval_batch_size: int = 512
     decode_workers: int = 0  # 0: one per core, at most 16
+    threads: int = 0  # CPU threads of torch's ops (0: torch's default, every core); CPU results depend on it
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -125,6 +126,7 @@ class TrainConfig:
             "decode_workers",
             f"must be an integer in 0..{MAX_DECODE_WORKERS} (0: one per core)",
         )
+        need(isinstance(self.threads, int) and 0 <= self.threads <= 1024, "threads", "must be an integer in 0..1024")
         need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
 
     def as_dict(self) -> dict[str, Any]:

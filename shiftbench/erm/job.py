@@ -73,6 +73,7 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
         "device": result.device,
         "precision": result.precision,
         "step": result.step,
+        "threads": result.threads,
         "cached": result.cached,
         "train_images_per_s": result.train_images_per_s,
         "timings": result.timings,

@@ -339,6 +339,7 @@ def stage_run(
             "lr_grid_scores": summary.get("lr_grid_scores", {}),
             "training_groups": summary.get("training_groups", []),
             "step": summary.get("step", "eager"),  # eager | graph | static (shiftbench.erm.step)
+            "threads": summary.get("threads"),  # torch's CPU threads: CPU results depend on the count
         },
     }
     store = Store(settings.store_dir)

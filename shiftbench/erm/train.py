@@ -69,6 +69,7 @@ class TrainResult:
     training_groups: list[str] = field(default_factory=list)
     init: dict[str, object] | None = None  # what init_checkpoint loaded: entries, left at init, ignored
     step: str = "eager"  # eager | graph (captured in a CUDA graph) | static (the graph's program, uncaptured)
+    threads: int = 0  # torch's CPU threads during the run
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -183,6 +184,8 @@ def train(
     groups, group_labels = training_groups(table, config.group_by)
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
+        if config.threads:  # oneDNN's reductions split by thread: the count is part of a CPU result
+            torch.set_num_threads(config.threads)
 
     rows = np.arange(len(paths))
     t0 = time.perf_counter()
@@ -248,6 +251,7 @@ def train(
         training_groups=group_labels,
         init=fit.init,
         step=fit.step,
+        threads=torch.get_num_threads(),
     )
 
 

@@ -1,0 +1,157 @@
+"""``shiftbench train B1 B2 … --seeds 0,1,2``: a sweep, every run planned first, then several at a time.
+
+Each run is ``shiftbench train B --seed S`` in a process of its own (so each is its own Dagster run in
+the lineage, published as its own version, failing alone with its one-line error); this shell plans,
+packs (:mod:`shiftbench.erm.sweep`), shows a bar over runs and prints one line per finished run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from shiftbench.erm.launch import RunPlan
+from shiftbench.erm.sweep import RunOutcome, parse_seeds, plan_sweep, run_packed, slots, threads_per_run
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+# Options of `shiftbench train` that every run of a sweep takes as given.
+_FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template")
+
+
+def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
+    from shiftbench import registry
+
+    settings = Settings.from_env()
+    if args.seed is not None and args.seeds is not None:
+        raise InputError("give --seed or --seeds, not both", parameter="--seeds")
+    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed or 0]
+    for benchmark in args.benchmarks:
+        kind = registry.kind_of(settings, benchmark)
+        if not kind.trainable:
+            raise InputError(f"{benchmark} is a {kind.family} {kind.name}: it has no examples to train on")
+    plans = plan_sweep(
+        settings, args.benchmarks, seeds, preset=args.preset, overrides=overrides, version=args.version,
+        image_root=args.image_root, path_template=args.path_template,
+    )  # fmt: skip
+    parallel = slots(args.parallel, len(plans), overrides.get("device") or args.device)
+    on_cpu = not _gpu_will_train(args, overrides)
+    threads = threads_per_run(parallel) if on_cpu and "threads" not in overrides else None
+    _register_partitions(settings, args.benchmarks)
+    sweep_dir = settings.runs_dir / "sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    print(
+        f"[sweep] {len(plans)} runs ({len(args.benchmarks)} benchmark{'s' * (len(args.benchmarks) > 1)} x seeds {','.join(map(str, seeds))}), "
+        f"{parallel} at a time" + (f", {threads} CPU thread{'s' * (threads > 1)} each" if threads else "")
+        + f"; logs in {sweep_dir}",
+        flush=True,
+    )  # fmt: skip
+    started = time.monotonic()
+    with _Bar(len(plans)) as bar:
+        outcomes = run_packed(plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished)
+    return _summary(outcomes, parallel, time.monotonic() - started)
+
+
+def _gpu_will_train(args: argparse.Namespace, overrides: dict[str, Any]) -> bool:
+    from shiftbench.erm.sweep import gpu_present
+
+    device = str(overrides.get("device") or args.device or "auto")
+    return device.startswith("cuda") or (device == "auto" and gpu_present())
+
+
+def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> list[str]:
+    """``shiftbench train`` for one run of the sweep, with the sweep's options and settings."""
+    command = [sys.executable, "-m", "pipelines.cli", "train", plan.benchmark, "--seed", str(plan.config["seed"])]
+    for name in _FORWARDED:
+        value = getattr(args, name, None)
+        if value:
+            command += [f"--{name.replace('_', '-')}", str(value)]
+    for item in args.set or []:
+        command += ["--set", item]
+    if threads is not None:
+        command += ["--set", f"threads={threads}"]
+    if args.in_process:
+        command.append("--in-process")
+    return command
+
+
+def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
+    """Every benchmark's ERM partition, added once here rather than by runs racing to add it."""
+    from pipelines.cli import _instance
+    from shiftbench import registry
+
+    dagster_kinds: dict[str, list[str]] = {}
+    for benchmark in benchmarks:
+        kind = registry.kind_of(settings, benchmark)
+        if registry.family(kind.family).training_unavailable(settings) is None:
+            dagster_kinds.setdefault(kind.qualified, []).append(benchmark)
+    if not dagster_kinds:
+        return
+    instance = _instance(settings)
+    for qualified, names in dagster_kinds.items():
+        known = set(instance.get_dynamic_partitions(qualified))
+        new = [name for name in names if name not in known]
+        if new:
+            instance.add_dynamic_partitions(qualified, new)
+
+
+class _Bar:
+    """A bar over runs on a terminal (rich); one plain line per finished run everywhere."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done = total, 0
+        self.progress: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> _Bar:
+        if sys.stdout.isatty():
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("[sweep]"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"), TimeElapsedColumn()
+            )
+            self.progress.start()
+            self.task = self.progress.add_task("runs", total=self.total)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def finished(self, outcome: RunOutcome) -> None:
+        self.done += 1
+        line = f"[sweep {self.done}/{self.total}] {_describe(outcome)}"
+        if self.progress is not None:
+            self.progress.console.print(line, markup=False, highlight=False)
+            self.progress.advance(self.task)
+        else:
+            print(line, flush=True)
+
+
+def _describe(outcome: RunOutcome) -> str:
+    run = outcome.plan.run
+    if not outcome.ok:
+        return f"{run} FAILED ({outcome.seconds:.1f}s): {outcome.error}; nothing published (log: {outcome.log})"
+    became = "now latest" if outcome.became_latest else "already latest"
+    metrics = ", ".join(f"{k} {v:.4f}" for k, v in outcome.headline.items() if k in {"test/acc_avg", "test/acc_wg"})
+    return f"{run} version {outcome.version} ({became}, {outcome.seconds:.1f}s)" + (f": {metrics}" if metrics else "")
+
+
+def _summary(outcomes: list[RunOutcome], parallel: int, seconds: float) -> int:
+    failed = [o for o in outcomes if not o.ok]
+    print(
+        f"[sweep] {len(outcomes)} runs in {seconds:.1f}s ({parallel} at a time): "
+        f"{len(outcomes) - len(failed)} published, {len(failed)} failed"
+    )
+    if not failed:
+        print('\nResults: shiftbench sql "SELECT run, eval_split, metric, value FROM erm_results"')
+        return 0
+    for outcome in failed:
+        print(f"error: {outcome.plan.run}: {outcome.error}", file=sys.stderr)
+    return 2 if all(o.exit_code == 2 for o in failed) else 1
+
+
+def wants_sweep(args: argparse.Namespace) -> bool:
+    """A sweep when more than one benchmark, ``--seeds`` or ``--parallel`` is given."""
+    return len(args.benchmarks) > 1 or args.seeds is not None or args.parallel is not None

@@ -1,0 +1,160 @@
+"""A sweep: many ERM runs (benchmarks x seeds) planned at once, then run several at a time on one device.
+
+Why several at a time: one small training leaves a GPU mostly idle (the host launches its kernels; see
+:mod:`shiftbench.erm.step`) and a 2-core CPU half idle in a single-threaded op; runs side by side fill
+it. Each run stays a process of its own (its own Dagster run in the lineage, its own version, its own
+error): concurrent processes share a GPU by time slicing, and a run's math is the one it has alone.
+
+Every run is planned before any starts, so a bad benchmark, seed or parameter is one line and nothing
+runs. On CPU a run's results depend on torch's thread count (oneDNN splits reductions by thread), so
+packed runs get ``cores // parallel`` threads each and record it; a run with the same ``threads``
+gives the same bytes and version id packed or alone (tested).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shiftbench.erm.launch import RunPlan, plan_run
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+SEEDS = range(10)  # the ERM assets' seed partitions
+GPU_SLOTS = 4  # runs at a time on one GPU unless asked (8 eager runs gave 4.6x one's throughput on an H100)
+_HEADLINE = re.compile(r"^\s+(\S+/acc_\S+)\s+(-?[0-9.]+)$")
+_PUBLISHED = re.compile(r"^\[train\] (\S+) version (\S+) \((now latest|already latest)")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``0,1,2`` or ``0-2`` (or both, ``0-2,5``): distinct seeds of 0..9, in the order given."""
+    seeds: list[int] = []
+    for part in (p.strip() for p in text.split(",")):
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if match is None:
+            raise InputError(f"{part!r} is not a seed or a range like 0-2", parameter="--seeds")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first or last not in SEEDS:
+            raise InputError(f"seeds are partitions 0..9, got {part!r}", parameter="--seeds")
+        for seed in range(first, last + 1):
+            if seed in seeds:
+                raise InputError(f"seed {seed} is named twice", parameter="--seeds")
+            seeds.append(seed)
+    return seeds
+
+
+def plan_sweep(
+    settings: Settings,
+    benchmarks: Sequence[str],
+    seeds: Sequence[int],
+    *,
+    preset: str | None = None,
+    overrides: dict[str, object] | None = None,
+    version: str | None = None,
+    image_root: str | None = None,
+    path_template: str | None = None,
+) -> list[RunPlan]:
+    """Every run of the sweep, benchmark-major; fails on the first bad benchmark before any run starts."""
+    repeated = sorted({b for b in benchmarks if list(benchmarks).count(b) > 1})
+    if repeated:
+        raise InputError(f"{repeated[0]} is named twice", parameter="benchmarks")
+    if version is not None and len(benchmarks) > 1:
+        raise InputError("a split version belongs to one benchmark: name one benchmark", parameter="--version")
+    options = {"version": version, "preset": preset, "image_root": image_root, "path_template": path_template}
+    return [
+        plan_run(settings, benchmark, seed=seed, overrides=dict(overrides or {}), **options)
+        for benchmark in benchmarks
+        for seed in seeds
+    ]
+
+
+def slots(parallel: int | None, n_runs: int, device: str | None) -> int:
+    """Runs at a time: as asked, else one per CPU core, or ``GPU_SLOTS`` when a GPU will train them."""
+    if parallel is not None:
+        if parallel < 1:
+            raise InputError("must be at least 1", parameter="--parallel")
+        return min(parallel, n_runs)
+    on_gpu = (device or "auto").startswith("cuda") or (device in {None, "auto"} and gpu_present())
+    return max(1, min(GPU_SLOTS if on_gpu else os.cpu_count() or 1, n_runs))
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA device node exists (without importing torch in the planning process)."""
+    return Path("/dev/nvidiactl").exists() and os.environ.get("CUDA_VISIBLE_DEVICES", "0") not in {"", "-1"}
+
+
+def threads_per_run(parallel: int) -> int:
+    """CPU threads for each of ``parallel`` runs side by side (every core used, none oversubscribed)."""
+    return max(1, (os.cpu_count() or 1) // parallel)
+
+
+@dataclass
+class RunOutcome:
+    """One finished run of a sweep: what its command printed, reduced to what a sweep reports."""
+
+    plan: RunPlan
+    exit_code: int
+    seconds: float
+    log: Path
+    version: str | None = None
+    became_latest: bool = False
+    headline: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and self.version is not None
+
+
+def read_outcome(plan: RunPlan, exit_code: int, seconds: float, log: Path) -> RunOutcome:
+    """A run's version, headline metrics or its one-line error, from the output of ``shiftbench train``."""
+    outcome = RunOutcome(plan, exit_code, seconds, log)
+    lines = log.read_text("utf-8", errors="replace").splitlines() if log.is_file() else []
+    for line in lines:
+        if (published := _PUBLISHED.match(line)) and published[1] == plan.run:
+            outcome.version, outcome.became_latest = published[2], published[3] == "now latest"
+        elif headline := _HEADLINE.match(line):
+            outcome.headline[headline[1]] = float(headline[2])
+    if not outcome.ok:
+        errors = [line for line in lines if line.startswith("error:")]
+        outcome.error = errors[-1].removeprefix("error:").strip() if errors else _last_words(lines, exit_code)
+    return outcome
+
+
+def _last_words(lines: list[str], exit_code: int) -> str:
+    tail = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    return f"exited with {exit_code}" + (f": {tail}" if tail else "")
+
+
+def run_packed(
+    plans: Sequence[RunPlan],
+    command: Callable[[RunPlan], list[str]],
+    parallel: int,
+    log_dir: Path,
+    on_finish: Callable[[RunOutcome], None],
+    env: dict[str, str] | None = None,
+) -> list[RunOutcome]:
+    """Run ``command(plan)`` for every plan, ``parallel`` at a time, each output in ``log_dir/<run>.log``;
+    ``on_finish`` sees each outcome as it comes. A failed run fails alone: the others go on."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    waiting, running, outcomes = list(plans), [], []
+    while waiting or running:
+        while waiting and len(running) < parallel:
+            plan = waiting.pop(0)
+            log = log_dir / f"{plan.run}.log"
+            with log.open("wb") as sink:
+                process = subprocess.Popen(command(plan), stdout=sink, stderr=subprocess.STDOUT, env=env)
+            running.append((plan, process, log, time.monotonic()))
+        time.sleep(0.1)
+        for item in [r for r in running if r[1].poll() is not None]:
+            running.remove(item)
+            plan, process, log, started = item
+            outcome = read_outcome(plan, process.returncode, time.monotonic() - started, log)
+            outcomes.append(outcome)
+            on_finish(outcome)
+    return outcomes
