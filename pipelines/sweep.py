@@ -41,12 +41,13 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     threads = threads_per_run(parallel) if on_cpu and "threads" not in overrides else None
     _register_partitions(settings, args.benchmarks)
     sweep_dir = settings.runs_dir / "sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    n = len(args.benchmarks)
+    each = f", {threads} CPU thread{'s' * (threads > 1)} each" if threads else ""
     print(
-        f"[sweep] {len(plans)} runs ({len(args.benchmarks)} benchmark{'s' * (len(args.benchmarks) > 1)} x seeds {','.join(map(str, seeds))}), "
-        f"{parallel} at a time" + (f", {threads} CPU thread{'s' * (threads > 1)} each" if threads else "")
-        + f"; logs in {sweep_dir}",
+        f"[sweep] {len(plans)} runs ({n} benchmark{'s' * (n > 1)} x seeds {','.join(map(str, seeds))}), "
+        f"{parallel} at a time{each}; logs in {sweep_dir}",
         flush=True,
-    )  # fmt: skip
+    )
     started = time.monotonic()
     with _Bar(len(plans)) as bar:
         outcomes = run_packed(plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished)
