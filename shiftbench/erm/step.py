@@ -215,7 +215,7 @@ class GraphStep:
 
     def _on_side_stream(self) -> None:
         """A warm-up iteration, eager, on a side stream as PyTorch's whole-network capture recipe does."""
-        side = torch.cuda.Stream(self.inputs.device)
+        side = torch.cuda.Stream(self.inputs.device)  # type: ignore[no-untyped-call]
         side.wait_stream(torch.cuda.current_stream(self.inputs.device))
         with torch.cuda.stream(side):
             self.optimizer.zero_grad(set_to_none=True)

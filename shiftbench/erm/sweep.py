@@ -142,7 +142,8 @@ def run_packed(
     """Run ``command(plan)`` for every plan, ``parallel`` at a time, each output in ``log_dir/<run>.log``;
     ``on_finish`` sees each outcome as it comes. A failed run fails alone: the others go on."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    waiting, running, outcomes = list(plans), [], []
+    waiting, outcomes = list(plans), []
+    running: list[tuple[RunPlan, subprocess.Popen[bytes], Path, float]] = []
     while waiting or running:
         while waiting and len(running) < parallel:
             plan = waiting.pop(0)
