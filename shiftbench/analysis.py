@@ -76,6 +76,16 @@ ANALYSES: dict[str, Analysis] = {
             plots.accuracy_by_shift,
             "accuracy_by_shift.png",
         ),
+        Analysis(
+            "conds-grid-vs-paper",
+            "conds",
+            "analysis_conds_grid",
+            "conds_grid_vs_paper.sql",
+            "ConDS: the grid per learner beside the paper's Table 3, by concurrent shifts and SC",
+            "Jeon et al., Concurrent distribution shifts (TMLR 2025), Table 3 and Figure 4",
+            plots.conds_grid_vs_paper,
+            "grid_vs_paper.png",
+        ),
     )
 }
 

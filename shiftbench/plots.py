@@ -359,3 +359,42 @@ def accuracy_by_shift(table: pl.DataFrame, title: str) -> bytes:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return _png(fig)
+
+
+def conds_grid_vs_paper(table: pl.DataFrame, title: str) -> bytes:
+    """ConDS Table 3 side by side: each learner's mean test accuracy over cases (bars) with the paper's
+    number for its row (a black tick; rows the paper has and this grid has not run: the tick alone), and
+    each learner's accuracy by number of concurrent shifts (the paper's Figure 4 takeaway)."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
+    rows = table.sort("category", "paper_row", "setting").to_dicts()
+    labels = [
+        f"{r['paper_row'] or r['method']}"
+        + (f"\n{r['dataset']} {r['setting']}" if r["n_cases"] else f"\n{r['category']}: not run here")
+        for r in rows
+    ]
+    positions = list(range(len(rows)))
+    left.barh(positions, [r["acc_mean"] or 0.0 for r in rows], color="tab:blue", label="measured (mean over cases)")
+    paper = [(i, r["paper_acc"]) for i, r in enumerate(rows) if r["paper_acc"] is not None]
+    if paper:
+        left.scatter([v for _, v in paper], [i for i, _ in paper], marker="|", s=300, color="black",
+                     label="the paper (Table 3)", zorder=3)  # fmt: skip
+    left.set_yticks(positions, labels, fontsize=6)
+    left.invert_yaxis()
+    left.set_xlim(0, 1)
+    left.set_xlabel("uniform-test accuracy")
+    left.legend(fontsize=6, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    columns = ("acc_0_shifts", "acc_1_shift", "acc_2_shifts", "acc_3_shifts")
+    for r, label in zip(rows, labels, strict=True):
+        points = [(k, r[c]) for k, c in enumerate(columns) if r[c] is not None]
+        if points:
+            right.plot([k for k, _ in points], [v for _, v in points], marker="o", label=label.replace("\n", " "))
+    right.set_xticks(range(4), ["0", "1", "2", "3"])
+    right.set_ylim(0, 1.02)
+    right.set_xlabel("concurrent shifts")
+    right.set_ylabel("mean test accuracy over cases")
+    if right.get_legend_handles_labels()[0]:
+        right.legend(fontsize=5)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return _png(fig)

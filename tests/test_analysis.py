@@ -89,6 +89,53 @@ def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
     assert plots.source_vs_target(got, "t")[:8] == PNG
 
 
+def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases() -> None:
+    """A ResNet-18 trained from scratch without augmentation is the paper's ResNet18 row (controlled column:
+    sprites); a case counts once (its mean over seeds); the breakdowns by shift count and SC are means over
+    the cases they name; scored predictions get no paper row; the paper's rows not run here are listed for
+    the categories with results only."""
+    cases = pl.DataFrame(
+        {"benchmark": ["u", "sc", "sc-ldd", "ldd"], "version": ["v1"] * 4, "dataset": ["sprites"] * 4,
+         "shift_kind": ["uniform", "sc", "sc+ldd", "ldd"]}
+    )  # fmt: skip
+    board = _board(
+        [
+            ("u", "erm", "conds_controlled.resnet18", "test", 3, 0.9, 0.01),
+            ("sc", "erm", "conds_controlled.resnet18", "test", 3, 0.4, 0.01),
+            ("sc-ldd", "erm", "conds_controlled.resnet18", "test", 3, 0.3, 0.01),
+            ("ldd", "erm", "conds_controlled.resnet18", "test", 2, 0.8, 0.01),
+            ("ldd", "erm", "conds_controlled.resnet18", "id_val", 2, 0.99, 0.01),
+            ("u", "mine", None, "test", 1, 0.5, None),
+        ]
+    )
+    runs = pl.DataFrame(
+        {"benchmark": ["u", "sc"], "run": ["u.conds_controlled.resnet18.seed0", "sc.conds_controlled.resnet18.seed2"],
+         "family": ["conds"] * 2, "method": ["erm"] * 2, "model": ["resnet18"] * 2,
+         "config": ['{"augment": "none", "init_checkpoint": null}'] * 2}
+    )  # fmt: skip
+    got = _run(ANALYSES["conds-grid-vs-paper"].sql(), {"leaderboard": board, "conds_cases": cases, "erm_runs": runs})
+    rows = {(r["method"], r["paper_row"]): r for r in got.iter_rows(named=True)}
+    ours = rows[("erm", "ResNet18")]
+    assert (ours["dataset"], ours["category"], ours["setting"]) == (
+        "sprites",
+        "controlled",
+        "conds_controlled.resnet18",
+    )
+    assert ours["n_cases"] == 4 and ours["n_seeds_min"] == 2
+    assert ours["acc_mean"] == pytest.approx((0.9 + 0.4 + 0.3 + 0.8) / 4)
+    assert ours["paper_acc"] == pytest.approx(0.6243)
+    assert ours["acc_minus_paper"] == pytest.approx(0.6 - 0.6243)
+    assert (ours["acc_0_shifts"], ours["acc_2_shifts"], ours["acc_3_shifts"]) == (0.9, 0.3, None)
+    assert ours["acc_1_shift"] == pytest.approx(0.6)  # sc and ldd
+    assert ours["acc_with_sc"] == pytest.approx(0.35) and ours["acc_without_sc"] == pytest.approx(0.8)
+    scored = rows[("mine", "")]
+    assert scored["paper_acc"] is None and scored["model"] is None and scored["acc_mean"] == 0.5
+    paper_only = {key[1] for key, r in rows.items() if r["n_cases"] == 0}
+    assert "AugMix" in paper_only and "ResNet18, pre-trained" in paper_only and "ResNet18" not in paper_only
+    assert {r["category"] for r in rows.values()} == {"controlled"}
+    assert plots.conds_grid_vs_paper(got, "t")[:8] == PNG
+
+
 @pytest.mark.slow
 def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
     cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], tmp_path: Path

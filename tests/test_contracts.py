@@ -50,6 +50,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "analysis_metashift_distance",
         "analysis_breeds_source_target",
         "analysis_conds_shifts",
+        "analysis_conds_grid",
     }
     assert {t for kind in registry.kinds() for t in kind.tables} <= set(found)  # every kind's tables are covered
     assert all("shift_magnitudes" in kind.tables for kind in registry.kinds())  # every version measures its shift
