@@ -44,7 +44,7 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     n = len(args.benchmarks)
     each = f", {threads} CPU thread{'s' * (threads > 1)} each" if threads else ""
     print(
-        f"[sweep] {len(plans)} runs ({n} benchmark{'s' * (n > 1)} x seeds {','.join(map(str, seeds))}), "
+        f"[sweep] {_runs(len(plans))} ({n} benchmark{'s' * (n > 1)} x seeds {','.join(map(str, seeds))}), "
         f"{parallel} at a time{each}; logs in {sweep_dir}",
         flush=True,
     )
@@ -142,7 +142,7 @@ def _describe(outcome: RunOutcome) -> str:
 def _summary(outcomes: list[RunOutcome], parallel: int, seconds: float) -> int:
     failed = [o for o in outcomes if not o.ok]
     print(
-        f"[sweep] {len(outcomes)} runs in {seconds:.1f}s ({parallel} at a time): "
+        f"[sweep] {_runs(len(outcomes))} in {seconds:.1f}s ({parallel} at a time): "
         f"{len(outcomes) - len(failed)} published, {len(failed)} failed"
     )
     if not failed:
@@ -151,6 +151,10 @@ def _summary(outcomes: list[RunOutcome], parallel: int, seconds: float) -> int:
     for outcome in failed:
         print(f"error: {outcome.plan.run}: {outcome.error}", file=sys.stderr)
     return 2 if all(o.exit_code == 2 for o in failed) else 1
+
+
+def _runs(n: int) -> str:
+    return f"{n} run{'s' * (n != 1)}"
 
 
 def wants_sweep(args: argparse.Namespace) -> bool:

@@ -79,8 +79,8 @@ def test_a_failed_run_fails_alone_with_its_error_line(tmp_path: Path) -> None:
 def test_packed_runs_give_the_versions_of_runs_one_by_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Two seeds side by side (one CPU thread each), then one by one with one thread: the same versions,
-    the second time already latest; one line per run and a summary, through the CLI."""
+    """Two seeds side by side (one CPU thread each), then one of them alone with one thread: the same
+    version, already latest; one line per run and a summary, through the CLI."""
     home = tmp_path / "home"
     env = {"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}
     for key, value in env.items():
@@ -89,16 +89,17 @@ def test_packed_runs_give_the_versions_of_runs_one_by_one(
     staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
     assert not failures(check_version(Store(settings.store_dir), staged))
     publish_staged(settings, staged)
-    quick = ["--preset", "quick", "--set", "max_iters=20", "--set", "eval_every=10", "--device", "cpu"]
+    quick = ["--preset", "quick", "--set", "max_iters=10", "--set", "eval_every=5", "--device", "cpu", "--in-process"]
 
     def versions(*extra: str) -> tuple[dict[str, str], str]:
-        assert main(["train", CASE, "--seeds", "0-1", *quick, *extra]) == 0
+        assert main(["train", CASE, *quick, *extra]) == 0
         out = capsys.readouterr().out
-        found = re.findall(r"^\[sweep \d/2\] (\S+) version (\S+) \((now|already) latest", out, re.MULTILINE)
+        found = re.findall(r"^\[sweep \d/\d\] (\S+) version (\S+) \((now|already) latest", out, re.MULTILINE)
         return {run: version for run, version, _ in found}, out
 
-    packed, out = versions("--parallel", "2")
-    assert "2 runs (1 benchmark x seeds 0,1), 2 at a time" in out and "2 published, 0 failed" in out
-    assert len(packed) == 2 and out.count("now latest") == 2
-    alone, out = versions("--parallel", "1", "--set", "threads=1")
-    assert alone == packed and out.count("already latest") == 2
+    packed, out = versions("--seeds", "0-1", "--parallel", "2")
+    assert "2 runs (1 benchmark x seeds 0,1), 2 at a time, 1 CPU thread each" in out
+    assert "2 published, 0 failed" in out and len(packed) == 2 and out.count("now latest") == 2
+    alone, out = versions("--seeds", "1", "--parallel", "1", "--set", "threads=1")
+    assert "1 run (1 benchmark x seeds 1), 1 at a time;" in out
+    assert len(alone) == 1 and alone.items() <= packed.items() and "already latest" in out
