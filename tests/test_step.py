@@ -60,6 +60,7 @@ def _metrics(result: TrainResult) -> dict[tuple[str, str, str | None], float | N
     [
         ("small_cnn", "groupdro", "flip_rot90", "sgd", 1e-6),
         ("mlp", "reweight", "domainbed", "sgd", 1e-6),
+        ("mlp", "erm", "augmix", "sgd", 1e-6),
         ("mlp", "erm", "none", "adam", 1e-4),
     ],
 )

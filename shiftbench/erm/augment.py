@@ -16,6 +16,9 @@ import beside the CPU torch wheel (BENCHMARKS.md, "torchvision"). Crop and flip 
 resampling (``grid_sample``, bilinear). The jitter factors are applied in a fixed order (torchvision
 permutes them per call), and hue is turned in YIQ space, a linear stand-in for torchvision's HSV round
 trip.
+
+``imagenet``, ``randaugment``, ``autoaugment`` and ``augmix``: the ConDS paper's four augmentations,
+:mod:`shiftbench.erm.policies`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,10 @@ import math
 
 import torch
 
+from shiftbench.erm import policies
+from shiftbench.erm.config import AUGMENTATIONS
+
+assert set(AUGMENTATIONS) == {"none", "flip_rot90", "domainbed", *policies.POLICIES}, "config lists every kind"
 # The uniform ranges of DomainBed's draws, in the order they are drawn (one row of draws each).
 _DOMAINBED_RANGES = (
     (0.7, 1.0),  # crop area
@@ -43,8 +50,11 @@ _YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 _GREY = (0.299, 0.587, 0.114)  # ITU-R 601-2 luma, as Pillow and torchvision convert to L
 
 
-def draw(kind: str, n: int, generator: torch.Generator) -> torch.Tensor:
-    """The random numbers of ``n`` images, float32 ``[rows, n]`` on the host (no rows for ``none``)."""
+def draw(kind: str, n: int, generator: torch.Generator, *, size: int) -> torch.Tensor:
+    """The random numbers of ``n`` images of ``size`` pixels a side, float32 ``[rows, n]`` on the host
+    (no rows for ``none``)."""
+    if kind in policies.POLICIES:
+        return policies.draw(kind, n, size, generator)
     if kind == "none":
         return torch.zeros(0, n)
     if kind == "flip_rot90":
@@ -60,14 +70,17 @@ def apply(batch: torch.Tensor, kind: str, draws: torch.Tensor) -> torch.Tensor:
     """The transformed batch (uint8, same shape) on the batch's device; ``draws`` from :func:`draw`."""
     if kind == "none":
         return batch
+    draws = draws.to(batch.device, non_blocking=True)
+    if kind in policies.POLICIES:
+        return policies.apply(batch, kind, draws)
     if kind == "flip_rot90":
-        return _flip_rot90(batch, draws.to(batch.device, non_blocking=True))
-    return _domainbed(batch, draws.to(batch.device, non_blocking=True))
+        return _flip_rot90(batch, draws)
+    return _domainbed(batch, draws)
 
 
 def augment(batch: torch.Tensor, kind: str, generator: torch.Generator) -> torch.Tensor:
     """:func:`draw` then :func:`apply`: the eager step's path."""
-    return apply(batch, kind, draw(kind, batch.shape[0], generator))
+    return apply(batch, kind, draw(kind, batch.shape[0], generator, size=batch.shape[-1]))
 
 
 def _flip_rot90(batch: torch.Tensor, draws: torch.Tensor) -> torch.Tensor:

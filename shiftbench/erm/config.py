@@ -24,7 +24,8 @@ EXECUTION_ONLY = frozenset(
 )
 
 
-AUGMENTATIONS = ("none", "flip_rot90", "domainbed")
+# shiftbench.erm.augment; the last four are the ConDS paper's (shiftbench.erm.policies).
+AUGMENTATIONS = ("none", "flip_rot90", "domainbed", "imagenet", "randaugment", "autoaugment", "augmix")
 MAX_DECODE_WORKERS = 256
 # The objectives of shiftbench.erm.methods (checked there against its registry).
 METHODS = ("erm", "reweight", "groupdro", "irm", "coral")
@@ -56,7 +57,7 @@ class TrainConfig:
     lr_gamma: float = 0.1
     loader: str = "auto"  # auto (the method's) | standard | group_balanced | groups
     image_size: int = 64
-    augment: str = "none"  # none | flip_rot90 | domainbed (batched on the device; shiftbench.erm.augment)
+    augment: str = "none"  # none | flip_rot90 | domainbed | imagenet | randaugment | autoaugment | augmix
     normalization: str = "imagenet"  # imagenet (mean/std) | symmetric (pixels in (-1, 1), ConDS)
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"

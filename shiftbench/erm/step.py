@@ -160,7 +160,7 @@ class GraphStep:
 
     def _allocate(self, batch_size: int) -> None:
         s, device = self.inputs, self.inputs.device
-        n_draws = augment.draw(s.config.augment, 1, torch.Generator()).shape[0]
+        n_draws = augment.draw(s.config.augment, 1, torch.Generator(), size=s.config.image_size).shape[0]
         self.batch_size = batch_size
         self.rows = torch.zeros((2, batch_size), dtype=torch.int64, device=device)  # cache positions, rows
         size = s.config.image_size
@@ -193,7 +193,8 @@ class GraphStep:
         self.rows.copy_(torch.stack([positions, index]), non_blocking=True)
         if self.pixels is not None:
             self.pixels.copy_(s.batches(index), non_blocking=True)
-        self.draws.copy_(augment.draw(s.config.augment, self.batch_size, s.augment_generator), non_blocking=True)
+        draws = augment.draw(s.config.augment, self.batch_size, s.augment_generator, size=s.config.image_size)
+        self.draws.copy_(draws, non_blocking=True)
 
     def _program(self) -> None:
         """Gather, augment, normalise, forward, loss, backward, update, running sums: fixed shapes, no sync."""
