@@ -33,7 +33,7 @@ class Analysis:
     name: str  # the store entry, e.g. metashift-accuracy-vs-distance
     family: str  # whose splits and results it reads
     table: str
-    query: str  # file under sql/analysis/
+    query: str  # file under shiftbench/sql/analysis/
     title: str
     source: str  # the paper and section it reproduces
     figure: Callable[[pl.DataFrame, str], bytes]

@@ -1,11 +1,11 @@
 """The DuckDB catalog: ``$SHIFTBENCH_HOME/catalog.duckdb`` with views over the store.
 
-Views are created from the SQL files in ``sql/catalog/``: ``create_base_views.sql``
+Views are created from the SQL files in ``shiftbench/sql/catalog/``: ``create_base_views.sql``
 (publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for every
 table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
 were trained on is still the latest) and show only current results. A table with a file in
-``sql/catalog/derived/`` is a view computed from other tables when queried (MetaShift's
+``shiftbench/sql/catalog/derived/`` is a view computed from other tables when queried (MetaShift's
 ``metashift_distances`` from the embeddings, ``metashift_subset_images`` from the stored annotations),
 over the versions that store it too; it is created after the tables it reads.
 
@@ -29,6 +29,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from importlib import resources
 from pathlib import Path
 
 import duckdb
@@ -37,7 +38,7 @@ from filelock import FileLock, Timeout
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import StoreError, disk_full
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+SQL_DIR = Path(str(resources.files("shiftbench") / "sql"))  # package data, as the contracts
 LOCK_TIMEOUT_S = 120.0
 _PUBLICATION_COLUMNS = {
     "family": "VARCHAR",

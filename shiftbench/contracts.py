@@ -1,4 +1,4 @@
-"""Data contracts (ODCS v3 YAML in ``data_contracts/``) and their enforcement with DuckDB.
+"""Data contracts (ODCS v3 YAML in ``shiftbench/data_contracts/``) and their enforcement with DuckDB.
 
 Each published table has one contract. A contract is parsed with the ODCS pydantic model
 (``open-data-contract-standard``), so a typo in a field name fails loudly, and turned into
@@ -32,6 +32,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,8 @@ from pydantic import ValidationError
 
 from shiftbench.errors import InputError
 
-CONTRACTS_DIR = Path(__file__).resolve().parents[1] / "data_contracts"
+# Package data (importlib.resources): the same files in a checkout, an editable install and a wheel.
+CONTRACTS_DIR = Path(str(resources.files("shiftbench") / "data_contracts"))
 # libyaml's parser where PyYAML was built with it: the same documents, 10x faster (the 34 contracts: 0.2 -> 0.02 s)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CUSTOM_ENGINE = "shiftbench"  # the engine of type: custom rules (functions of this package)

@@ -4,7 +4,7 @@ Every published version says how large its shift is, in rows ``(family, measure,
 (``scope`` is ``all`` for the whole benchmark, else the superclass, class, community or attribute
 a value is about). The catalog view ``shift_magnitudes`` puts all families side by side, so that,
 e.g., BREEDS' ``good`` and ``bad`` splits are comparable numbers. :data:`MEASURES` is the
-vocabulary; the contract ``data_contracts/shift_magnitudes.yaml`` allows exactly these measures.
+vocabulary; the contract ``shiftbench/data_contracts/shift_magnitudes.yaml`` allows exactly these measures.
 """
 
 from __future__ import annotations
