@@ -14,3 +14,5 @@ echo "[test] pytest (on every core: pytest-xdist)"
 # worksteal: an idle worker takes queued tests from a busy one, so one 90 s Dagster test does not leave a
 # worker waiting at the end (on 2 cores: 362 s against 420 s with the default scheduling, same machine).
 .venv/bin/python -m pytest -q -n "${SHIFTBENCH_TEST_WORKERS:-auto}" --dist worksteal --durations=5 "$@"
+echo "[test] the wheel in a fresh environment, outside the checkout"
+bash scripts/wheel_check.sh

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The installed package, not the checkout: build the wheel from the tracked files, install it into a fresh
+# virtual environment outside the checkout, and run a user's short path from an empty folder there: build a
+# sprites case, train on it (a Dagster run with its Pipes subprocess), score predictions, query the results.
+# The fresh environment borrows the dependencies of .venv (a .pth line to its site-packages, whose own .pth
+# files, the editable install among them, are not read), so only shiftbench itself comes from the wheel.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir "$work/src" "$work/run"
+git ls-files -z | xargs -0 cp --parents -t "$work/src"
+.venv/bin/pip wheel --quiet --no-deps --no-build-isolation -w "$work/dist" "$work/src" >/dev/null
+.venv/bin/python -m venv "$work/venv"
+site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/shiftbench-dependencies.pth"
+"$work/venv/bin/python" -m pip install --quiet --no-deps --no-index "$work"/dist/shiftbench-*.whl
+export SHIFTBENCH_HOME="$work/home" SHIFTBENCH_SPRITES_PER_COMBINATION=40 DAGSTER_HOME=
+cd "$work/run"
+"$work/venv/bin/python" - <<'EOF'
+import shiftbench, shiftbench.contracts, shiftbench.catalog, sys
+where = shiftbench.__file__
+assert where.startswith(sys.prefix), f"shiftbench imported from {where}, not the wheel's environment"
+assert len(shiftbench.contracts.contracts()) >= 30 and (shiftbench.catalog.SQL_DIR / "catalog").is_dir()
+print(f"[wheel] shiftbench from {where}")
+EOF
+sb="$work/venv/bin/shiftbench"
+"$sb" build conds --benchmark sprites-uniform >build.log && tail -n 2 build.log
+"$sb" train sprites-uniform --preset smoke --set max_iters=20 --set eval_every=10 >train.log 2>&1
+grep "^\[train\] sprites-uniform.smoke" train.log
+"$work/venv/bin/python" - <<'EOF'
+import os, pathlib, polars as pl
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+store = Store(Settings.from_env().store_dir)
+latest = store.latest("sprites-uniform")
+examples = pl.read_parquet(store.staged("conds", "sprites-uniform", latest.version).path / "examples.parquet")
+examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet("predictions.parquet")
+EOF
+"$sb" eval sprites-uniform predictions.parquet --method oracle >eval.log && head -n 1 eval.log
+"$sb" sql "SELECT method, round(mean, 4) AS test_acc FROM leaderboard WHERE eval_split = 'test' AND metric = 'acc_avg' ORDER BY method"
+echo "[wheel] the wheel built, trained and scored from $work/run, outside the checkout"
