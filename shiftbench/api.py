@@ -1,0 +1,162 @@
+"""The Python front door: ``shiftbench.load_split(name)`` gives a published split as a researcher uses it.
+
+A :class:`Split` holds the examples (a polars DataFrame with the split column and decoded attribute
+values), the version a paper cites, the shift card, a torch ``Dataset`` of any split yielding WILDS-style
+``(x, y, metadata)`` with images resolved as the training job resolves them, and ``evaluate``, which
+scores predictions with the code ``shiftbench eval`` runs (:func:`shiftbench.scoring.score`), so the
+numbers are the CLI's. torch is imported only by :meth:`Split.dataset`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+_BASE = ("benchmark", "version", "example_id", "split", "y")
+
+
+def load_split(name: str, version: str | None = None, *, home: str | Path | None = None) -> Split:
+    """The published benchmark ``name`` at ``version`` (default: its latest) from the warehouse at ``home``
+    (default: ``SHIFTBENCH_HOME``, else the README's default). An unknown name or version is one
+    :class:`~shiftbench.errors.InputError` naming it."""
+    from shiftbench.erm.launch import published_split
+    from shiftbench.store import Store
+
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)} if home is not None else None)
+    if version is not None:
+        family = Store(settings.store_dir).family_of(name)
+        known = [v.version for v in Store(settings.store_dir).versions() if v.benchmark == name]
+        if family is not None and version not in known:
+            raise InputError(f"{name} has no version {version!r}; published: {', '.join(known)}", parameter="version")
+    return Split(settings, published_split(settings, name, version))
+
+
+@dataclass
+class Split:
+    """One published version of a benchmark (see :func:`load_split`)."""
+
+    settings: Settings
+    published: Any = field(repr=False)  # shiftbench.erm.launch.PublishedSplit
+
+    @property
+    def name(self) -> str:
+        return str(self.published.benchmark)
+
+    @property
+    def version(self) -> str:
+        """The content-addressed version id to cite."""
+        return str(self.published.version)
+
+    @property
+    def family(self) -> str:
+        return str(self.published.family)
+
+    @property
+    def path(self) -> Path:
+        return Path(self.published.path)
+
+    @cached_property
+    def card(self) -> str:
+        """The shift card (``files/card.md``): what shifted, sizes, sources, licences, citation."""
+        card = self.path / "files" / "card.md"
+        return card.read_text("utf-8") if card.is_file() else ""
+
+    @cached_property
+    def examples(self) -> pl.DataFrame:
+        """Every example: ``example_id``, ``split``, ``y``, ``y_name``, ``group`` and the attribute values
+        (decoded strings, as the family recorded them)."""
+        examples = pl.read_parquet(self.path / "examples.parquet").sort("example_id")
+        attributes = self.path / "conds_examples.parquet"
+        if attributes.is_file():
+            extra = pl.read_parquet(attributes)
+            columns = [c for c in extra.columns if c not in _BASE and c not in examples.columns]
+            examples = examples.join(extra.select("example_id", *columns), on="example_id", how="left")
+        return examples
+
+    @property
+    def splits(self) -> list[str]:
+        return sorted(self.examples["split"].unique().to_list())
+
+    def _rows(self, split: str) -> pl.DataFrame:
+        if split not in self.splits:
+            raise InputError(f"{self.name} has no split {split!r}; splits: {', '.join(self.splits)}", parameter="split")
+        return self.examples.filter(pl.col("split") == split)
+
+    def dataset(
+        self, split: str, transform: Callable[[Any], Any] | None = None, *, image_size: int | None = None
+    ) -> Any:
+        """A torch ``Dataset`` of ``split``: ``(x, y, metadata)`` with x a uint8 ``[3, S, S]`` tensor (through
+        ``transform`` when given), the image found as the training job finds it, metadata the WILDS fields
+        ``[group, y, attributes...]`` as integer codes. ``image_size``: resize to S (default: the first
+        image's own size)."""
+        from shiftbench.erm.data import SplitDataset, read_split
+        from shiftbench.erm.launch import resolve_images
+        from shiftbench.images import image_paths
+
+        self._rows(split)
+        table = read_split(self.path)
+        images = resolve_images(self.settings, self.published, None, None)
+        paths = image_paths(table.example_ids, images.root, images.template)
+        size = image_size or _side(paths[0])
+        return _transformed(SplitDataset(table, paths, table.indices(split), size), transform)
+
+    def evaluate(
+        self, y_pred: Sequence[int] | np.ndarray, split: str, group_by: Sequence[str] | None = None
+    ) -> pl.DataFrame:
+        """The metrics ``shiftbench eval`` reports for predictions of every example of ``split`` (in
+        ``examples`` order): ``eval_split, metric, group, value``. ``group_by``: metadata fields whose
+        value combinations are the groups (default: the split's own groups)."""
+        from shiftbench.scoring import Predictions, score
+
+        rows = self._rows(split)
+        values = np.asarray(y_pred)
+        if values.ndim != 1 or values.shape[0] != rows.height:
+            raise InputError(
+                f"y_pred must be one label per {split} example: {rows.height} expected, got shape {values.shape}",
+                parameter="y_pred",
+            )
+        if values.dtype.kind not in "iu":
+            raise InputError(f"y_pred must hold integer class indices, got {values.dtype}", parameter="y_pred")
+        frame = pl.DataFrame(
+            {"row": np.arange(rows.height), "example_id": rows["example_id"], "y_pred": values.astype(np.int64)}
+        )
+        digest = hashlib.sha256(values.astype(np.int64).tobytes()).hexdigest()
+        predictions = Predictions(Path(f"y_pred of {split}"), frame, None, digest)
+        tables = score(self.published, predictions, "python-api", 0, tuple(group_by or ()))
+        return tables["eval_results"].select("eval_split", "metric", "group", "value")
+
+
+def _transformed(base: Any, transform: Callable[[Any], Any] | None) -> Any:
+    """``base`` with its images through ``transform`` (the WILDS convention: ``dataset[i] -> (x, y, m)``)."""
+    if transform is None:
+        return base
+    import torch
+
+    apply = transform
+
+    class Transformed(torch.utils.data.Dataset[tuple[Any, int, Any]]):
+        def __len__(self) -> int:
+            return len(base)
+
+        def __getitem__(self, item: int) -> tuple[Any, int, Any]:
+            x, y, metadata = base[item]
+            return apply(x), y, metadata
+
+    return Transformed()
+
+
+def _side(path: Path) -> int:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return int(image.size[0])

@@ -1,0 +1,94 @@
+"""The Python front door: the README's example runs verbatim, ``evaluate`` gives ``shiftbench eval``'s
+numbers, the dataset yields the training job's items, and bad inputs are one InputError naming them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+
+import shiftbench
+from pipelines.cli import main
+from shiftbench.contracts import failures
+from shiftbench.errors import InputError
+from shiftbench.publishing import check_version, publish_staged
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+
+from .conftest import PROJECT, stage_one
+
+CASE = "sprites-sc-object_color"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("api_home")
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
+    assert not failures(check_version(Store(settings.store_dir), staged))
+    publish_staged(settings, staged)
+    return home
+
+
+def test_the_readme_s_python_example_runs_verbatim(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (PROJECT / "README.md").read_text("utf-8")
+    block = re.search(r"<!-- python-example[^>]*-->\n```python\n(.*?)```\n<!-- end python-example -->", readme, re.S)
+    assert block is not None
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    exec(compile(block[1], "README.md", "exec"), {})
+    out = capsys.readouterr().out
+    assert out.startswith(f"{CASE} ") and "['id_val', 'test', 'train']" in out
+    assert "acc_wg" in out and "y=0,object_color=" in out
+
+
+def test_evaluate_gives_shiftbench_eval_s_numbers(home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    split = shiftbench.load_split(CASE)
+    test = split.examples.filter(pl.col("split") == "test")
+    y_pred = (test["y"].to_numpy() + (np.arange(test.height) % 3 == 0)) % 3  # a third wrong
+    ours = split.evaluate(y_pred, "test", group_by=["y", "object_color"])
+    test.select("example_id", pl.Series("y_pred", y_pred)).write_parquet(tmp_path / "p.parquet")
+    scored = ["eval", CASE, str(tmp_path / "p.parquet"), "--method", "third-wrong", "--group-by", "y,object_color"]
+    assert main(scored) == 0
+    with duckdb.connect(str(Settings.from_env().catalog_path), read_only=True) as con:
+        cli = con.sql('SELECT eval_split, metric, "group", value FROM eval_results').pl()
+    joined = ours.join(cli, on=["eval_split", "metric", "group"], how="full", nulls_equal=True, suffix="_cli")
+    assert joined.height == ours.height == cli.height
+    assert (joined["value"].fill_null(-1) - joined["value_cli"].fill_null(-1)).abs().max() == 0  # type: ignore[operator]
+    assert ours.filter(pl.col("metric") == "acc_avg")["value"][0] == pytest.approx(1 - 270 / 810)
+
+
+def test_the_dataset_yields_the_training_job_s_items(home: Path) -> None:
+    split = shiftbench.load_split(CASE, home=home)
+    train = split.dataset("train")
+    x, y, metadata = train[0]
+    first = split.examples.filter(pl.col("split") == "train").row(0, named=True)
+    assert tuple(x.shape) == (3, 64, 64) and int(y) == first["y"] and int(metadata[1]) == first["y"]
+    assert len(train) == split.examples.filter(pl.col("split") == "train").height
+    half = split.dataset("train", transform=lambda t: t[:, ::2, ::2], image_size=32)
+    assert tuple(half[0][0].shape) == (3, 16, 16)
+    assert split.version in split.card and split.family == "conds"
+
+
+@pytest.mark.parametrize(
+    ("call", "fragment"),
+    [
+        (lambda h: shiftbench.load_split("nope", home=h), "no published benchmark 'nope'"),
+        (lambda h: shiftbench.load_split(CASE, "0000000000000000", home=h), "has no version '0000000000000000'"),
+        (lambda h: shiftbench.load_split(CASE, home=h).evaluate([0, 1], "test"), "parameter 'y_pred': y_pred must be"),
+        (lambda h: shiftbench.load_split(CASE, home=h).evaluate(np.zeros(810), "test"), "integer class indices"),
+        (lambda h: shiftbench.load_split(CASE, home=h).evaluate(np.zeros(810, int), "tset"), "no split 'tset'"),
+        (lambda h: shiftbench.load_split(CASE, home=h).evaluate(np.zeros(810, int), "test", ["colour"]), "'colour'"),
+        (lambda h: shiftbench.load_split(CASE, home=h).dataset("val"), "no split 'val'"),
+    ],
+)
+def test_bad_input_is_one_input_error(home: Path, call: Any, fragment: str) -> None:
+    with pytest.raises(InputError, match=re.escape(fragment)):
+        call(home)
