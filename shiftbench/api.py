@@ -20,6 +20,7 @@ import numpy as np
 import polars as pl
 
 from shiftbench.errors import InputError
+from shiftbench.grouper import Grouper
 from shiftbench.settings import Settings
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
@@ -84,6 +85,11 @@ class Split:
         return examples
 
     @property
+    def grouper(self) -> Grouper:
+        """The split's own groups; ``Grouper.parse("y,object_color")`` for others (WILDS' CombinatorialGrouper)."""
+        return Grouper()
+
+    @property
     def splits(self) -> list[str]:
         return sorted(self.examples["split"].unique().to_list())
 
@@ -111,7 +117,7 @@ class Split:
         return _transformed(SplitDataset(table, paths, table.indices(split), size), transform)
 
     def evaluate(
-        self, y_pred: Sequence[int] | np.ndarray, split: str, group_by: Sequence[str] | None = None
+        self, y_pred: Sequence[int] | np.ndarray, split: str, group_by: Sequence[str] | Grouper | None = None
     ) -> pl.DataFrame:
         """The metrics ``shiftbench eval`` reports for predictions of every example of ``split`` (in
         ``examples`` order): ``eval_split, metric, group, value``. ``group_by``: metadata fields whose
@@ -132,7 +138,8 @@ class Split:
         )
         digest = hashlib.sha256(values.astype(np.int64).tobytes()).hexdigest()
         predictions = Predictions(Path(f"y_pred of {split}"), frame, None, digest)
-        tables = score(self.published, predictions, "python-api", 0, tuple(group_by or ()))
+        fields = () if group_by is None else group_by.fields if isinstance(group_by, Grouper) else tuple(group_by)
+        tables = score(self.published, predictions, "python-api", 0, () if fields == ("group",) else fields)
         return tables["eval_results"].select("eval_split", "metric", "group", "value")
 
 

@@ -30,6 +30,7 @@ from shiftbench.erm import metrics as m
 from shiftbench.erm.config import METHODS as TRAINED_METHODS
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import ContractViolation, InputError
+from shiftbench.grouper import Grouper
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -168,26 +169,26 @@ def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
 
 
 def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[str]) -> pl.Series:
-    """The group of every example: the split's ``group``, or ``field=value,...`` over ``group_by``."""
-    if not group_by:
+    """The group of every example under ``group_by`` (:class:`shiftbench.grouper.Grouper`: the split's
+    own ``group`` when empty), named as training names it."""
+    grouper = Grouper.parse(group_by)
+    if grouper.own:
         return examples["group"]
     available = dict.fromkeys(examples.columns)
     extra = split.path / "conds_examples.parquet"
     if extra.is_file():
         available |= dict.fromkeys(pl.read_parquet_schema(extra))
-    unknown = [f for f in group_by if f not in available]
-    if unknown:
+    unknown = grouper.unknown(list(available))
+    if unknown is not None:
         fields = ", ".join(sorted(c for c in available if c not in ("example_id", "split")))
-        raise InputError(
-            f"{unknown[0]!r} is not a field of {split.benchmark} (fields: {fields})", parameter="--group-by"
-        )
+        raise InputError(f"{unknown!r} is not a field of {split.benchmark} (fields: {fields})", parameter="--group-by")
     joined = examples
-    needed = [f for f in group_by if f not in examples.columns]
+    needed = [f for f in grouper.fields if f not in examples.columns]
     if needed:
         attributes = pl.read_parquet(extra, columns=["example_id", *needed])
         joined = examples.join(attributes, on="example_id", how="left")
-    parts = [pl.lit(f"{field}=") + pl.col(field).cast(pl.String).fill_null("NULL") for field in group_by]
-    return joined.select(pl.concat_str(parts, separator=",").alias("group"))["group"]
+    columns = [joined[field].cast(pl.String).to_list() for field in grouper.fields]
+    return pl.Series("group", grouper.names(columns), dtype=pl.String)
 
 
 def conds_subsets(split: PublishedSplit, examples: pl.DataFrame) -> dict[str, np.ndarray]:

@@ -92,3 +92,53 @@ def test_the_dataset_yields_the_training_job_s_items(home: Path) -> None:
 def test_bad_input_is_one_input_error(home: Path, call: Any, fragment: str) -> None:
     with pytest.raises(InputError, match=re.escape(fragment)):
         call(home)
+
+
+def test_a_run_trained_with_group_by_reports_the_groups_eval_names_and_they_join(
+    home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """One Grouper: GroupDRO trained over (y, object_color) reports its per-group metrics over those groups;
+    the same model's test predictions scored with ``shiftbench eval --group-by y,object_color`` give the
+    same rows, group names and values."""
+    import torch
+
+    from shiftbench.erm import launch
+    from shiftbench.erm.config import TrainConfig
+    from shiftbench.erm.data import Batches, normalize, read_split
+    from shiftbench.erm.models import build_model
+    from shiftbench.images import image_paths
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    settings = Settings.from_env()
+    overrides = {"group_by": "y,object_color", "method": "groupdro", "max_iters": 20, "eval_every": 10}
+    plan = launch.plan_run(settings, CASE, preset="smoke", seed=0, overrides=overrides)
+    outcome, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "g"), log=print)
+    assert summary["training_groups"][0] == "y=0,object_color=blue" and len(summary["training_groups"]) == 9
+
+    config = TrainConfig.from_mapping(plan.config)
+    table = read_split(plan.split_dir)
+    model = build_model(config.model, table.num_classes, config.image_size)
+    model.load_state_dict(torch.load(outcome.staged.path / outcome.staged.manifest()["weights"]["file"]))
+    model.eval()
+    rows = table.indices("test")
+    paths = image_paths(table.example_ids, plan.images.root, plan.images.template)
+    images = Batches(paths, config, torch.device("cpu"), np.arange(len(paths)))(torch.from_numpy(rows))
+    with torch.inference_mode():
+        y_pred = model(normalize(images, channels_last=False, kind=config.normalization)).argmax(1).numpy()
+    ids = [table.example_ids[r] for r in rows]
+    pl.DataFrame({"example_id": ids, "y_pred": y_pred}).write_parquet(tmp_path / "same.parquet")
+    scored = ["eval", CASE, str(tmp_path / "same.parquet"), "--method", "same-model", "--group-by", "y,object_color"]
+    assert main(scored) == 0
+
+    def rows_of(table_name: str, key: str) -> dict[tuple[str, str | None], float]:
+        with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+            frame = con.sql(
+                f"SELECT metric, \"group\", value FROM {table_name} WHERE {key} AND eval_split = 'test' "
+                "AND (metric LIKE '%_group:%' OR metric IN ('acc_avg', 'acc_wg', 'count'))"
+            ).pl()
+        return {(r["metric"], r["group"]): r["value"] for r in frame.iter_rows(named=True)}
+
+    trained = rows_of("erm_results", f"run = '{plan.run}'")
+    evaluated = rows_of("eval_results", "method = 'same-model'")
+    assert trained.keys() == evaluated.keys() and len(trained) == 3 + 2 * 9
+    assert all(trained[k] == pytest.approx(evaluated[k]) for k in trained)

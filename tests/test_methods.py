@@ -125,7 +125,7 @@ def _table(metadata: np.ndarray, fields: list[str]) -> SplitTable:
 def test_training_groups_are_the_distinct_values_of_the_named_fields() -> None:
     table = _table(np.array([[0, 0, 2], [1, 1, 2], [0, 1, 2], [1, 0, 5]]), ["group", "y", "colour"])
     codes, labels = training_groups(table, "y,colour")
-    assert labels == ["y=0|colour=2", "y=0|colour=5", "y=1|colour=2"]
+    assert labels == ["y=0,colour=2", "y=0,colour=5", "y=1,colour=2"]  # shiftbench.grouper: as eval names them
     assert codes.tolist() == [0, 2, 2, 1]
     assert training_groups(table, "group")[0].tolist() == [0, 1, 0, 1]
     with pytest.raises(InputError, match=r"unknown metadata field 'shape'.*group, y, colour"):

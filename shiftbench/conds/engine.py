@@ -40,13 +40,10 @@ import polars as pl
 
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.errors import InputError
+from shiftbench.grouper import cell_expression, cell_name
 from shiftbench.seeding import rng_for
 
 ALIGNED, COUNTEREXAMPLE, ALL = "aligned", "counterexample", "all"
-
-
-def cell_name(names: list[str], values: tuple[str, ...] | list[str]) -> str:
-    return "|".join(f"{n}={v}" for n, v in zip(names, values, strict=True))
 
 
 def cell_weights(case: CaseSpec) -> pl.DataFrame:
@@ -168,9 +165,7 @@ class Draw:
 
 def _ranked(table: pl.DataFrame, case: CaseSpec, names: list[str]) -> pl.DataFrame:
     """Each example's rank in its cell's seeded permutation (the dataset, seed and cell fix it)."""
-    keyed = table.select(
-        "example_id", pl.concat_str([pl.lit(f"{n}=") + pl.col(n) for n in names], separator="|").alias("cell")
-    )
+    keyed = table.select("example_id", cell_expression(names).alias("cell"))
     parts = []
     for (cell,), part in keyed.sort("example_id").group_by("cell", maintain_order=True):
         order = rng_for(case.seed, case.dataset, str(cell)).permutation(part.height)

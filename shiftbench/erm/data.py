@@ -29,6 +29,7 @@ from PIL import Image
 
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import InputError
+from shiftbench.grouper import Grouper, require_fields
 
 # ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
 MEAN = (0.485, 0.456, 0.406)
@@ -50,6 +51,15 @@ class SplitTable:
     class_names: list[str]  # class_names[y]
     metadata: np.ndarray  # int64 [N, len(metadata_fields)]
     metadata_fields: list[str]
+    metadata_levels: list[list[str]] | None = None  # each field's value text by code (None: the codes)
+
+    def decoded(self, field: str) -> list[str]:
+        """A metadata field's values as the split stores them (group names, labels, attribute text)."""
+        codes = self.metadata[:, self.metadata_fields.index(field)]
+        if self.metadata_levels is None:
+            return [str(int(c)) for c in codes]
+        levels = self.metadata_levels[self.metadata_fields.index(field)]
+        return [levels[int(c)] for c in codes]
 
     @property
     def num_classes(self) -> int:
@@ -88,6 +98,7 @@ def read_split(version_dir: Path) -> SplitTable:
     position = {g: i for i, g in enumerate(group_names)}
     group_index = np.asarray([position[g] for g in columns["group"]], dtype=np.int64)
     fields, values = ["group", "y"], [group_index, y]
+    levels: list[list[str]] = [group_names, [str(k) for k in range(len(names))]]
     attributes = version_dir / "conds_examples.parquet"
     if attributes.is_file():  # ConDS: the attributes are WILDS metadata fields
         extra = pq.read_table(attributes).sort_by("example_id")
@@ -97,9 +108,11 @@ def read_split(version_dir: Path) -> SplitTable:
             if name in _BASE_COLUMNS:
                 continue
             raw = [str(v) for v in extra.column(name).to_pylist()]
-            levels = {v: i for i, v in enumerate(sorted(set(raw)))}
+            ordered = sorted(set(raw))
+            code = {v: i for i, v in enumerate(ordered)}
             fields.append(name)
-            values.append(np.asarray([levels[v] for v in raw], dtype=np.int64))
+            values.append(np.asarray([code[v] for v in raw], dtype=np.int64))
+            levels.append(ordered)
     versions = set(table.column("version").to_pylist())
     benchmarks = set(table.column("benchmark").to_pylist())
     return SplitTable(
@@ -113,6 +126,7 @@ def read_split(version_dir: Path) -> SplitTable:
         class_names=[names[k] for k in range(len(names))],
         metadata=np.stack(values, axis=1),
         metadata_fields=fields,
+        metadata_levels=levels,
     )
 
 
@@ -211,19 +225,11 @@ def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet
 
 
 def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[str]]:
-    """Each example's training group: the distinct values of the ``group_by`` metadata fields
-    (``group``: the split's own groups; ``y,object_color``: label x spurious attribute, Sagawa et al.)."""
-    names = [f.strip() for f in group_by.split(",") if f.strip()]
-    unknown = [f for f in names if f not in table.metadata_fields]
-    if unknown:
-        raise InputError(
-            f"unknown metadata field {unknown[0]!r}; this split has: {', '.join(table.metadata_fields)}",
-            parameter="group_by",
-        )
-    columns = table.metadata[:, [table.metadata_fields.index(f) for f in names]]
-    combos, codes = np.unique(columns, axis=0, return_inverse=True)
-    labels = ["|".join(f"{f}={int(v)}" for f, v in zip(names, row, strict=True)) for row in combos]
-    return codes.reshape(-1).astype(np.int64), labels
+    """Each example's group under ``group_by`` and the groups' names (:class:`shiftbench.grouper.Grouper`:
+    ``group`` is the split's own groups; ``y,object_color`` label x spurious attribute, Sagawa et al.)."""
+    grouper = Grouper.parse(group_by)
+    require_fields(grouper, table.metadata_fields, parameter="group_by", what="this split")
+    return grouper.assign([table.decoded(field) for field in grouper.fields])
 
 
 def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:

@@ -110,9 +110,11 @@ def evaluate(
     device: torch.device,
     precision: str,
     channels_last: bool,
+    grouping: tuple[np.ndarray, list[str]],
     final: bool = False,
 ) -> list[Metric]:
-    """A split's metrics; ``final`` adds per-class accuracy, balanced accuracy, macro F1 and ECE."""
+    """A split's metrics over the run's groups (``grouping``: each example's group and the names, from
+    :func:`training_groups`); ``final`` adds per-class accuracy, balanced accuracy, macro F1 and ECE."""
     rows = table.indices(split)
     predictions, losses, probabilities = [], [], []
     model.eval()
@@ -129,7 +131,8 @@ def evaluate(
     y_pred = torch.cat(predictions).numpy() if predictions else np.zeros(0, np.int64)
     loss = torch.cat(losses).numpy() if losses else np.zeros(0)
     y_true = table.y[rows]
-    out = split_metrics(split, y_true, y_pred, loss, table.group_index[rows], table.group_names)
+    codes, names = grouping
+    out = split_metrics(split, y_true, y_pred, loss, codes[rows], names)
     if final:
         out += class_metrics(split, y_true, y_pred, table.class_names)
         k = len(table.class_names)
@@ -205,8 +208,8 @@ def train(
         if config.lr_grid:
             log(f"learning rate {lr:g} of the grid {', '.join(f'{v:g}' for v in config.lr_grid)}")
         candidate = _fit(
-            table, batches, replace(config, lr=lr), train_rows, groups, selection, device, precision, channels_last,
-            checkpoint, log,
+            table, batches, replace(config, lr=lr), train_rows, (groups, group_labels), selection, device, precision,
+            channels_last, checkpoint, log,
         )  # fmt: skip
         grid_scores[f"{lr:g}"] = candidate.best_score
         if fit is None or candidate.best_score > fit.best_score:
@@ -224,7 +227,7 @@ def train(
     for split in table.split_names:
         metrics += evaluate(
             step_model, batches, table, split, config=config, device=device, precision=precision,
-            channels_last=channels_last, final=True,
+            channels_last=channels_last, grouping=(groups, group_labels), final=True,
         )  # fmt: skip
     metrics += gap_metrics(metrics)
     timings["evaluate_s"] = time.perf_counter() - t_eval
@@ -260,7 +263,7 @@ def _fit(
     batches: Batches,
     config: TrainConfig,
     train_rows: np.ndarray,
-    groups: np.ndarray,
+    grouping: tuple[np.ndarray, list[str]],
     selection: str | None,
     device: torch.device,
     precision: str,
@@ -269,6 +272,7 @@ def _fit(
     log: Log,
 ) -> _Fit:
     """Initialise, then train with ``config.method`` until ``max_iters`` or early stopping."""
+    groups = grouping[0]
     torch.manual_seed(seed_for(config.seed, table.benchmark, "init"))
     model = build_model(config.model, table.num_classes, config.image_size)
     if checkpoint is None and config.init_checkpoint:
@@ -336,7 +340,7 @@ def _fit(
             continue
         measured = evaluate(
             step_model, batches, table, selection, config=config, device=device, precision=precision,
-            channels_last=channels_last,
+            channels_last=channels_last, grouping=grouping,
         )  # fmt: skip
         score = value_of(measured, selection, config.selection_metric)
         for name in ("acc_avg", "acc_wg", "loss_avg"):
