@@ -2,7 +2,7 @@
 
 The card says what shifts and how much (the version's ``shift_magnitudes``), the sizes per split and
 group, the sources with their fingerprints, the parameters, the licences and the plots. The
-Croissant file (MLCommons Croissant 1.0, JSON-LD) describes the version's Parquet tables as record
+Croissant file (MLCommons Croissant 1.1, JSON-LD, with its provenance) describes the version's Parquet tables as record
 sets, with each file's SHA-256 and the splits as a ``cr:Split`` record set, so Croissant tools
 (``mlcroissant``, TFDS, Hugging Face) can load a version without shiftbench. Both are written with
 the version (``Store.stage``'s ``documents``) and covered by the manifest's checksums.
@@ -27,8 +27,8 @@ from shiftbench.magnitudes import MEASURES, SCOPE_ALL
 from shiftbench.store import SCHEMA_VERSION
 from shiftbench.streamed import StreamedTable, in_memory
 
-CROISSANT_CONFORMS_TO = "http://mlcommons.org/croissant/1.0"
-# The JSON-LD context every Croissant 1.0 document carries (the specification's standard context).
+CROISSANT_CONFORMS_TO = "http://mlcommons.org/croissant/1.1"
+# The JSON-LD context of Croissant documents (the standard context, 1.0 and 1.1 alike; prov for provenance).
 CROISSANT_CONTEXT: dict[str, Any] = {
     "@language": "en",
     "@vocab": "https://schema.org/",
@@ -53,6 +53,7 @@ CROISSANT_CONTEXT: dict[str, Any] = {
     "jsonPath": "cr:jsonPath",
     "key": "cr:key",
     "md5": "cr:md5",
+    "prov": "http://www.w3.org/ns/prov#",
     "parentField": "cr:parentField",
     "path": "cr:path",
     "recordSet": "cr:recordSet",
@@ -116,7 +117,9 @@ def _arrow_type(dtype: Any) -> tuple[str, bool]:
 
 
 def croissant(v: Version) -> dict[str, Any]:
-    """The Croissant 1.0 JSON-LD of one version: one FileObject and one RecordSet per Parquet table."""
+    """The Croissant 1.1 JSON-LD of one version: one FileObject and one RecordSet per Parquet table, and
+    its provenance (PROV-O, as Croissant 1.1 records it): the source datasets with their checksums, and the
+    build that made the version from them."""
     benchmark, version, manifest, tables, files, info = v.benchmark, v.version, v.manifest, v.tables, v.files, v.info
     distribution = [
         {
@@ -184,7 +187,35 @@ def croissant(v: Version) -> dict[str, Any]:
         "creator": {"@type": "sc:Organization", "name": "shiftbench"},
         "distribution": distribution,
         "recordSet": record_sets,
+        **provenance(manifest),
     }
+
+
+def provenance(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``prov:wasDerivedFrom`` (each source the manifest names with a ``<name>_sha256`` checksum, or a
+    results version's split) and ``prov:wasGeneratedBy`` (the shiftbench build, its code version)."""
+    sources = manifest.get("sources", {})
+    derived = []
+    for key, value in sorted(sources.items()):
+        if key.endswith("_sha256") and isinstance(value, str):
+            name = key.removesuffix("_sha256")
+            label = f"{name}: {sources[name]}" if isinstance(sources.get(name), str) else name
+            derived.append({"@type": "sc:Dataset", "name": label, "sha256": value})
+    split = manifest.get("split")
+    if isinstance(split, Mapping) and split.get("version"):
+        derived.append({"@type": "sc:Dataset", "name": f"{split.get('benchmark', '')} version {split['version']}"})
+    environment = manifest.get("environment", {})
+    activity = {
+        "@type": "prov:Activity",
+        "name": f"shiftbench {environment.get('shiftbench', '')}".strip(),
+        "description": f"built from the sources with the spec and parameters in manifest.json (family "
+        f"{manifest.get('family', '')}, code version {manifest.get('code_version', '')})",
+    }
+    return (
+        {"prov:wasDerivedFrom": derived, "prov:wasGeneratedBy": activity}
+        if derived
+        else {"prov:wasGeneratedBy": activity}
+    )
 
 
 def markdown_table(frame: pl.DataFrame) -> str:

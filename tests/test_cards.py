@@ -98,6 +98,16 @@ def test_every_version_has_magnitudes_a_card_and_a_valid_croissant(
         checked = report[str(version.path / "files" / "croissant.json")]
         assert checked["errors"] == [] and checked["warnings"] == [], checked
         document = json.loads((version.path / "files" / "croissant.json").read_text())
+        assert document["conformsTo"] == "http://mlcommons.org/croissant/1.1"
+        assert document["prov:wasGeneratedBy"]["@type"] == "prov:Activity"
+        sources = version.manifest().get("sources", {})
+        checksums = {v for k, v in sources.items() if k.endswith("_sha256")}
+        derived = document["prov:wasDerivedFrom"]
+        assert {d["sha256"] for d in derived if "sha256" in d} == checksums  # every source, by its checksum
+        if info.family == "erm":  # a results version derives from its split's version
+            assert any(version.manifest()["split"]["version"] in d["name"] for d in derived)
+        else:
+            assert checksums, info.benchmark
         assert {d["sha256"] for d in document["distribution"]} == {
             entry["sha256"] for entry in version.manifest()["tables"].values()
         }
