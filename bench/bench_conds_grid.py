@@ -4,7 +4,7 @@
     python3 bench/bench_conds_grid.py run DIR --parallel 1 4 [--device cuda]      # torch + pyarrow only
     .venv/bin/python bench/bench_conds_grid.py cli [--cases 4] [--preset quick] [--parallel 2]
 
-``prepare`` builds the 34 sprites cases here and writes, into DIR (about 35 MB: carry it to a GPU box),
+``prepare`` builds the 34 sprites cases here and writes, into DIR (about 26 MB: carry it to a GPU box),
 each case's split tables, the images, and ``grid.json``: one resolved job per (case, seed). ``run`` trains
 every job with the lean ``python -m shiftbench.erm.job``, K at a time for each K given, one process per
 run, and reports the wall time, each K's speed-up over K = 1, and whether every run's metrics agree
@@ -75,11 +75,13 @@ def run(data: Path, parallels: list[int], device: str | None, limit: int | None)
     grid = json.loads((data / "grid.json").read_text("utf-8"))
     jobs = grid["jobs"][:limit] if limit else grid["jobs"]
     results: dict[int, dict[str, Any]] = {}
+    # On CPU every K runs with the threads of the most packed K: the bytes depend on the thread count.
+    threads = max(1, (os.cpu_count() or 1) // max(parallels))
     for parallel in parallels:
         with tempfile.TemporaryDirectory() as scratch:
             started = time.perf_counter()
             with ThreadPoolExecutor(max_workers=parallel) as pool:
-                done = list(pool.map(_one, [(data, Path(scratch), job, device, parallel) for job in jobs]))
+                done = list(pool.map(_one, [(data, Path(scratch), job, device, threads) for job in jobs]))
             wall = time.perf_counter() - started
         results[parallel] = {"wall_s": wall, "runs": {d["run"]: d for d in done}}
         failed = [d["run"] for d in done if d["exit_code"] != 0]
@@ -97,12 +99,12 @@ def run(data: Path, parallels: list[int], device: str | None, limit: int | None)
 def _one(item: tuple[Path, Path, dict[str, Any], str | None, int]) -> dict[str, Any]:
     import pyarrow.parquet as pq
 
-    data, scratch, job, device, parallel = item
+    data, scratch, job, device, threads = item
     config = dict(job["config"])
     if device:
         config["device"] = device
     if device == "cpu" or (device is None and not Path("/dev/nvidiactl").exists()):
-        config["threads"] = max(1, (os.cpu_count() or 1) // parallel)
+        config["threads"] = threads
     out = scratch / job["run"]
     description = {"split_dir": str(data / "splits" / job["case"]), "image_root": str(data),
                    "path_template": TEMPLATE, "config": config, "out_dir": str(out)}  # fmt: skip
