@@ -138,6 +138,21 @@ def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dic
     return chosen.stage(settings, target, inputs)
 
 
+def small_sprites_home(home: Path, *cases: str) -> Settings:
+    """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
+    432 train + id_val examples): the ERM tests' data."""
+    from shiftbench.contracts import failures
+    from shiftbench.publishing import check_version, publish_staged
+    from shiftbench.store import Store
+
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    for case in cases:
+        staged = stage_one(settings, "conds/case", case, {"train_size": 432})
+        assert not failures(check_version(Store(settings.store_dir), staged))
+        publish_staged(settings, staged)
+    return settings
+
+
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
     """Build, check and publish benchmarks through the library path; every one must pass."""
     from shiftbench import building, registry, variants

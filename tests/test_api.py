@@ -14,13 +14,10 @@ import pytest
 
 import shiftbench
 from pipelines.cli import main
-from shiftbench.contracts import failures
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_version, publish_staged
 from shiftbench.settings import Settings
-from shiftbench.store import Store
 
-from .conftest import PROJECT, stage_one
+from .conftest import PROJECT, small_sprites_home
 
 CASE = "sprites-sc-object_color"
 
@@ -28,10 +25,7 @@ CASE = "sprites-sc-object_color"
 @pytest.fixture(scope="module")
 def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("api_home")
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
-    staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
-    assert not failures(check_version(Store(settings.store_dir), staged))
-    publish_staged(settings, staged)
+    small_sprites_home(home, CASE)
     return home
 
 

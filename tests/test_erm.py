@@ -29,7 +29,7 @@ from shiftbench.publishing import check_version, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import stage_one
+from .conftest import small_sprites_home, stage_one
 
 SPECS = load_specs()
 CASES = ("sprites-uniform", "sprites-sc-object_color")
@@ -39,13 +39,7 @@ FAST = {"max_iters": 60, "eval_every": 30}
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Two published sprites cases (40 images per combination, 432 train + id_val examples)."""
-    home = tmp_path_factory.mktemp("erm_home")
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
-    for name in CASES:
-        staged = stage_one(settings, "conds/case", name, {"train_size": 432})
-        assert not failures(check_version(Store(settings.store_dir), staged))
-        publish_staged(settings, staged)
-    return settings
+    return small_sprites_home(tmp_path_factory.mktemp("erm_home"), *CASES)
 
 
 def _metrics(outcome: launch.PublishOutcome) -> dict[tuple[str, str], float | None]:

@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from pipelines.cli import main
-from shiftbench.contracts import failures
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.augment import augment
 from shiftbench.erm.config import TrainConfig
@@ -24,11 +23,9 @@ from shiftbench.erm.data import MEAN, STD, SplitTable, group_batches, normalize,
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_version, publish_staged
 from shiftbench.settings import Settings
-from shiftbench.store import Store
 
-from .conftest import stage_one
+from .conftest import small_sprites_home
 
 CASE = "sprites-sc-object_color"
 CPU = torch.device("cpu")
@@ -37,12 +34,7 @@ PARAMS = {"groupdro_eta": 0.5, "irm_lambda": 100.0, "irm_anneal_iters": 2, "cora
 
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    home = tmp_path_factory.mktemp("methods_home")
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
-    staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
-    assert not failures(check_version(Store(settings.store_dir), staged))
-    publish_staged(settings, staged)
-    return settings
+    return small_sprites_home(tmp_path_factory.mktemp("methods_home"), CASE)
 
 
 def _ce(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

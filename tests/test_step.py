@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from shiftbench.conds.specs import load_specs
-from shiftbench.contracts import failures
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import read_split
@@ -20,11 +19,8 @@ from shiftbench.erm.job import image_paths
 from shiftbench.erm.methods import build_method
 from shiftbench.erm.step import choose_step
 from shiftbench.erm.train import TrainResult, train
-from shiftbench.publishing import check_version, publish_staged
-from shiftbench.settings import Settings
-from shiftbench.store import Store
 
-from .conftest import stage_one
+from .conftest import small_sprites_home
 
 SPECS = load_specs()
 CASE = "sprites-sc-object_color"
@@ -33,10 +29,7 @@ CASE = "sprites-sc-object_color"
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[Path], dict[str, Any]]:
     home = tmp_path_factory.mktemp("step_home")
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
-    staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
-    assert not failures(check_version(Store(settings.store_dir), staged))
-    publish_staged(settings, staged)
+    settings = small_sprites_home(home, CASE)
     plan = launch.plan_run(settings, CASE, preset="smoke", seed=0)
     job = plan.job(home / "job")
     table = read_split(Path(job["split_dir"]))

@@ -11,15 +11,11 @@ from typing import Any
 import pytest
 
 from pipelines.cli import main
-from shiftbench.contracts import failures
 from shiftbench.erm import sweep
 from shiftbench.erm.launch import RunPlan
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_version, publish_staged
-from shiftbench.settings import Settings
-from shiftbench.store import Store
 
-from .conftest import stage_one
+from .conftest import small_sprites_home
 
 CASE = "sprites-uniform"
 
@@ -85,10 +81,7 @@ def test_packed_runs_give_the_versions_of_runs_one_by_one(
     env = {"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    settings = Settings.from_env(env)
-    staged = stage_one(settings, "conds/case", CASE, {"train_size": 432})
-    assert not failures(check_version(Store(settings.store_dir), staged))
-    publish_staged(settings, staged)
+    small_sprites_home(home, CASE)
     quick = ["--preset", "quick", "--set", "max_iters=10", "--set", "eval_every=5", "--device", "cpu", "--in-process"]
 
     def versions(*extra: str) -> tuple[dict[str, str], str]:
