@@ -2,11 +2,12 @@
 
 For a family it makes:
 
-- ``raw/<source>``: observable source assets (content fingerprints), observed at the nightly tick;
+- ``raw/<source>``: external assets (``AssetSpec``) observed for their content fingerprints at the
+  nightly tick;
 - its inputs (``sources/imagenet_hierarchy``, ``metashift/scene_tables``, ...): cached, parsed inputs
   handed to later steps by path;
-- per kind of benchmark: ``raw/<family>_<kind>_specs`` (one data version per benchmark, observed by
-  the partition sensor), and one multi-asset that *stages* (``<family>/staged_<kind>``, with one
+- per kind of benchmark: ``raw/<family>_<kind>_specs`` (an external asset with one data version per
+  benchmark, observed by the partition sensor), and one multi-asset that *stages* (``<family>/staged_<kind>``, with one
   blocking check per contract) and *publishes* (``<family>/<kind>``) every selected benchmark in a
   single run: a backfill of N partitions is one run, the catalog is refreshed once, and each
   partition gets its own materializations and check results;
@@ -69,15 +70,22 @@ def load_input(instance: dg.DagsterInstance, item: Input) -> CachedArtifact:
 
 
 # -- raw sources ------------------------------------------------------------------------------------
-def raw_source_asset(source: RawSource) -> dg.SourceAsset:
-    @dg.observable_source_asset(
-        key=["raw", source.name],
-        group_name="sources",
-        description=source.description,
-        automation_condition=observe_nightly(),
+def raw_source_asset(source: RawSource) -> dg.AssetsDefinition:
+    """An external asset (``AssetSpec``) observed for its content fingerprint at the nightly tick."""
+
+    @dg.multi_observable_source_asset(
+        name=f"observe_{source.name}",
+        specs=[
+            dg.AssetSpec(
+                ["raw", source.name],
+                group_name="sources",
+                description=source.description,
+                automation_condition=observe_nightly(),
+            )
+        ],
     )
-    def _observe(settings: ShiftbenchSettings) -> dg.DataVersion:
-        return dg.DataVersion(source.fingerprint(settings.get()))
+    def _observe(settings: ShiftbenchSettings) -> dg.ObserveResult:
+        return dg.ObserveResult(data_version=dg.DataVersion(source.fingerprint(settings.get())))
 
     return _observe
 
@@ -87,17 +95,32 @@ def spec_fingerprints(settings: Settings, kind: Kind) -> dict[str, str]:
     return {name: kind.fingerprint(settings, target) for name, target in variants.targets(settings, kind).items()}
 
 
-def spec_source_asset(kind: Kind) -> dg.SourceAsset:
-    @dg.observable_source_asset(
-        key=spec_source_key(kind),
-        group_name="sources",
+def spec_source_asset(kind: Kind) -> dg.AssetsDefinition:
+    """An external asset with one data version per benchmark's definition.
+
+    The partition sensor observes every changed spec on its tick (``pipelines/sensors.py``, runless
+    observations); observing a partition from the UI reports the same fingerprint.
+    """
+
+    @dg.multi_observable_source_asset(
+        name=f"observe_{kind.family}_{kind.name}_specs",
         partitions_def=partitions_of(kind),
-        description=f"The {kind.family} {kind.name} specs (shiftbench/specs/{kind.family}.yaml, "
-        f"SHIFTBENCH_{kind.spec_source.upper()}) and named variants: one data version per benchmark.",
+        specs=[
+            dg.AssetSpec(
+                spec_source_key(kind),
+                group_name="sources",
+                description=f"The {kind.family} {kind.name} specs (shiftbench/specs/{kind.family}.yaml, "
+                f"SHIFTBENCH_{kind.spec_source.upper()}) and named variants: one data version per benchmark, "
+                "observed by the partition sensor.",
+            )
+        ],
     )
-    def _observe(settings: ShiftbenchSettings) -> dg.DataVersionsByPartition:
-        versions = spec_fingerprints(settings.get(), kind)
-        return dg.DataVersionsByPartition({name: dg.DataVersion(v) for name, v in versions.items()})
+    def _observe(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> dg.ObserveResult:
+        resolved = settings.get()
+        target = variants.targets(resolved, kind).get(context.partition_key)
+        if target is None:
+            raise InputError(f"{context.partition_key} is not a buildable {kind.name} here")
+        return dg.ObserveResult(data_version=dg.DataVersion(kind.fingerprint(resolved, target)))
 
     return _observe
 
@@ -186,7 +209,7 @@ def inputs_read(family: Family, kind: Kind, names: Iterable[str] | None = None) 
 
 @dataclass(frozen=True)
 class KindAssets:
-    spec_source: dg.SourceAsset
+    spec_source: dg.AssetsDefinition
     build: dg.AssetsDefinition
     job: Any
 
@@ -365,7 +388,7 @@ def _events(
 @dataclass(frozen=True)
 class FamilyAssets:
     family: Family
-    raw_sources: list[dg.SourceAsset]
+    raw_sources: list[dg.AssetsDefinition]
     inputs: list[dg.AssetsDefinition]
     kinds: dict[str, KindAssets]
     inputs_job: Any

@@ -775,7 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("benchmark")
     export.add_argument("dir", type=Path)
     export.add_argument("--layout", choices=("imagefolder", "wilds", "domainbed", "hf"), default="imagefolder")
-    export.add_argument("--environment", metavar="FIELD", help="domainbed: the field naming environments (group)")
+    export.add_argument(
+        "--environment", metavar="FIELD[,FIELD]", help="domainbed: the fields whose values are the environments (group)"
+    )
     export.add_argument("--version", help="split version (default: latest)")
     export.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
     export.add_argument("--path-template", help="image path under the root; {} is the example id")

@@ -22,7 +22,7 @@ import warnings
 
 import dagster as dg
 
-# observable_source_asset, Output(data_version=) and partitioned check specs are "beta"/"preview"
+# multi_observable_source_asset, Output(data_version=) and partitioned check specs are "beta"/"preview"
 # in 1.13 but are the documented way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 

@@ -2,8 +2,9 @@
 # The installed package, not the checkout: build the wheel from the tracked files, install it into a fresh
 # virtual environment outside the checkout, and run a user's short path from an empty folder there: build a
 # sprites case, train on it (a Dagster run with its Pipes subprocess), score predictions, query the results.
-# The fresh environment borrows the dependencies of .venv (a .pth line to its site-packages, whose own .pth
-# files, the editable install among them, are not read), so only shiftbench itself comes from the wheel.
+# The fresh environment gets exactly the wheel's dependencies as pip resolves them from the index (with the CPU
+# constraints): those .venv holds at the resolved version are linked in (scripts/wheel_env.py), any other is
+# installed; dev tools and undeclared packages stay out, and the editable install is never seen.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=$(mktemp -d)
@@ -12,14 +13,19 @@ mkdir "$work/src" "$work/run"
 git ls-files -z | xargs -0 cp --parents -t "$work/src"
 .venv/bin/pip wheel --quiet --no-deps --no-build-isolation -w "$work/dist" "$work/src" >/dev/null
 .venv/bin/python -m venv "$work/venv"
-site=$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' >"$site/shiftbench-dependencies.pth"
-"$work/venv/bin/python" -m pip install --quiet --no-deps --no-index "$work"/dist/shiftbench-*.whl
+wheel=$(ls "$work"/dist/shiftbench-*.whl)
+.venv/bin/python -m pip install --dry-run --ignore-installed --quiet --report "$work/resolved.json" \
+  -c constraints-cpu.txt "$wheel" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+.venv/bin/python scripts/wheel_env.py "$work/resolved.json" \
+  "$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" "$work/venv/bin/python"
+"$work/venv/bin/python" -m pip install --quiet --no-deps --no-index "$wheel"
+"$work/venv/bin/python" -m pip check | grep -v "^No broken requirements" || true
 export SHIFTBENCH_HOME="$work/home" SHIFTBENCH_SPRITES_PER_COMBINATION=40 DAGSTER_HOME=
 cd "$work/run"
 "$work/venv/bin/python" - <<'EOF'
-import shiftbench, shiftbench.contracts, shiftbench.catalog, sys
+import importlib.util, shiftbench, shiftbench.contracts, shiftbench.catalog, sys
 where = shiftbench.__file__
+assert importlib.util.find_spec("pytest") is None, "a dev tool is importable: the environment is not the wheel's"
 assert where.startswith(sys.prefix), f"shiftbench imported from {where}, not the wheel's environment"
 assert len(shiftbench.contracts.contracts()) >= 30 and (shiftbench.catalog.SQL_DIR / "catalog").is_dir()
 print(f"[wheel] shiftbench from {where}")

@@ -51,6 +51,13 @@ class Grouper:
             for row in zip(*columns, strict=True)
         ]
 
+    def labels(self, columns: Sequence[Sequence[object]]) -> list[str]:
+        """Each example's group as its values only (``0_blue``; one field: ``blue``): short folder names
+        for layouts that name groups by folders (DomainBed's environments); :meth:`names` maps them back."""
+        if self.own:
+            return [str(v) for v in columns[0]]
+        return ["_".join("NULL" if v is None else str(v) for v in row) for row in zip(*columns, strict=True)]
+
     def assign(self, columns: Sequence[Sequence[object]]) -> tuple[np.ndarray, list[str]]:
         """``(codes, names)``: every example's index into the sorted names of the groups present."""
         per_example = self.names(columns)

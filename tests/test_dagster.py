@@ -129,6 +129,14 @@ def test_definitions_validate_from_the_command_line(tmp_path: Path) -> None:
 
 
 # -- running the code location -------------------------------------------------------------------------
+def test_sources_are_asset_spec_external_assets_not_source_assets() -> None:
+    """Dagster deprecates SourceAsset: every source is an AssetSpec-based observable external asset."""
+    assert not [a for a in defs.assets or [] if isinstance(a, dg.SourceAsset)]
+    graph = defs.resolve_asset_graph()
+    sources = [graph.get(k) for k in graph.get_all_asset_keys() if k.path[0] == "raw"]
+    assert sources and all(node.is_observable and not node.is_materializable for node in sources)
+
+
 @pytest.fixture
 def instance() -> Iterator[dg.DagsterInstance]:
     with dg.instance_for_test() as inst:
@@ -389,7 +397,7 @@ def execute(
         observed = [
             a
             for a in definitions.assets or []
-            if isinstance(a, dg.SourceAsset) and a.key.to_user_string() in sources  # type: ignore[union-attr]
+            if isinstance(a, dg.AssetsDefinition) and a.is_observable and a.key.to_user_string() in sources
         ]
         outcomes.append(observe(observed, instance=instance, resources=definitions.resources).success)
     inputs = [k for k in wanted if k not in sources and wanted[k] is None and not k.startswith("erm/")]
@@ -546,3 +554,21 @@ def test_starting_the_automation_after_a_build_requests_nothing(
         )
         assert requested(evaluation) == {}
         cursor = sync(instance, real_settings, cursor)
+
+
+def test_observing_a_spec_partition_reports_the_sensors_data_version(
+    real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dagster._core.definitions.observe import observe  # not exported in 1.13
+
+    loc = location(monkeypatch, real_settings)
+    sync(instance, real_settings)
+    kind = registry.family("breeds").kind("benchmark")
+    key = spec_source_key(kind)
+    by_sensor = instance.get_latest_data_version_record(key, partition_key="living17")
+    assert by_sensor is not None
+    source = next(a for a in loc.assets or [] if isinstance(a, dg.AssetsDefinition) and key in a.keys)
+    result = observe([source], instance=instance, resources=loc.resources, partition_key="living17")
+    assert result.success
+    tags = result.asset_observations_for_node(source.op.name)[0].tags
+    assert tags["dagster/data_version"] == by_sensor.asset_observation.tags["dagster/data_version"]  # type: ignore[union-attr]

@@ -55,12 +55,31 @@ def test_domainbed_environments(published: tuple[Settings, pl.DataFrame], tmp_pa
     assert main(["export", CASE, str(target), "--layout", "domainbed", "--environment", "object_color"]) == 0
     # MultipleEnvironmentImageFolder: environments are the sorted subfolders, each an ImageFolder whose
     # classes (sorted subfolders) are the same everywhere.
-    environments = sorted(p.name for p in target.iterdir())
+    environments = sorted(p.name for p in target.iterdir() if p.is_dir())
     assert environments == ["blue", "red", "yellow"]
+    # environments.json names each folder's group as the Grouper (and `shiftbench eval --group-by`) does
+    groups = json.loads((target / "environments.json").read_text())
+    assert groups == {env: f"object_color={env}" for env in environments}
     classes = [sorted(p.name for p in (target / env).iterdir()) for env in environments]
     assert classes[0] == ["000_square", "001_ellipse", "002_heart"] and all(c == classes[0] for c in classes)
     images = list(target.rglob("*.png"))
     assert len(images) == examples.height and all(p.resolve().is_file() for p in images)
+
+
+@pytest.mark.slow
+def test_domainbed_environments_of_several_fields(published: tuple[Settings, pl.DataFrame], tmp_path: Path) -> None:
+    from shiftbench import load_split
+
+    settings, _ = published
+    target = tmp_path / "domainbed"
+    assert main(["export", CASE, str(target), "--layout", "domainbed", "--environment", "y,object_color"]) == 0
+    groups = json.loads((target / "environments.json").read_text())
+    examples = load_split(CASE, home=settings.home).examples
+    expected = {f"{y}_{c}": f"y={y},object_color={c}" for y, c in examples.select("y", "object_color").unique().rows()}
+    assert groups == expected
+    counts = {env: len(list((target / env).rglob("*.png"))) for env in groups}
+    per_pair = examples.group_by("y", "object_color").len().rows()
+    assert counts == {f"{y}_{c}": n for y, c, n in per_pair}
 
 
 @pytest.mark.slow
@@ -92,6 +111,7 @@ def test_export_refusals(
     for args, message in (
         (["--layout", "wilds", str(full)], "target directory is not empty"),
         (["--layout", "domainbed", "--environment", "colour", str(tmp_path / "d")], "'colour' is not a field"),
+        (["--layout", "domainbed", "--environment", "y,colour", str(tmp_path / "e")], "'colour' is not a field"),
         (["--layout", "wilds", "--environment", "group", str(tmp_path / "w")], "--environment is for --layout"),
     ):
         target = args.pop()

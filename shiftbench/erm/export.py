@@ -30,6 +30,7 @@ import yaml
 
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
+from shiftbench.grouper import Grouper
 from shiftbench.images import ImageSource, image_paths
 from shiftbench.outputs import check_output_dir, empty_output_dir, inside, path_component
 
@@ -128,16 +129,23 @@ def export_wilds(split: PublishedSplit, images: ImageSource, target: Path) -> di
 def export_domainbed(
     split: PublishedSplit, images: ImageSource, target: Path, environment: str = "group"
 ) -> dict[str, int]:
-    """``DIR/<environment>/<NNN_class>/<image>``; returns the number of images per environment."""
+    """``DIR/<environment>/<NNN_class>/<image>`` and ``environments.json`` (folder -> group name, as
+    ``shiftbench eval --group-by`` names it); returns the number of images per environment.
+
+    The environments are the groups of a :class:`Grouper` over one or more fields (``object_color``,
+    ``y,object_color``); the split's own groups by default."""
     rows = _with_metadata(split)
-    if environment not in rows.columns or environment in ("example_id", "y", "y_name"):
+    grouper = Grouper.parse(environment)
+    usable = [c for c in rows.columns if c not in ("example_id", "y_name")]
+    if (missing := grouper.unknown(usable)) is not None:
         fields = ", ".join(c for c in rows.columns if c not in ("example_id", "y", "y_name"))
-        message = f"{environment!r} is not a field of {split.benchmark} (fields: {fields})"
+        message = f"{missing!r} is not a field of {split.benchmark} (fields: {fields})"
         raise InputError(message, parameter="--environment")
+    columns = [rows[field].to_list() for field in grouper.fields]
     classes = rows.select("y", "y_name").unique().sort("y")
-    env = rows[environment].cast(pl.String).fill_null("NULL")
     # Environment values become folders: each is one safe component, two values never share one (path_component).
-    rows = rows.with_columns(env.map_elements(path_component, return_dtype=pl.String).alias("_env"))
+    folders = [path_component(label) for label in grouper.labels(columns)]
+    rows = rows.with_columns(pl.Series("_env", folders, dtype=pl.String), pl.Series("_group", grouper.names(columns)))
     sources = image_paths(rows["example_id"].to_list(), images.root, images.template)
     _prepare(target)
     for name in rows["_env"].unique().to_list():
@@ -149,6 +157,8 @@ def export_domainbed(
         target,
         lambda r: target / str(r["_env"]) / class_folder(int(r["y"]), str(r["y_name"])),  # type: ignore[call-overload]
     )
+    groups = dict(rows.select("_env", "_group").unique().sort("_env").iter_rows())
+    (target / "environments.json").write_text(json.dumps(groups, indent=2) + "\n", "utf-8")
     return dict(rows.group_by("_env").len().sort("_env").iter_rows())
 
 
