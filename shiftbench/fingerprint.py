@@ -16,18 +16,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from shiftbench.batches import arrow_batch, rebatch
 from shiftbench.memory import release_freed_memory
-
-if TYPE_CHECKING:
-    from shiftbench.streamed import StreamedTable
+from shiftbench.streamed import StreamedTable
 
 _CHUNK = 1 << 20
 # Rows per IPC record batch in a table's fingerprint. Tables up to this size (every table of the
@@ -81,20 +79,6 @@ class _HashSink:
         self.closed = True
 
 
-def arrow_batch(frame: pl.DataFrame) -> pa.Table:
-    # The oldest compat level keeps the Arrow types (and so the ids) stable across polars releases.
-    table: pa.Table = frame.to_arrow(compat_level=pl.CompatLevel.oldest())
-    # A slice of a larger frame exports its lists' strings with the bytes after its last value still in the
-    # buffer, and the IPC writer writes them: the hash would depend on what lay beyond the batch (the same 100x
-    # objects hashed otherwise from their codes, batch by batch). Taken, a list column holds its rows only. Only
-    # list columns: a take also clears a bitmap's unused bits, which every id so far has hashed as they were.
-    for k, field in enumerate(table.schema):
-        if pa.types.is_large_list(field.type) and table.num_rows:
-            everything = pa.array(np.arange(table.num_rows, dtype=np.int64))  # from numpy: 100x faster than a range
-            table = table.set_column(k, field, table.column(k).combine_chunks().take(everything))
-    return table
-
-
 def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
     """Hash of the IPC stream of ``batches`` (each written as one record batch; batches without rows are left
     out), written straight into sha256."""
@@ -110,36 +94,11 @@ def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
     return sink.digest.hexdigest()
 
 
-def rebatch(frames: Iterable[pl.DataFrame], rows: int | None = None) -> Iterator[pl.DataFrame]:
-    """The rows of ``frames`` again, in frames of exactly ``rows`` (:data:`BATCH_ROWS`) rows (the last may
-    have fewer). A table without rows is one empty frame (its schema)."""
-    rows = rows or BATCH_ROWS
-    pending: list[pl.DataFrame] = []
-    held = 0
-    yielded = False
-    empty: pl.DataFrame | None = None
-    for frame in frames:
-        if empty is None:
-            empty = frame.clear()
-        while frame.height:
-            take = min(rows - held, frame.height)
-            pending.append(frame.slice(0, take))
-            frame = frame.slice(take)
-            held += take
-            if held == rows:  # not rechunked: the Arrow conversion makes the one contiguous copy
-                yield pl.concat(pending, rechunk=False)
-                pending, held, yielded = [], 0, True
-    if pending:
-        yield pl.concat(pending, rechunk=False)
-    elif not yielded and empty is not None:
-        yield empty
-
-
 def sha256_frames(frames: Iterable[pl.DataFrame]) -> str:
     """Fingerprint of the table made of ``frames`` (already in canonical row order), as :func:`sha256_table`
     gives it: the IPC stream of its :data:`BATCH_ROWS`-row batches, each converted on its own (so that its
     buffers hold exactly its rows; an empty table is its schema alone)."""
-    batches = (arrow_batch(frame) for frame in rebatch(frames))
+    batches = (arrow_batch(frame) for frame in rebatch(frames, BATCH_ROWS))
     first = next(batches)
     return sha256_batches(first.schema, itertools.chain([first], batches) if first.num_rows else [])
 

@@ -23,6 +23,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shiftbench.batches import arrow_batch, rebatch
+
 T = TypeVar("T")
 
 
@@ -72,7 +74,6 @@ class StreamedTable:
     @classmethod
     def from_frames(cls, schema: pl.Schema, height: int, frames: Callable[[], Iterable[pl.DataFrame]]) -> StreamedTable:
         """A table given as data frames of any heights, already in canonical order (small tables, tests)."""
-        from shiftbench.fingerprint import arrow_batch, rebatch
 
         def batches(rows: int) -> Iterator[pa.Table]:
             return (arrow_batch(frame) for frame in rebatch(frames(), rows))
@@ -82,8 +83,6 @@ class StreamedTable:
 
 def arrow_schema(schema: pl.Schema) -> pa.Schema:
     """The Arrow schema polars exports for ``schema`` at its oldest compat level (what fingerprints hash)."""
-    from shiftbench.fingerprint import arrow_batch
-
     return arrow_batch(pl.DataFrame(schema=schema)).schema
 
 
