@@ -1,0 +1,153 @@
+"""Checking a version: its files against its manifest, and the record of its contract checks.
+
+Publishing trusts nothing it did not check itself: a version's files must have exactly the checksums in its
+manifest, and a passing contract check must be recorded for exactly those files under the contracts in force
+now. Both questions are answered here, so that publishing (:mod:`shiftbench.store_publications`) and staging
+(which finds a damaged copy of the version it is writing) ask them the same way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from shiftbench.contracts import contracts_fingerprint
+from shiftbench.errors import ContractViolation, StoreError
+from shiftbench.fingerprint import sha256_file
+from shiftbench.store_layout import StagedVersion, StoreLayout
+
+ContractsFingerprint = Callable[[list[str]], str]
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """The outcome of a version's contract checks, tied to the files and contracts checked."""
+
+    version: str
+    passed: bool
+    files: dict[str, str]  # table -> sha256 of the Parquet file that was checked
+    contracts: str  # fingerprint of the contracts applied
+    rules: int
+    failed: list[str]  # "table.rule: observed X, expected Y"
+    checked_at: str
+    results: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # table -> every rule's outcome
+
+
+def damage(staged: StagedVersion, *, checksums: bool = True) -> str | None:
+    """What is wrong with a version's files (naming the file), or None when they match the manifest.
+
+    Without ``checksums`` only what is cheap is compared (the manifest parses, files exist with
+    the recorded size): enough to keep a truncated file out of the catalog.
+    """
+    manifest_path = staged.path / "manifest.json"
+    try:
+        manifest = json.loads(manifest_path.read_text("utf-8"))
+        tables = dict(manifest["tables"])
+    except FileNotFoundError:
+        return f"{manifest_path}: incomplete version (no manifest)"
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return f"{manifest_path}: damaged manifest ({type(exc).__name__})"
+    for name, entry in sorted(tables.items()):
+        path = staged.path / str(entry.get("file", ""))
+        if name != path.stem:
+            return f"{manifest_path}: table {name} points at {entry.get('file')}"
+        if not path.is_file():
+            return f"{path}: missing (listed in the manifest of version {staged.version})"
+        size = entry.get("bytes")
+        if size is not None and path.stat().st_size != size:
+            return f"{path}: {path.stat().st_size} bytes, the manifest of version {staged.version} says {size}"
+        if checksums and sha256_file(path) != entry.get("sha256"):
+            return f"{path}: checksum mismatch with the manifest of version {staged.version}"
+    return None
+
+
+def verify(staged: StagedVersion) -> None:
+    """Check every file against the manifest's checksums before it can be published."""
+    problem = damage(staged)
+    if problem is not None:
+        raise StoreError(problem)
+
+
+class VersionChecks:
+    """The contract check records of one store: written, read, and judged against the files and contracts now.
+
+    ``contracts`` fingerprints the contracts in force for some tables (:func:`contracts_fingerprint`).
+    """
+
+    def __init__(self, layout: StoreLayout, contracts: ContractsFingerprint = contracts_fingerprint) -> None:
+        self.layout = layout
+        self.contracts = contracts
+
+    def record_check(
+        self,
+        staged: StagedVersion,
+        passed: bool,
+        rules: int,
+        failed: list[str],
+        results: Mapping[str, list[dict[str, Any]]] | None = None,
+    ) -> CheckRecord:
+        """Record the outcome of the version's contract checks with the checksums of the files checked.
+
+        Call right after :func:`verify` (``check_version`` does): the checksums recorded are the
+        manifest's, which the files on disk were just shown to match.
+        """
+        manifest = staged.manifest()
+        record = CheckRecord(
+            version=staged.version,
+            passed=passed,
+            files={name: entry["sha256"] for name, entry in sorted(manifest["tables"].items())},
+            contracts=self.contracts(sorted(manifest["tables"])),
+            rules=rules,
+            failed=failed,
+            checked_at=datetime.now(UTC).isoformat(timespec="microseconds"),
+            results=dict(results or {}),
+        )
+        path = self.layout.check_path(staged.family, staged.benchmark, staged.version)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self.layout.lock(staged.family, staged.benchmark):  # never between a publish's check and its event
+            self.layout.write(path, json.dumps(asdict(record), indent=2, sort_keys=True))
+        return record
+
+    def check_record(self, staged: StagedVersion) -> CheckRecord | None:
+        path = self.layout.check_path(staged.family, staged.benchmark, staged.version)
+        if not path.is_file():
+            return None
+        return CheckRecord(**json.loads(path.read_text("utf-8")))
+
+    def valid_check(self, staged: StagedVersion) -> CheckRecord | None:
+        """The recorded *passing* check if it still describes exactly these files under today's contracts.
+
+        Call after :func:`verify` (which re-hashes the files against the manifest). A failed check is
+        never reused: checking again costs little and says the same unless something changed.
+        """
+        record = self.check_record(staged)
+        if record is None or not record.results or self.record_problem(record, staged) is not None:
+            return None
+        return record
+
+    def require_passing_check(self, staged: StagedVersion) -> None:
+        """Refuse a version that has no passing check of exactly these files under today's contracts."""
+        record = self.check_record(staged)
+        name = f"{staged.benchmark} version {staged.version}"
+        if record is None:
+            raise ContractViolation(f"{name} has not been checked against its contracts: not published")
+        problem = self.record_problem(record, staged)
+        if problem is not None:
+            raise ContractViolation(f"{name} {problem}: not published")
+
+    def record_problem(self, record: CheckRecord, staged: StagedVersion) -> str | None:
+        """Why a check record does not allow publishing ``staged`` (None: it passed, on these files, today)."""
+        if not record.passed:
+            shown = "; ".join(record.failed[:3])
+            if len(record.failed) > 3:
+                shown += f"; ... ({len(record.failed)} rules)"
+            return f"failed its contract checks ({shown})"
+        files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
+        if record.files != files:
+            return "was checked on other files than these: check it again"
+        if record.contracts != self.contracts(sorted(files)):
+            return "was checked against other contracts than today's: check it again"
+        return None

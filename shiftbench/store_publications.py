@@ -1,0 +1,247 @@
+"""The publication log: which checked version of each benchmark is latest, and since when.
+
+A version becomes latest only when an event naming it is appended to its benchmark's log, under the benchmark's
+lock, after its files were verified and a passing contract check of exactly those files was found. The log is a
+chain (each event carries its sequence number and the hash of the event before; ``HEAD`` names the newest), so
+reading it also finds a missing, edited or forged event; what it finds goes to the store's ``problems``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shiftbench.fingerprint import canonical_json
+from shiftbench.store_checks import VersionChecks, verify
+from shiftbench.store_layout import LOG_HEAD, StagedVersion, StoreLayout
+
+
+@dataclass(frozen=True)
+class Publication:
+    family: str
+    benchmark: str
+    version: str
+    published_at: str
+    changed_latest: bool
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    family: str
+    benchmark: str
+    version: str
+    published_at: str
+    is_latest: bool
+    n_examples: int | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+class PublicationLog:
+    """Publishing checked versions, and reading back what was published (latest, every version, removed ones).
+
+    Damage met while reading is added to ``problems`` (the store's): a damaged file is skipped, not fatal.
+    """
+
+    def __init__(self, layout: StoreLayout, checks: VersionChecks, problems: set[str]) -> None:
+        self.layout = layout
+        self.checks = checks
+        self.problems = problems
+
+    def publish(self, staged: StagedVersion) -> Publication:
+        """Make a checked version the latest of its benchmark (no-op when it already is).
+
+        Raises :class:`ContractViolation` unless a passing check of exactly these files is recorded.
+        """
+        with self.layout.lock(staged.family, staged.benchmark):  # the check cannot change between these lines
+            verify(staged)
+            self.checks.require_passing_check(staged)
+            current = self.latest(staged.benchmark, family=staged.family)
+            if current is not None and current.version == staged.version:
+                return Publication(staged.family, staged.benchmark, staged.version, current.published_at, False)
+            published_at = self._append(staged)
+        return Publication(staged.family, staged.benchmark, staged.version, published_at, True)
+
+    def _append(self, staged: StagedVersion) -> str:
+        """Write the event publishing ``staged``, then the log's head naming it; its time of publication."""
+        now_ns = time.time_ns()
+        published_at = datetime.fromtimestamp(now_ns / 1e9, UTC).isoformat(timespec="microseconds")
+        directory = self.layout.publications_dir(staged.family, staged.benchmark)
+        directory.mkdir(parents=True, exist_ok=True)
+        files = sorted(directory.glob("*.json"))
+        event = {
+            "family": staged.family,
+            "benchmark": staged.benchmark,
+            "version": staged.version,
+            "published_at": published_at,
+            "sequence": len(files) + 1,
+            "previous": hashlib.sha256(files[-1].read_bytes()).hexdigest() if files else None,
+        }
+        name = f"{now_ns:020d}-{staged.version}.json"
+        text = canonical_json(event)
+        self.layout.write(directory / name, text)
+        head = {"sequence": event["sequence"], "event": name, "sha256": hashlib.sha256(text.encode()).hexdigest()}
+        self.layout.write(directory / LOG_HEAD, canonical_json(head))
+        return published_at
+
+    def events(self, family: str, benchmark: str) -> list[dict[str, Any]]:
+        """The readable publication events, oldest first; a damaged one is skipped, and it and any break in the
+        chain (a missing, edited or forged event, a removed newest one) are reported in :attr:`problems`."""
+        directory = self.layout.publications_dir(family, benchmark)
+        if not directory.is_dir():
+            return []
+        removed = self.removed_versions(family, benchmark)
+        events = []
+        previous: tuple[Path, str] | None = None  # the last readable event and the hash of its bytes
+        chained = False
+        damaged: set[Path] = set()
+        paths = sorted(directory.glob("*.json"))  # zero-padded ns timestamps: sorted == chronological
+        for position, path in enumerate(paths, start=1):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                data = b""
+            event = _read_event(data)
+            if event is None:
+                self.problems.add(f"{path}: damaged publication event (ignored; publish again to repair)")
+                damaged.add(path)
+                previous = None
+                continue
+            problem = _chain_problem(event, position, previous, chained)
+            if problem is not None:
+                self.problems.add(f"{path}: {problem}")
+            chained = chained or "sequence" in event
+            version = str(event["version"])
+            if version not in removed and not self.layout.version_dir(family, benchmark, version).is_dir():
+                self.problems.add(f"{path}: publishes version {version}, which is not in the store")
+            events.append(event)
+            previous = (path, hashlib.sha256(data).hexdigest())
+        head_problem = _head_problem(directory, paths, events, damaged)
+        if head_problem is not None:
+            self.problems.add(head_problem)
+        return events
+
+    def removed_versions(self, family: str, benchmark: str) -> set[str]:
+        """Versions ``gc`` deleted: their events stay in the log, and they are no longer listed."""
+        path = self.layout.removed_path(family, benchmark)
+        try:
+            return set(json.loads(path.read_text("utf-8")).get("removed", {}))
+        except FileNotFoundError:
+            return set()
+        except (OSError, ValueError, AttributeError):
+            self.problems.add(f"{path}: damaged list of removed versions")
+            return set()
+
+    def record_removed(self, family: str, benchmark: str, version: str) -> None:
+        """Note that ``gc`` deleted a version published once (its events stay: the log is a chain)."""
+        path = self.layout.removed_path(family, benchmark)
+        listed = {}
+        if path.is_file():
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                listed = dict(json.loads(path.read_text("utf-8")).get("removed", {}))
+        listed[version] = datetime.now(UTC).isoformat(timespec="seconds")
+        self.layout.write(path, canonical_json({"removed": dict(sorted(listed.items()))}))
+
+    def latest(self, benchmark: str, family: str | None = None) -> VersionInfo | None:
+        family = family or self.layout.family_of(benchmark)
+        if family is None:
+            return None
+        events = self.events(family, benchmark)
+        if not events:
+            return None
+        last = events[-1]
+        return self._info(family, benchmark, last["version"], last["published_at"], True)
+
+    def versions(self, benchmark: str | None = None) -> list[VersionInfo]:
+        """Published versions (first publication of each), oldest first per benchmark."""
+        result: list[VersionInfo] = []
+        for family, name in self.layout.benchmarks():
+            if benchmark is not None and name != benchmark:
+                continue
+            events = self.events(family, name)
+            if not events:
+                continue
+            latest = events[-1]["version"]
+            removed = self.removed_versions(family, name)
+            first_seen: dict[str, str] = {}
+            for event in events:
+                if event["version"] not in removed:
+                    first_seen.setdefault(event["version"], event["published_at"])
+            for version, published_at in first_seen.items():
+                result.append(self._info(family, name, version, published_at, version == latest))
+        return result
+
+    def _info(self, family: str, benchmark: str, version: str, published_at: str, is_latest: bool) -> VersionInfo:
+        manifest_path = self.layout.version_dir(family, benchmark, version) / "manifest.json"
+        try:
+            manifest = json.loads(manifest_path.read_text("utf-8"))
+        except (OSError, ValueError):
+            self.problems.add(f"{manifest_path}: damaged or missing manifest (run `shiftbench check`)")
+            manifest = {}
+        if not isinstance(manifest, dict):
+            manifest = {}
+        return VersionInfo(
+            family,
+            benchmark,
+            version,
+            published_at,
+            is_latest,
+            manifest.get("n_examples"),
+            manifest.get("params", {}),
+        )
+
+
+def _read_event(data: bytes) -> dict[str, Any] | None:
+    """A publication event, or None when the file is damaged (truncated, not JSON, fields missing)."""
+    try:
+        event = json.loads(data.decode("utf-8"))
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or not all(isinstance(event.get(k), str) for k in ("version", "published_at")):
+        return None
+    return event
+
+
+def _chain_problem(
+    event: Mapping[str, Any], position: int, previous: tuple[Path, str] | None, chained: bool
+) -> str | None:
+    """Why ``event`` (the ``position``-th file of the log) does not follow the readable event before it."""
+    sequence = event.get("sequence")
+    if sequence is None:  # an event from before the chain existed: only before the first chained one
+        return "an event without a sequence number after the chained ones (forged?)" if chained else None
+    if not isinstance(sequence, int) or sequence != position:
+        missing = sequence - position if isinstance(sequence, int) and sequence > position else 0
+        what = f"{missing} event(s) before it are missing" if missing else "it is out of place in the log"
+        return f"publication event {sequence!r} is the log's event {position}: {what}"
+    if previous is not None and event.get("previous") != previous[1]:
+        return f"does not follow {previous[0].name} (its hash of the event before differs: edited or forged)"
+    return None
+
+
+def _head_problem(directory: Path, paths: list[Path], events: list[dict[str, Any]], damaged: set[Path]) -> str | None:
+    """Whether the log's newest events are all there: ``HEAD`` names the newest event by number and hash."""
+    head_path = directory / LOG_HEAD
+    chained = any("sequence" in event for event in events)
+    if not head_path.is_file():
+        return f"{head_path}: missing (the log's head record)" if chained else None
+    try:
+        head = json.loads(head_path.read_text("utf-8"))
+        sequence, name, digest = int(head["sequence"]), str(head["event"]), str(head["sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{head_path}: damaged (the log's head record)"
+    if sequence > len(paths):
+        return f"{directory / name}: missing: the log's head names it (the newest publication event was removed)"
+    newest = paths[sequence - 1] if sequence >= 1 else None
+    if newest is None or newest.name != name:
+        return f"{head_path}: names {name}, but the log's event {sequence} is {newest.name if newest else 'none'}"
+    if newest not in damaged and hashlib.sha256(newest.read_bytes()).hexdigest() != digest:
+        return f"{newest}: differs from the log's head record (edited)"
+    if len(paths) > sequence + 1:  # a publish writes the head right after its event: one may be pending, not two
+        return f"{paths[sequence + 1]}: {len(paths) - sequence} events after the log's head (not written by a publish)"
+    return None
