@@ -194,17 +194,42 @@ def _custom_function(quality: DataQuality, path: Path) -> Callable[[Mapping[str,
     return found  # type: ignore[no-any-return]
 
 
+# Registered families that ship contracts for their own tables in their package (shiftbench.registry.register).
+_FAMILY_DIRECTORIES: list[Path] = []
+
+
+def add_directory(directory: Path) -> None:
+    """Read a family's own contracts from ``directory`` too (the registry calls this for each family)."""
+    if directory.resolve() not in _FAMILY_DIRECTORIES:
+        _FAMILY_DIRECTORIES.append(directory.resolve())
+
+
+def remove_directory(directory: Path) -> None:
+    if directory.resolve() in _FAMILY_DIRECTORIES:
+        _FAMILY_DIRECTORIES.remove(directory.resolve())
+
+
 @cache
-def _load_all(directory: Path, stamp: tuple[tuple[str, int, int], ...]) -> dict[str, Contract]:
-    contracts = [load_contract(p) for p in sorted(directory.glob("*.yaml"))]
-    return {c.table: c for c in contracts}
+def _load_all(directories: tuple[Path, ...], stamp: tuple[tuple[str, int, int], ...]) -> dict[str, Contract]:
+    loaded: dict[str, Contract] = {}
+    for directory in directories:
+        for path in sorted(directory.glob("*.yaml")):
+            contract = load_contract(path)
+            if contract.table in loaded:
+                raise InputError(f"a second contract for table {contract.table!r}", path=path)
+            loaded[contract.table] = contract
+    return loaded
 
 
 def contracts(directory: Path = CONTRACTS_DIR) -> dict[str, Contract]:
-    """Every contract, loaded again when a file changed (a long-lived process checks today's rules)."""
-    directory = directory.resolve()
-    stamp = tuple((p.name, p.stat().st_mtime_ns, p.stat().st_size) for p in sorted(directory.glob("*.yaml")))
-    return _load_all(directory, stamp)
+    """Every contract (the shared ones and the registered families' own), loaded again when a file changed (a
+    long-lived process checks today's rules)."""
+    directories = [directory.resolve()]
+    if directory == CONTRACTS_DIR:
+        directories += _FAMILY_DIRECTORIES
+    files = [p for d in directories for p in sorted(d.glob("*.yaml"))]
+    stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
+    return _load_all(tuple(directories), stamp)
 
 
 def contract_for(table: str, directory: Path = CONTRACTS_DIR) -> Contract:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from pydantic import BaseModel
 
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_json
@@ -190,6 +191,10 @@ class Family:
     # recorded sources give its name (None: the paper's sources): see shiftbench.naming.
     shipped_names: Callable[[], frozenset[str]] = frozenset
     source_tag: Callable[[Mapping[str, Any]], str | None] = lambda manifest: None
+    # The family's own settings (a pydantic model; ``Settings.of``) and its own tables' contracts (a folder of
+    # ODCS YAML files in its package): the Dagster resource, the catalog and the checks read them from here.
+    settings: type[BaseModel] | None = None
+    contracts_dir: Path | None = None
 
     def kind(self, name: str) -> Kind:
         return next(k for k in self.kinds if k.name == name)

@@ -70,7 +70,7 @@ def resolve_images(
     root = block.get("root")
     setting = block.get("root_setting")
     if root is None and setting:
-        configured = getattr(settings, str(setting))
+        configured = settings.value(str(setting))
         root = str(configured) if configured is not None else None
     if root is None:
         hint = f"set SHIFTBENCH_{str(setting).upper()}" if setting else "pass --image-root"

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shiftbench import contracts
+from shiftbench import variants as _variants
 from shiftbench.breeds.family import BREEDS
 from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
@@ -17,9 +19,28 @@ from shiftbench.metashift.family import METASHIFT
 from shiftbench.naming import TAG_SEPARATOR, paper_name, tagged
 from shiftbench.settings import Settings
 from shiftbench.store import check_benchmark_name
-from shiftbench.variants import Variant, load_variants, register, suggest
+from shiftbench.variants import Variant, load_variants, suggest
 
-FAMILIES: dict[str, Family] = {family.name: family for family in (BREEDS, METASHIFT, CONDS)}
+FAMILIES: dict[str, Family] = {}
+
+
+def register(family: Family) -> None:
+    """Make ``family`` known to the pipeline: its assets, checks, partitions, catalog views, CLI and training."""
+    if family.name in FAMILIES and FAMILIES[family.name] is not family:
+        raise InputError(f"a family named {family.name!r} is already registered", parameter="family")
+    FAMILIES[family.name] = family
+    if family.contracts_dir is not None:
+        contracts.add_directory(family.contracts_dir)
+
+
+def unregister(name: str) -> None:
+    family = FAMILIES.pop(name)
+    if family.contracts_dir is not None:
+        contracts.remove_directory(family.contracts_dir)
+
+
+for _family in (BREEDS, METASHIFT, CONDS):  # the registry: one entry per family
+    register(_family)
 
 
 def family(name: str) -> Family:
@@ -43,7 +64,7 @@ def spec_kinds(settings: Settings) -> dict[str, Kind]:
         for name in kind.specs(settings):
             other = owners.setdefault(name, kind)
             if other is not kind:
-                given = [k.spec_source for k in (other, kind) if k.spec_source and getattr(settings, k.spec_source)]
+                given = [k.spec_source for k in (other, kind) if k.spec_source and settings.value(k.spec_source)]
                 files = [f"SHIFTBENCH_{source.upper()}" for source in given]
                 raise InputError(
                     f"benchmark name {name!r} is both a {other.family} {other.name} spec and a {kind.family} "
@@ -89,7 +110,7 @@ def register_variant(settings: Settings, kind: Kind, name: str, source: str, ove
     existing = load_variants(settings).get(source)
     if existing is not None:
         base, merged = existing.base, {**existing.overrides, **overrides}
-    return register(settings, kind, variant_name(name, base), base, merged, spec_owners(settings))
+    return _variants.register(settings, kind, variant_name(name, base), base, merged, spec_owners(settings))
 
 
 def variant_name(name: str, base: str) -> str:

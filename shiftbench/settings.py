@@ -1,4 +1,5 @@
-"""Settings from ``SHIFTBENCH_*`` environment variables (the public interface in the README).
+"""Settings from ``SHIFTBENCH_*`` environment variables (the public interface: docs/settings.md, generated
+from this model by ``scripts/generate_docs.py``).
 
 One frozen pydantic-settings model, read once per build, so a build never sees a setting change
 halfway. The CLI reads the process environment (:meth:`Settings.from_env`); the Dagster resource
@@ -8,11 +9,12 @@ same model. A value that does not parse is an :class:`InputError` naming the var
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shiftbench.errors import InputError
@@ -20,6 +22,7 @@ from shiftbench.errors import InputError
 ENV_PREFIX = "SHIFTBENCH_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+FamilySettings = TypeVar("FamilySettings", bound=BaseModel)
 
 
 class Settings(BaseSettings):
@@ -27,23 +30,63 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, env_ignore_empty=True, extra="ignore")
 
-    home: Path = Field(Path("warehouse"), description="warehouse root: store/, cache/, catalog.duckdb, dagster_home/")
-    imagenet_hierarchy_dir: Path | None = Field(None, description="ImageNet-format hierarchy files")
-    wordnet_dict_dir: Path = Field(Path("/usr/share/wordnet"), description="the WordNet database nltk reads")
-    breeds_hierarchy_dir: Path | None = Field(None, description="BREEDS calibrated hierarchy files")
+    home: Path = Field(
+        Path("warehouse"),
+        description="warehouse root: store/ (versions), cache/, catalog.duckdb, dagster_home/ (relative to the "
+        "working directory)",
+    )
+    imagenet_hierarchy_dir: Path | None = Field(
+        None,
+        description="ImageNet-format hierarchy files: wordnet.is_a.txt (parent child per line), words.txt (wnid TAB "
+        "names); unset: WordNet 3.0 through nltk from Debian's files",
+    )
+    wordnet_dict_dir: Path = Field(
+        Path("/usr/share/wordnet"),
+        description="the WordNet database nltk reads (copied under $SHIFTBENCH_HOME/cache/nltk_data)",
+    )
+    breeds_hierarchy_dir: Path | None = Field(
+        None,
+        description="BREEDS calibrated hierarchy files: class_hierarchy.txt, node_names.txt, dataset_class_info.json "
+        "(the release's files give the same versions as the default); unset: WordNet + the shipped BREEDS calibration",
+    )
     breeds_hierarchy_source: Literal["release", "wordnet-default"] = Field(
         "release",
         description="release: the BREEDS hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR, else WordNet + the shipped "
         "calibration); wordnet-default: the project's own calibration of WordNet (names get @wordnet-default)",
     )
-    breeds_calibration: Path | None = Field(None, description="an edit file applied on top of the hierarchy")
-    breeds_specs: Path | None = Field(None, description="an extra BREEDS spec file")
-    imagenet_dir: Path | None = Field(None, description="an ILSVRC-2012 root")
-    offline: bool = Field(False, description="never try a download (of WordNet through nltk)")
-    gqa_scene_graphs: Annotated[tuple[Path, ...], NoDecode] = Field((), description="GQA scene-graph JSON files")
-    tags_table: Path | None = Field(None, description="an image -> tag table instead of GQA")
-    metashift_class_groups: Path | None = Field(None, description="a class grouping for group_classes=true")
-    metashift_specs: Path | None = Field(None, description="an extra MetaShift spec file")
+    breeds_calibration: Path | None = Field(
+        None, description="an edit file applied on top of the hierarchy (format: docs/breeds.md, Calibration)"
+    )
+    breeds_specs: Path | None = Field(
+        None, description="an extra BREEDS spec file (same format as shiftbench/specs/breeds.yaml)"
+    )
+    imagenet_dir: Path | None = Field(
+        None,
+        description="an ILSVRC-2012 root; train/<wnid>/*.JPEG are listed (never opened); unset: the 50,000 packaged "
+        "validation labels only",
+    )
+    offline: bool = Field(
+        False, description="never try a download (the only one: nltk's WordNet, when Debian's files are missing)"
+    )
+    gqa_scene_graphs: Annotated[tuple[Path, ...], NoDecode] = Field(
+        (),
+        description="GQA scene-graph JSON files, comma-separated (train_sceneGraphs.json,val_sceneGraphs.json); "
+        "unset: the shipped attribute annotations (attribute contexts) and the generated scene sample (object and "
+        "general contexts, @generated)",
+    )
+    tags_table: Path | None = Field(
+        None,
+        description="instead of GQA: a Parquet/CSV table image_id, tag[, kind] (kind = object or general), e.g. COCO "
+        "labels",
+    )
+    metashift_class_groups: Path | None = Field(
+        None,
+        description='a class grouping {"group": [object names]} (MetaShift\'s class_hierarchy.json), used with --set '
+        "group_classes=true",
+    )
+    metashift_specs: Path | None = Field(
+        None, description="an extra MetaShift spec file (same format as shiftbench/specs/metashift.yaml)"
+    )
     fanout_executor: Literal["multiprocess", "k8s"] = Field(
         "multiprocess",
         description="the executor of fanned-out builds (metashift_collections_fanout): Dagster's multiprocess "
@@ -55,21 +98,44 @@ class Settings(BaseSettings):
         description="build a collection's classes in this many buckets, each in a worker process (0: on threads of "
         "this process); the version is the same either way",
     )
-    gqa_images_dir: Path | None = Field(None, description="Visual Genome / GQA images, <image_id>.jpg")
-    celeba_dir: Path | None = Field(None, description="a folder with CelebA's list_attr_celeba.txt")
-    celeba_allow_partial: bool = Field(False, description="accept an attribute file whose header count disagrees")
-    sprites_per_combination: int = Field(100, ge=1, description="generated sprites per combination")
+    gqa_images_dir: Path | None = Field(
+        None, description="Visual Genome / GQA images (<image_id>.jpg), for ERM on MetaShift tasks"
+    )
+    celeba_dir: Path | None = Field(
+        None,
+        description="a folder with CelebA's list_attr_celeba.txt (and list_eval_partition.txt); unset: the celeba "
+        "cases are skipped by build conds",
+    )
+    celeba_allow_partial: bool = Field(
+        False,
+        description="accept an attribute file whose header count disagrees with its rows (recorded; any file with "
+        "fewer than 202,599 images builds NAME@partial)",
+    )
+    sprites_per_combination: int = Field(
+        100, ge=1, description="generated sprites per (shape, colour, background, size) combination (100: 8,100 images)"
+    )
     sprites_seed: int = Field(0, ge=0, description="seed of the generated sprites")
-    conds_specs: Path | None = Field(None, description="an extra ConDS spec file")
-    erm_presets: Path | None = Field(None, description="an extra file of ERM presets")
+    conds_specs: Path | None = Field(
+        None, description="an extra ConDS spec file with your datasets (same format as shiftbench/specs/conds.yaml)"
+    )
+    erm_presets: Path | None = Field(
+        None,
+        description="an extra file of ERM training presets (same format as shiftbench/specs/erm.yaml; it may add "
+        "presets, not reuse a shipped name)",
+    )
     checkpoint_dir: Path | None = Field(
-        None, description="where registered pretrained weights are placed (before torchvision's cache)"
+        None,
+        description="where registered pretrained weights are placed (imagenet:resnet18 = resnet18-f37072fd.pth); "
+        "torchvision's cache $TORCH_HOME/hub/checkpoints is searched after it",
     )
     k8s_pod: Path | None = Field(
         None,
         description="a YAML/JSON file of the training pod's settings with PipesK8sClient: image, GPUs, volumes, "
         "mounted roots (docs/kubernetes.md)",
     )
+
+    # SHIFTBENCH_* values that are no field here: a registered family's own settings (:meth:`of`).
+    _family_values: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @field_validator("gqa_scene_graphs", mode="before")
     @classmethod
@@ -96,14 +162,33 @@ class Settings(BaseSettings):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The settings of ``env`` (default: the process environment); unset variables take defaults."""
         if env is None:
-            return _validated(cls)  # pydantic-settings reads the SHIFTBENCH_* variables itself
-        values = {name: text for name in cls.model_fields if (text := env.get(variable(name), "").strip())}
-        return cls.parse(values)
+            settings = _validated(cls)  # pydantic-settings reads the SHIFTBENCH_* variables itself
+            return settings._with_family_values(_prefixed(os.environ, cls.model_fields))
+        return cls.parse(_prefixed(env, ()) if env else {})
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> Settings:
-        """Validate raw values (strings or typed), ignoring the environment."""
-        return _validated(lambda: cls.model_validate(dict(values)))
+        """Validate raw values (strings or typed), ignoring the environment; names that are no field here
+        are kept for the families' own settings (:meth:`of`)."""
+        own = {name: value for name, value in values.items() if name in cls.model_fields}
+        settings = _validated(lambda: cls.model_validate(own))
+        return settings._with_family_values({k: v for k, v in values.items() if k not in cls.model_fields})
+
+    def _with_family_values(self, values: Mapping[str, Any]) -> Settings:
+        self._family_values.update(values)
+        return self
+
+    def of(self, model: type[FamilySettings]) -> FamilySettings:
+        """A family's own settings (its package's pydantic model, fields named like the variables here:
+        ``toy_specs`` is ``SHIFTBENCH_TOY_SPECS``), validated from this build's values."""
+        given = {name: self._family_values[name] for name in model.model_fields if name in self._family_values}
+        return _validated(lambda: model.model_validate(given))
+
+    def value(self, name: str) -> Any:
+        """The setting ``name``, a field here or a family's raw value (None when unset)."""
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return self._family_values.get(name)
 
     @property
     def store_dir(self) -> Path:
@@ -128,7 +213,19 @@ class Settings(BaseSettings):
         return self.home / "variants.json"
 
 
-def _validated(make: Callable[[], Settings]) -> Settings:
+def _prefixed(env: Mapping[str, str], skip: Any) -> dict[str, str]:
+    """The non-empty ``SHIFTBENCH_*`` values of ``env`` by field name (``SHIFTBENCH_X_Y`` -> ``x_y``)."""
+    return {
+        key[len(ENV_PREFIX) :].lower(): text
+        for key, value in env.items()
+        if key.startswith(ENV_PREFIX) and (text := value.strip()) and key[len(ENV_PREFIX) :].lower() not in skip
+    }
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validated(make: Callable[[], M]) -> M:
     """Build the settings; the first bad value is an InputError naming its variable."""
     try:
         return make()
