@@ -9,11 +9,12 @@ same model. A value that does not parse is an :class:`InputError` naming the var
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shiftbench.errors import InputError
@@ -21,6 +22,7 @@ from shiftbench.errors import InputError
 ENV_PREFIX = "SHIFTBENCH_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+FamilySettings = TypeVar("FamilySettings", bound=BaseModel)
 
 
 class Settings(BaseSettings):
@@ -132,6 +134,9 @@ class Settings(BaseSettings):
         "mounted roots (docs/kubernetes.md)",
     )
 
+    # SHIFTBENCH_* values that are no field here: a registered family's own settings (:meth:`of`).
+    _family_values: dict[str, Any] = PrivateAttr(default_factory=dict)
+
     @field_validator("gqa_scene_graphs", mode="before")
     @classmethod
     def _comma_separated(cls, value: Any) -> Any:
@@ -157,14 +162,33 @@ class Settings(BaseSettings):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The settings of ``env`` (default: the process environment); unset variables take defaults."""
         if env is None:
-            return _validated(cls)  # pydantic-settings reads the SHIFTBENCH_* variables itself
-        values = {name: text for name in cls.model_fields if (text := env.get(variable(name), "").strip())}
-        return cls.parse(values)
+            settings = _validated(cls)  # pydantic-settings reads the SHIFTBENCH_* variables itself
+            return settings._with_family_values(_prefixed(os.environ, cls.model_fields))
+        return cls.parse(_prefixed(env, ()) if env else {})
 
     @classmethod
     def parse(cls, values: Mapping[str, Any]) -> Settings:
-        """Validate raw values (strings or typed), ignoring the environment."""
-        return _validated(lambda: cls.model_validate(dict(values)))
+        """Validate raw values (strings or typed), ignoring the environment; names that are no field here
+        are kept for the families' own settings (:meth:`of`)."""
+        own = {name: value for name, value in values.items() if name in cls.model_fields}
+        settings = _validated(lambda: cls.model_validate(own))
+        return settings._with_family_values({k: v for k, v in values.items() if k not in cls.model_fields})
+
+    def _with_family_values(self, values: Mapping[str, Any]) -> Settings:
+        self._family_values.update(values)
+        return self
+
+    def of(self, model: type[FamilySettings]) -> FamilySettings:
+        """A family's own settings (its package's pydantic model, fields named like the variables here:
+        ``toy_specs`` is ``SHIFTBENCH_TOY_SPECS``), validated from this build's values."""
+        given = {name: self._family_values[name] for name in model.model_fields if name in self._family_values}
+        return _validated(lambda: model.model_validate(given))
+
+    def value(self, name: str) -> Any:
+        """The setting ``name``, a field here or a family's raw value (None when unset)."""
+        if name in type(self).model_fields:
+            return getattr(self, name)
+        return self._family_values.get(name)
 
     @property
     def store_dir(self) -> Path:
@@ -189,7 +213,19 @@ class Settings(BaseSettings):
         return self.home / "variants.json"
 
 
-def _validated(make: Callable[[], Settings]) -> Settings:
+def _prefixed(env: Mapping[str, str], skip: Any) -> dict[str, str]:
+    """The non-empty ``SHIFTBENCH_*`` values of ``env`` by field name (``SHIFTBENCH_X_Y`` -> ``x_y``)."""
+    return {
+        key[len(ENV_PREFIX) :].lower(): text
+        for key, value in env.items()
+        if key.startswith(ENV_PREFIX) and (text := value.strip()) and key[len(ENV_PREFIX) :].lower() not in skip
+    }
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validated(make: Callable[[], M]) -> M:
     """Build the settings; the first bad value is an InputError naming its variable."""
     try:
         return make()
