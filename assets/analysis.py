@@ -13,7 +13,7 @@ import dagster as dg
 from assets.automation import reanalyse
 from assets.erm import baseline_keys
 from assets.metadata import metadata_table
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench import registry
 from shiftbench.analysis import ANALYSES, Analysis
 from shiftbench.analysis import publish as publish_analysis

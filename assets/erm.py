@@ -25,7 +25,7 @@ from pydantic import Field, create_model
 from assets.automation import publish, retrain
 from assets.factory import partitions_of
 from assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
 from shiftbench.erm import launch, pods
@@ -124,41 +124,47 @@ def baseline_job_name(kind: Kind) -> str:
     return f"erm_{kind.qualified}"
 
 
+def _baseline_specs(family: Family, kind: Kind) -> list[dg.AssetSpec]:
+    """The staged results (under the published split, one partition per benchmark and seed) and their publication."""
+    staged_key, publish_key = baseline_keys(kind)
+    split = dg.AssetDep(
+        dg.AssetKey(list(kind.publish_key)),
+        partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="benchmark"),
+    )
+    return [
+        dg.AssetSpec(
+            staged_key,
+            deps=[split],
+            group_name="erm",
+            code_version=launch.CODE_VERSION,
+            kinds={"pytorch", "parquet"},
+            automation_condition=retrain(),
+            skippable=True,
+            description=f"Train an ERM baseline on the latest published {family.title} {kind.name} (one "
+            "partition per benchmark and seed), evaluate it the WILDS way and stage erm_results, erm_runs "
+            "and erm_curves; blocking contract checks.",
+        ),
+        dg.AssetSpec(
+            publish_key,
+            deps=[staged_key],
+            group_name="erm",
+            kinds={"duckdb", "parquet"},
+            automation_condition=publish(),
+            skippable=True,
+            description="Publishes the staged results once their contracts passed (the store refuses others).",
+        ),
+    ]
+
+
 def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, Any]:
     staged_key, publish_key = baseline_keys(kind)
     partitions = dg.MultiPartitionsDefinition(
         {"benchmark": partitions_of(kind), "seed": dg.StaticPartitionsDefinition(SEEDS)}
     )
-    split = dg.AssetDep(
-        dg.AssetKey(list(kind.publish_key)),
-        partition_mapping=dg.MultiToSingleDimensionPartitionMapping(partition_dimension_name="benchmark"),
-    )
 
     @dg.multi_asset(
         name=f"erm__{kind.family}_{kind.name}_baseline",
-        specs=[
-            dg.AssetSpec(
-                staged_key,
-                deps=[split],
-                group_name="erm",
-                code_version=launch.CODE_VERSION,
-                kinds={"pytorch", "parquet"},
-                automation_condition=retrain(),
-                skippable=True,
-                description=f"Train an ERM baseline on the latest published {family.title} {kind.name} (one "
-                "partition per benchmark and seed), evaluate it the WILDS way and stage erm_results, erm_runs "
-                "and erm_curves; blocking contract checks.",
-            ),
-            dg.AssetSpec(
-                publish_key,
-                deps=[staged_key],
-                group_name="erm",
-                kinds={"duckdb", "parquet"},
-                automation_condition=publish(),
-                skippable=True,
-                description="Publishes the staged results once their contracts passed (the store refuses others).",
-            ),
-        ],
+        specs=_baseline_specs(family, kind),
         check_specs=contract_check_specs(staged_key, TABLES, partitions),
         partitions_def=partitions,
         can_subset=True,
@@ -170,55 +176,7 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
         settings: ShiftbenchSettings,
         erm_pipes_client: dg.ResourceParam[dg.PipesClient],
     ) -> Iterator[Any]:
-        keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
-        resolved = settings.get()
-        store = Store(resolved.store_dir)
-        if staged_key in context.selected_asset_keys:
-            if not _configured(config):  # a retrain (the automation, a click): the last run's settings
-                config = _reused_config(context, staged_key, config)
-            plan = _plan(resolved, keys, config)
-            staged, results = _train_and_stage(context, resolved, plan, config, erm_pipes_client)
-            # Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a
-            # run of one partition needs nothing else.
-            yield dg.MaterializeResult(
-                asset_key=staged_key,
-                metadata={
-                    "run": plan.run,
-                    "version": staged.version,
-                    "split_version": plan.split_version,
-                    "launch": dg.MetadataValue.json(_launch_config(config)),
-                },
-                data_version=dg.DataVersion(staged.version),
-                check_results=[
-                    dg.AssetCheckResult(
-                        asset_key=staged_key,
-                        check_name=e.check_name,
-                        passed=e.passed,
-                        severity=e.severity,
-                        metadata=e.metadata,
-                        description=e.description,
-                    )
-                    for e in contract_evaluations(staged_key, None, TABLES, results)
-                ],
-            )
-            if any(not r.passed for rules in results.values() for r in rules):
-                raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
-        elif _configured(config):  # publish-only for a run the config names
-            plan = _plan(resolved, keys, config)
-            latest = store.latest_staged(launch.FAMILY, plan.run)
-            if latest is None:
-                raise InputError(f"{plan.run} has no staged results: train it first", parameter="benchmark")
-            staged = latest
-        else:  # publish-only (the automation, a click in the UI): exactly what the staged asset recorded
-            staged = _recorded_staged(context, staged_key, store)
-        if publish_key in context.selected_asset_keys:
-            publication = store.publish(staged)
-            refresh_and_report(resolved.catalog_path, resolved.store_dir)
-            yield dg.MaterializeResult(
-                asset_key=publish_key,
-                metadata={**published_metadata(resolved, staged, publication), **_describe(resolved, staged)},
-                data_version=dg.DataVersion(staged.version),
-            )
+        yield from _run_baseline(context, kind, config, settings.get(), erm_pipes_client)
 
     job = dg.define_asset_job(
         baseline_job_name(kind),
@@ -227,6 +185,67 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
         "(benchmark, seed) partition; backfill to sweep.",
     )
     return _train, job
+
+
+def _run_baseline(
+    context: dg.AssetExecutionContext, kind: Kind, config: Any, settings: Settings, client: Any
+) -> Iterator[Any]:
+    """Train and stage (or find the staged results a publish-only run names), then publish if selected."""
+    staged_key, publish_key = baseline_keys(kind)
+    keys = context.partition_key.keys_by_dimension  # type: ignore[attr-defined]
+    store = Store(settings.store_dir)
+    if staged_key in context.selected_asset_keys:
+        if not _configured(config):  # a retrain (the automation, a click): the last run's settings
+            config = _reused_config(context, staged_key, config)
+        plan = _plan(settings, keys, config)
+        staged, results = _train_and_stage(context, settings, plan, config, client)
+        yield _staged_result(staged_key, plan, staged, results, config)
+        if any(not r.passed for rules in results.values() for r in rules):
+            raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
+    elif _configured(config):  # publish-only for a run the config names
+        plan = _plan(settings, keys, config)
+        latest = store.latest_staged(launch.FAMILY, plan.run)
+        if latest is None:
+            raise InputError(f"{plan.run} has no staged results: train it first", parameter="benchmark")
+        staged = latest
+    else:  # publish-only (the automation, a click in the UI): exactly what the staged asset recorded
+        staged = _recorded_staged(context, staged_key, store)
+    if publish_key in context.selected_asset_keys:
+        publication = store.publish(staged)
+        refresh_and_report(settings.catalog_path, settings.store_dir)
+        yield dg.MaterializeResult(
+            asset_key=publish_key,
+            metadata={**published_metadata(settings, staged, publication), **_describe(settings, staged)},
+            data_version=dg.DataVersion(staged.version),
+        )
+
+
+def _staged_result(
+    staged_key: dg.AssetKey, plan: launch.RunPlan, staged: Any, results: Any, config: Any
+) -> dg.MaterializeResult:
+    """Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a run of one
+    partition needs nothing else."""
+    return dg.MaterializeResult(
+        asset_key=staged_key,
+        metadata={
+            "run": plan.run,
+            "version": staged.version,
+            "split_version": plan.split_version,
+            "launch": dg.MetadataValue.json(_launch_config(config)),
+        },
+        data_version=dg.DataVersion(staged.version),
+        check_results=[
+            dg.AssetCheckResult(
+                asset_key=staged_key,
+                check_name=e.check_name,
+                passed=e.passed,
+                severity=e.severity,
+                metadata=e.metadata,
+                description=e.description,
+            )
+            for e in contract_evaluations(staged_key, None, TABLES, results)
+        ],
+    )
 
 
 def _plan(settings: Settings, keys: dict[str, str], config: Any) -> launch.RunPlan:

@@ -37,12 +37,12 @@ from assets.metadata import (
     render,
     staged_metadata,
 )
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench import building, progress, registry, variants
 from shiftbench.cache import CachedArtifact
 from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError
-from shiftbench.family import Family, Input, Kind, RawSource
+from shiftbench.family import Family, Input, Kind, RawSource, Target
 from shiftbench.settings import Settings
 from shiftbench.spec_files import parse_value
 
@@ -248,88 +248,52 @@ def _register_variant(
     return [variant.name], variant.name if new else None
 
 
+def _kind_specs(family: Family, kind: Kind, spec_source_key: dg.AssetKey) -> list[dg.AssetSpec]:
+    """The kind's two assets: the staged versions (after the spec and the inputs it reads) and their publication."""
+    staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
+    input_keys = [dg.AssetKey(list(family.input(name).key)) for name in kind.inputs]
+    return [
+        dg.AssetSpec(
+            staged_key,
+            deps=[spec_source_key, *input_keys],
+            group_name=family.name,
+            code_version=kind.code_version,
+            kinds=set(kind.kinds),
+            automation_condition=rebuild(),
+            skippable=True,
+            description=f"{kind.description} Staged as an immutable, not yet published version; its contract "
+            "checks run on the staged files.",
+        ),
+        dg.AssetSpec(
+            publish_key,
+            deps=[staged_key],
+            group_name=family.name,
+            code_version="1",
+            kinds={"duckdb", "parquet"},
+            automation_condition=publish(),
+            skippable=True,
+            description=f"Publishes each staged {kind.name} whose blocking contract checks passed (the store "
+            "refuses any other) and refreshes the catalog once per run.",
+        ),
+    ]
+
+
 def kind_assets(family: Family, kind: Kind) -> KindAssets:
     partitions = partitions_of(kind)
     spec_source = spec_source_asset(kind)
     staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
-    input_keys = [dg.AssetKey(list(family.input(name).key)) for name in kind.inputs]
     Config = overrides_config(kind)
 
     @dg.multi_asset(
         name=op_name(kind),
-        specs=[
-            dg.AssetSpec(
-                staged_key,
-                deps=[spec_source.key, *input_keys],
-                group_name=family.name,
-                code_version=kind.code_version,
-                kinds=set(kind.kinds),
-                automation_condition=rebuild(),
-                skippable=True,
-                description=f"{kind.description} Staged as an immutable, not yet published version; its contract "
-                "checks run on the staged files.",
-            ),
-            dg.AssetSpec(
-                publish_key,
-                deps=[staged_key],
-                group_name=family.name,
-                code_version="1",
-                kinds={"duckdb", "parquet"},
-                automation_condition=publish(),
-                skippable=True,
-                description=f"Publishes each staged {kind.name} whose blocking contract checks passed (the store "
-                "refuses any other) and refreshes the catalog once per run.",
-            ),
-        ],
+        specs=_kind_specs(family, kind, spec_source.key),
         check_specs=contract_check_specs(staged_key, kind.tables, partitions),
         partitions_def=partitions,
         can_subset=True,
         backfill_policy=dg.BackfillPolicy.single_run(),
     )
     def _build(context: dg.AssetExecutionContext, config: Config, settings: ShiftbenchSettings) -> Iterator[Any]:  # type: ignore[valid-type]
-        resolved = settings.get()
-        keys, registered = list(context.partition_keys), None
-        if config_overrides(kind, config) or config.publish_as:  # type: ignore[attr-defined]
-            keys, registered = _register_variant(context, resolved, kind, config)
-        stage = staged_key in context.selected_asset_keys
-        publish_selected = publish_key in context.selected_asset_keys
-        known = variants.targets(resolved, kind)
-        targets, errors = [], []
-        for key in keys:
-            if key in known:
-                targets.append((kind, known[key]))
-                continue
-            try:  # a partition whose spec is gone or whose source is not configured: say which
-                variants.resolve(resolved, kind, key)
-            except InputError as exc:
-                errors.append(f"{key}: {exc}")
-                missing = building.Outcome(kind, key, error=str(exc))
-                progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
-        needed = kind.inputs_needed(resolved, [target.spec for _, target in targets])
-        inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
-        published = False
-        try:
-            for outcome in building.iter_build(
-                resolved, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
-            ):
-                yield from _events(context, resolved, kind, outcome, stage)
-                published |= outcome.publication is not None
-                if outcome.error is not None:
-                    errors.append(f"{outcome.benchmark}: {outcome.error}")
-        finally:  # whatever stopped the loop, what was published reaches the catalog
-            if published:
-                catalog = refresh_and_report(resolved.catalog_path, resolved.store_dir)
-                if not catalog.ok:
-                    context.log.warning(f"{catalog.reason}: the versions are published; run `shiftbench catalog`")
-                for problem in catalog.problems:
-                    context.log.warning(f"left out of the catalog: {problem}")
-            if registered is not None and not published:
-                forget_variant(context.instance, resolved, kind, registered)
-        if errors:
-            raise dg.Failure(
-                description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),
-                allow_retries=False,
-            )
+        yield from _build_kind(context, family, kind, config, settings.get())
 
     job = dg.define_asset_job(
         kind.qualified,
@@ -338,6 +302,62 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
         "any number of partitions.",
     )
     return KindAssets(spec_source, _build, job)
+
+
+def _targets(settings: Settings, kind: Kind, keys: list[str], errors: list[str]) -> list[tuple[Kind, Target]]:
+    """The partitions' specs; a partition whose spec is gone or whose source is not configured is an error, said."""
+    known = variants.targets(settings, kind)
+    targets = []
+    for key in keys:
+        if key in known:
+            targets.append((kind, known[key]))
+            continue
+        try:
+            variants.resolve(settings, kind, key)
+        except InputError as exc:
+            errors.append(f"{key}: {exc}")
+            missing = building.Outcome(kind, key, error=str(exc))
+            progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
+    return targets
+
+
+def _build_kind(
+    context: dg.AssetExecutionContext, family: Family, kind: Kind, config: Any, settings: Settings
+) -> Iterator[Any]:
+    """Stage and/or publish the run's partitions (a launchpad override first registers its named variant)."""
+    staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
+    keys, registered = list(context.partition_keys), None
+    if config_overrides(kind, config) or config.publish_as:
+        keys, registered = _register_variant(context, settings, kind, config)
+    stage = staged_key in context.selected_asset_keys
+    publish_selected = publish_key in context.selected_asset_keys
+    errors: list[str] = []
+    targets = _targets(settings, kind, keys, errors)
+    needed = kind.inputs_needed(settings, [target.spec for _, target in targets])
+    inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
+    published = False
+    try:
+        for outcome in building.iter_build(
+            settings, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
+        ):
+            yield from _events(context, settings, kind, outcome, stage)
+            published |= outcome.publication is not None
+            if outcome.error is not None:
+                errors.append(f"{outcome.benchmark}: {outcome.error}")
+    finally:  # whatever stopped the loop, what was published reaches the catalog
+        if published:
+            catalog = refresh_and_report(settings.catalog_path, settings.store_dir)
+            if not catalog.ok:
+                context.log.warning(f"{catalog.reason}: the versions are published; run `shiftbench catalog`")
+            for problem in catalog.problems:
+                context.log.warning(f"left out of the catalog: {problem}")
+        if registered is not None and not published:
+            forget_variant(context.instance, settings, kind, registered)
+    if errors:
+        raise dg.Failure(
+            description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),
+            allow_retries=False,
+        )
 
 
 def _events(

@@ -22,7 +22,7 @@ import dagster as dg
 
 from assets.factory import load_input
 from assets.metadata import data_version_tags, published_metadata, render, staged_metadata
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench import building, variants
 from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError

@@ -30,7 +30,7 @@ from assets.analysis import analysis_assets  # noqa: E402
 from assets.erm import baseline_assets, trainable_kinds  # noqa: E402
 from assets.factory import family_assets  # noqa: E402
 from assets.fanout import fanout_job  # noqa: E402
-from pipelines.resources import settings_from_environment  # noqa: E402
+from assets.resources import settings_from_environment  # noqa: E402
 from pipelines.sensors import partitions_sensor  # noqa: E402
 from shiftbench import registry  # noqa: E402
 from shiftbench.registry import FAMILIES  # noqa: E402

@@ -15,7 +15,7 @@ import dagster as dg
 
 from assets.factory import spec_fingerprints, spec_source_key
 from assets.metadata import data_version_tags
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench import registry
 from shiftbench.errors import ShiftbenchError
 from shiftbench.family import Kind

@@ -25,8 +25,8 @@ warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
 from assets import erm as erm_assets  # noqa: E402
 from assets.factory import spec_source_key  # noqa: E402
+from assets.resources import ShiftbenchSettings  # noqa: E402
 from pipelines.definitions import build_definitions, defs  # noqa: E402
-from pipelines.resources import ShiftbenchSettings  # noqa: E402
 from pipelines.sensors import partitions_sensor  # noqa: E402
 from shiftbench import registry  # noqa: E402
 from shiftbench.family import Kind  # noqa: E402

@@ -181,7 +181,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
     warehouse: Settings, tmp_path: Path
 ) -> None:
     from assets import erm
-    from pipelines.resources import ShiftbenchSettings
+    from assets.resources import ShiftbenchSettings
     from shiftbench.conds.family import CASE, CONDS
 
     baseline, _ = erm.baseline_assets(CONDS, CASE)

@@ -20,7 +20,7 @@ from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 
 from assets import erm
-from pipelines.resources import ShiftbenchSettings
+from assets.resources import ShiftbenchSettings
 from shiftbench.erm import pods
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
