@@ -58,7 +58,9 @@ def test_the_code_location_gives_it_assets_checks_partitions_and_jobs(
     jobs = {job.name for job in definitions.resolve_all_job_defs()}
     assert {"toy_inputs", "toy_splits"} <= jobs
     resource = definitions.resources["settings"]  # type: ignore[index]
-    assert resource.get().of(TOY.settings).toy_per_cell == 6  # type: ignore[union-attr]
+    assert "toy_per_cell" in type(resource).model_fields  # bound to EnvVar("SHIFTBENCH_TOY_PER_CELL") in a run
+    settings = type(resource)(toy_per_cell="6").get()
+    assert settings.of(TOY.settings).toy_per_cell == 6  # type: ignore[arg-type]
 
 
 @pytest.mark.slow
@@ -74,8 +76,8 @@ def test_build_query_card_and_train_through_the_cli(
     with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
         rows = con.sql("SELECT benchmark, n_examples FROM benchmarks WHERE family = 'toy' ORDER BY 1").fetchall()
         assert rows == [("toy-blue", 72), ("toy-red", 72)]
-        cells = con.sql("SELECT sum(n) FROM toy_cells WHERE benchmark = 'toy-red' AND split = 'test'").fetchone()
-        assert cells == (24,)
+        cells = con.sql("SELECT sum(n) FROM toy_cells WHERE benchmark = 'toy-red' AND split = 'test'").fetchall()
+        assert cells == [(24,)]
     latest = Store(settings.store_dir).latest("toy-red")
     assert latest is not None
     files = Store(settings.store_dir).staged("toy", "toy-red", latest.version).path / "files"

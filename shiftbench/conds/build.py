@@ -2,7 +2,7 @@
 
 Dataset card
 ------------
-- Source: ConDS (Kim et al., "An Analysis of Model Robustness across Concurrent Distribution
+- Source: ConDS (Jeon et al., TMLR 2025, "An Analysis of Model Robustness across Concurrent Distribution
   Shifts"); CelebA attributes (non-commercial research use), a user's attribute table, or the
   generated ``sprites`` images (not dSprites: drawn by shiftbench, see ``sources/sprites.py``).
 - A *case* is a benchmark: label + a shift type per attribute. Splits (WILDS names): ``train``

@@ -345,7 +345,8 @@ CASE = Kind(
 CONDS = Family(
     name=build.FAMILY,
     title="ConDS",
-    description="ConDS (Kim et al.): concurrent attribute shifts (SC, LDD, UDS) on CelebA, sprites or your table.",
+    description="ConDS (Jeon et al., TMLR 2025): concurrent attribute shifts (SC, LDD, UDS) on CelebA, sprites or "
+    "your table.",
     raw_sources=(
         RawSource(
             "conds_attribute_sources",

@@ -34,7 +34,6 @@ from shiftbench.grouper import Grouper
 from shiftbench.images import ImageSource, image_paths
 from shiftbench.outputs import check_output_dir, empty_output_dir, inside, path_component
 
-LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")
 # WILDS' split codes: train/val/test 0/1/2 (wilds.datasets DEFAULT_SPLITS), id_val/id_test 3/4 as its
 # datasets with ID splits number them; ood_train (BREEDS' target-domain training images) is 5 here.
 WILDS_SPLITS = {"train": 0, "val": 1, "test": 2, "id_val": 3, "id_test": 4, "ood_train": 5}

@@ -45,7 +45,6 @@ from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
 CODE_VERSION = "erm-3"
-_EPOCH_KEYS = ("max_epochs", "lr_drop_epochs")
 
 
 @dataclass(frozen=True)

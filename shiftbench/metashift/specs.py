@@ -22,9 +22,6 @@ from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, 
 
 TASK_KINDS = ("domain_generalization", "subpopulation")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
-# Roles of a community in a task: train of this variant, train of another variant (only for
-# leakage rules and the distance graph), test, val (OOD validation), majority / minority groups.
-ROLES = ("train", "other_train", "test", "val", "majority", "minority")
 
 
 COLLECTION_PARAMS = (

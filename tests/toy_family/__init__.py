@@ -86,7 +86,9 @@ def stage(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifac
         pl.col("shape").alias("y_name"),
         ("colour=" + pl.col("colour")).alias("group"),
     )
-    cells = frame.group_by(pl.concat_str("shape", "colour", separator="|").alias("cell"), "split").len("n")
+    cells = frame.group_by(pl.concat_str("shape", "colour", separator="|").alias("cell"), "split").agg(
+        pl.len().cast(pl.Int64).alias("n")
+    )
     params = {**spec.params(), "overrides": dict(target.overrides)}
     benchmarks = pl.DataFrame(
         {
