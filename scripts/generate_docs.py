@@ -182,12 +182,24 @@ def _rule_kind(kind: str, metric: str | None) -> str:
     return kind
 
 
+def _relative(path: Path) -> str:
+    """A contract's path beside the ``shiftbench`` package (``shiftbench/data_contracts/x.yaml``; its file name
+    where it lies elsewhere), the same in a checkout and an installed package."""
+    try:
+        return path.resolve().relative_to(Path(contracts_module.__file__).resolve().parent.parent).as_posix()
+    except ValueError:
+        return path.name
+
+
 def render_table(contract: Contract) -> list[str]:
     purpose, usage, limitations = _purpose(contract)
     lines = [f"## {contract.table}", ""]
     if purpose:
         lines += [_text(purpose), ""]
-    facts = [f"file `{contract.schema.physicalName or contract.table + '.parquet'}`"]
+    facts = [
+        f"contract `{_relative(contract.path)}`",
+        f"file `{contract.schema.physicalName or contract.table + '.parquet'}`",
+    ]
     if contract.primary_key:
         facts.append("primary key (" + ", ".join(_code(c) for c in contract.primary_key) + ")")
     if contract.store_key != "benchmark":
@@ -225,10 +237,11 @@ def render_tables(contracts: Mapping[str, Contract] | None = None) -> str:
         "",
         _GENERATED,
         "",
-        "One section per published table, from its data contract (`shiftbench/data_contracts/<table>.yaml`, Open Data "
-        "Contract Standard v3). Each table is a view of the catalog `catalog.duckdb` showing the latest version of "
-        "every benchmark, with `<table>_history` holding every published version; how the store, the versions and "
-        "the catalog work, the views that are no table (`results`, `leaderboard`, ...) and how the contracts are "
+        "One section per published table, from its data contract (`shiftbench/data_contracts/<table>.yaml`, or a "
+        "family's own contracts folder; Open Data Contract Standard v3). Each table is a view of the catalog "
+        "`catalog.duckdb` showing the latest version of every benchmark, with `<table>_history` holding every "
+        "published version; how the store, the versions and the catalog work, the views that are no table "
+        "(`results`, `leaderboard`, ...) and how the contracts are "
         "enforced: [catalog.md](catalog.md).",
         "",
         "Every contract also checks, beside the quality rules listed: the schema (each column with its type, no "
