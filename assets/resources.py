@@ -1,9 +1,9 @@
 """Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource.
 
 Its fields are generated from :class:`shiftbench.settings.Settings` and the registered families' own
-settings models (one definition of the settings, never two): every setting is a field, bound at load time to ``EnvVar("SHIFTBENCH_X")``
-when that variable is set, so the UI's resource page shows where each value comes from. A field
-left unset falls back to the process environment, then to the default.
+settings models (one definition of the settings, never two): every setting is a field, bound at load
+time to ``EnvVar("SHIFTBENCH_X")`` when that variable is set, so the UI's resource page shows where
+each value comes from. A field left unset falls back to the process environment, then to the default.
 """
 
 import functools

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
-import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,15 +46,13 @@ from open_data_contract_standard.model import (
 from pydantic import ValidationError
 
 from shiftbench.errors import InputError
+from shiftbench.settings import Settings
 
 # Package data (importlib.resources): the same files in a checkout, an editable install and a wheel.
 CONTRACTS_DIR = Path(str(resources.files("shiftbench") / "data_contracts"))
 # libyaml's parser where PyYAML was built with it: the same documents, 10x faster (the 34 contracts: 0.2 -> 0.02 s)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CUSTOM_ENGINE = "shiftbench"  # the engine of type: custom rules (functions of this package)
-# DuckDB's memory for one version's checks (SHIFTBENCH_CHECK_MEMORY overrides it); beyond it joins and
-# aggregates spill to disk. Its own default is 80 % of RAM, which a GQA-scale collection's self-joins took.
-CHECK_MEMORY_LIMIT = "1GB"
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "mustBe": lambda v, t: v == t,
     "mustNotBe": lambda v, t: v != t,
@@ -399,7 +396,8 @@ def connect_tables(tables: Mapping[str, Path]) -> duckdb.DuckDBPyConnection:
     Contract tables a version does not have (a MetaShift collection has no ``examples``) are
     empty views, so cross-table rules see zero rows instead of failing to bind.
     """
-    limit = os.environ.get("SHIFTBENCH_CHECK_MEMORY") or CHECK_MEMORY_LIMIT
+    # DuckDB's own default is 80 % of RAM, which a GQA-scale collection's self-joins took: the setting bounds it.
+    limit = Settings.from_env().check_memory
     try:
         con = duckdb.connect(
             config={

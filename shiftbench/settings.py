@@ -133,6 +133,11 @@ class Settings(BaseSettings):
         description="a YAML/JSON file of the training pod's settings with PipesK8sClient: image, GPUs, volumes, "
         "mounted roots (docs/kubernetes.md)",
     )
+    check_memory: str = Field(
+        "1GB",
+        description="DuckDB's memory for one version's contract checks (a size such as `1GB` or `512MB`); beyond it "
+        "joins and aggregates spill to the temporary folder (a GQA-scale collection's checks need it)",
+    )
 
     # SHIFTBENCH_* values that are no field here: a registered family's own settings (:meth:`of`).
     _family_values: dict[str, Any] = PrivateAttr(default_factory=dict)
