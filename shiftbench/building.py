@@ -19,7 +19,7 @@ from typing import Any
 import polars as pl
 
 from shiftbench import cards, progress
-from shiftbench.cache import CachedArtifact
+from shiftbench.cache import CachedArtifact, write_file_atomic
 from shiftbench.cards import CardInfo
 from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
@@ -215,6 +215,11 @@ def describe(kind: Kind, staged: StagedVersion) -> Description:
     return replace(description, metadata={**extra, **description.metadata}) if extra else description
 
 
+def migration_marker(settings: Settings, family: Family) -> Path:
+    """Written once a family's benchmarks in this store were checked by :func:`retire_misnamed`."""
+    return settings.store_dir / ".migrations" / f"names-carry-sources-{family.name}"
+
+
 def retire_misnamed(settings: Settings, family: Family) -> list[str]:
     """Move aside benchmarks published under a paper's name from other sources (by an older shiftbench).
 
@@ -222,7 +227,12 @@ def retire_misnamed(settings: Settings, family: Family) -> list[str]:
     scenes' task as ``cat-dog-dg-cabinet-bed``. Such a benchmark, whose latest version's recorded
     sources are not the paper's, is moved to ``store/.retired/`` so that no view shows it under the
     paper's name; its content is rebuilt under ``NAME@TAG``. Returns one line per benchmark moved.
+    A migration of warehouses written before: it runs once per store and family (:func:`migration_marker`),
+    since this shiftbench never publishes such a name.
     """
+    marker = migration_marker(settings, family)
+    if marker.is_file():
+        return []
     store = Store(settings.store_dir)
     moved = []
     for name in sorted(family.shipped_names()):
@@ -238,6 +248,8 @@ def retire_misnamed(settings: Settings, family: Family) -> list[str]:
             f"{name}: its versions were built from non-paper sources ({tag}) under the paper's name by an "
             f"older shiftbench; moved to {target} (it builds as {tagged(name, tag)})"
         )
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(marker, "checked: no benchmark under a paper's name from other sources\n")
     return moved
 
 

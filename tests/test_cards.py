@@ -190,6 +190,11 @@ def test_an_older_paper_named_version_of_other_content_is_retired(
     check_version(store, old)
     store.publish(old)
     capsys.readouterr()
+    # The migration runs once per store: this one was checked by the builds above, an older shiftbench's was not.
+    assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 0
+    assert "non-paper sources" not in capsys.readouterr().err and store.latest("cat-dog-dg-cabinet-bed") is not None
+    for marker in (settings.store_dir / ".migrations").iterdir():
+        marker.unlink()
 
     assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 0
     err = capsys.readouterr().err
