@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,12 +30,6 @@ from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion, Store
 from shiftbench.streamed import StreamedTable, in_memory
 
-# The contract check of the benchmark being staged (set by stage_and_check): Store.stage runs it on the written
-# tables while the version's figures are still being drawn, which took about as long (1 s each at GQA scale).
-_CHECK_WHILE_ATTACHING: ContextVar[Callable[[Mapping[str, Path]], None] | None] = ContextVar(
-    "check_while_attaching", default=None
-)
-
 
 def stage_tables(
     settings: Settings,
@@ -52,6 +45,7 @@ def stage_tables(
     warnings: Sequence[str] = (),
     card: CardInfo | None = None,
     consume: bool = False,
+    check: Callable[[Mapping[str, Path]], None] | None = None,
 ) -> StagedVersion:
     """Stage a version with the manifest every family writes (params, sources, images, environment),
     and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given.
@@ -85,7 +79,7 @@ def stage_tables(
         manifest_extra=manifest,
         attachments=attachments,
         documents=documents if card is not None else None,
-        while_attaching=_CHECK_WHILE_ATTACHING.get(),
+        while_attaching=check,
         consume=consume,
     )
 
@@ -153,11 +147,7 @@ def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapp
         checked["results"] = check_files(files)
 
     try:
-        token = _CHECK_WHILE_ATTACHING.set(check_while_attaching)
-        try:
-            outcome.staged = kind.stage(settings, target, inputs)
-        finally:
-            _CHECK_WHILE_ATTACHING.reset(token)
+        outcome.staged = kind.stage(settings, replace(target, check=check_while_attaching), inputs)
         store = Store(settings.store_dir)
         if outcome.staged.created and "results" in checked:  # run on its files while its figures were drawn
             results = record_results(store, outcome.staged, checked["results"])

@@ -104,6 +104,9 @@ class Target:
     benchmark: str
     spec: Spec  # the variant's overrides already applied
     overrides: Mapping[str, Any] = field(default_factory=dict)  # recorded in benchmarks.params
+    # Not part of the definition: the contract check the build runs on the written tables while the version's
+    # figures are drawn (shiftbench.building.stage_and_check); a family's stage passes it to stage_tables.
+    check: Callable[[Mapping[str, Path]], None] | None = field(default=None, compare=False)
 
 
 Stage = Callable[[Settings, Target, Mapping[str, CachedArtifact]], StagedVersion]

@@ -256,6 +256,7 @@ def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, Cac
         images=image_block("imagenet", "{}", root, "imagenet_dir"),
         attachments=figures,
         card=card_info(calibrated.kind, spec.split),
+        check=target.check,
     )
 
 

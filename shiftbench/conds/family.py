@@ -238,6 +238,7 @@ def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         images=_images(dataset, image_root),
         attachments=figures,
         card=card_info(case, dataset),
+        check=target.check,
     )
 
 

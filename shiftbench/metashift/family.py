@@ -374,7 +374,8 @@ def _stage_built(
         attachments=figures,
         warnings=build.distance_warnings(distances, plan.spec.embedding),
         card=card_info(plan.dataset, f"{COLLECTION_SHIFT} {scope_line(params)}", "collection"),
-        consume=True,  # the collection's frames are let go as the store takes them
+        consume=True,  # the collection's frames are let go as the store takes them,
+        check=target.check,
     )
 
 
@@ -434,6 +435,7 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         images=images_of(settings, dataset),
         attachments=figures,
         card=card_info(dataset, TASK_SHIFT[spec.kind], "task"),
+        check=target.check,
     )
 
 
