@@ -22,16 +22,14 @@ _FORWARDED = ("model", "device", "preset", "version", "image_root", "path_templa
 
 
 def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    from shiftbench import registry
+    from shiftbench.plans import trainable_kind
 
     settings = Settings.from_env()
     if args.seed is not None and args.seeds is not None:
         raise InputError("give --seed or --seeds, not both", parameter="--seeds")
     seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed or 0]
     for benchmark in args.benchmarks:
-        kind = registry.kind_of(settings, benchmark)
-        if not kind.trainable:
-            raise InputError(f"{benchmark} is a {kind.family} {kind.name}: it has no examples to train on")
+        trainable_kind(settings, benchmark)
     plans = plan_sweep(
         settings, args.benchmarks, seeds, preset=args.preset, overrides=overrides, version=args.version,
         image_root=args.image_root, path_template=args.path_template,
@@ -79,7 +77,7 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
 
 def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
     """Every benchmark's ERM partition, added once here rather than by runs racing to add it."""
-    from pipelines.cli import _instance
+    from pipelines.cli.common import dagster_instance
     from shiftbench import registry
 
     dagster_kinds: dict[str, list[str]] = {}
@@ -89,7 +87,7 @@ def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
             dagster_kinds.setdefault(kind.qualified, []).append(benchmark)
     if not dagster_kinds:
         return
-    instance = _instance(settings)
+    instance = dagster_instance(settings)
     for qualified, names in dagster_kinds.items():
         known = set(instance.get_dynamic_partitions(qualified))
         new = [name for name in names if name not in known]

@@ -1,0 +1,61 @@
+"""What every command of the ``shiftbench`` command line shares: its argument parser and the Dagster instance."""
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any, NoReturn
+
+from shiftbench.settings import Settings
+
+_DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\npython_logs:\n  python_log_level: WARNING\n"
+
+# What a command module adds its subcommand to (``add_subparsers``).
+Subcommands = argparse._SubParsersAction
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def ensure_dagster_home(settings: Settings) -> Path:
+    """A persistent instance with telemetry off (this machine is offline; users may be too)."""
+    home = Path(os.environ.get("DAGSTER_HOME") or settings.home / "dagster_home")
+    home.mkdir(parents=True, exist_ok=True)
+    config = home / "dagster.yaml"
+    if not config.exists():
+        config.write_text(_DAGSTER_YAML, encoding="utf-8")
+    os.environ["DAGSTER_HOME"] = str(home.absolute())
+    return home
+
+
+def dagster_instance(settings: Settings) -> Any:
+    """The Dagster instance, created by one process at a time.
+
+    Dagster's SQLite storages create their tables and stamp their schema version when first
+    opened; two processes doing that at once in a new home race (duplicate alembic heads leave the
+    home unusable). Opening under a lock costs milliseconds once the home exists.
+    """
+    import dagster as dg
+    from filelock import FileLock
+
+    home = ensure_dagster_home(settings)
+    with FileLock(home / ".instance.lock"):
+        instance = dg.DagsterInstance.get()
+        instance.get_runs(limit=1)  # run storage
+        instance.get_dynamic_partitions("shiftbench")  # event log storage
+        instance.all_instigator_state()  # schedule storage
+    return instance
+
+
+def asset_key(path: tuple[str, ...]) -> Any:
+    import dagster as dg
+
+    return dg.AssetKey(list(path))
+
+
+def comma_list(text: str) -> list[str]:
+    """``a, b,,c`` as ``["a", "b", "c"]``."""
+    return [item.strip() for item in text.split(",") if item.strip()]

@@ -1,0 +1,137 @@
+"""Results: ``shiftbench eval`` (score a predictions file), ``sql``, ``leaderboard`` and ``analyse``."""
+
+import argparse
+import sys
+from pathlib import Path
+
+from pipelines.cli.common import Subcommands, comma_list
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+
+def add_sql(sub: Subcommands) -> None:
+    sql = sub.add_parser("sql", help="run SQL against the catalog")
+    sql.add_argument("query")
+    sql.add_argument("--csv", action="store_true", help="write CSV to stdout")
+    sql.add_argument("--max-rows", type=int, default=40)
+    sql.set_defaults(func=cmd_sql)
+
+
+def add_leaderboard(sub: Subcommands) -> None:
+    board = sub.add_parser("leaderboard", help="methods side by side: mean ± 95%% interval over seeds")
+    board.add_argument("benchmark", nargs="*", help="default: every benchmark with results")
+    board.add_argument("--metrics", default="acc_avg,acc_wg", metavar="M,...")
+    board.add_argument("--splits", default="test", metavar="SPLIT,...")
+    board.add_argument("--format", choices=("text", "markdown"), default="text")
+    board.set_defaults(func=cmd_leaderboard)
+
+
+def add_analyse(sub: Subcommands) -> None:
+    analyse = sub.add_parser("analyse", help="the papers' analyses over the results (tables + plots)")
+    analyse.add_argument("analysis", nargs="*", help="default: all (metashift-accuracy-vs-distance, ...)")
+    analyse.set_defaults(func=cmd_analyse)
+
+
+def add_eval(sub: Subcommands) -> None:
+    scored = sub.add_parser("eval", help="score a predictions file on a published split and publish the results")
+    scored.add_argument("benchmark")
+    scored.add_argument("predictions", type=Path, help="Parquet/CSV: example_id, y_pred[, p_0 ... p_K-1]")
+    scored.add_argument("--method", required=True, help="the method's name (results view: method)")
+    scored.add_argument("--seed", type=int, default=0)
+    scored.add_argument("--version", help="split version (default: latest)")
+    scored.add_argument("--group-by", metavar="FIELD,...", help="worst-group over these metadata fields")
+    scored.set_defaults(func=cmd_eval)
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Score a predictions file on a published split and publish the results (shiftbench.scoring)."""
+    import polars as pl
+
+    from shiftbench.erm.launch import published_split
+    from shiftbench.scoring import check_method, check_seed, publish_scores, read_predictions
+
+    settings = Settings.from_env()
+    check_method(args.method)
+    check_seed(args.seed)
+    split = published_split(settings, args.benchmark, args.version)
+    predictions = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
+    group_by = comma_list(args.group_by) if args.group_by else []
+    outcome, tables = publish_scores(settings, split, predictions, args.method, args.seed, group_by)
+    run = tables["eval_runs"].row(0, named=True)
+    state = "now latest" if outcome.publication.changed_latest else "already latest"
+    print(
+        f"{run['run']}: version {outcome.staged.version} ({state}; {split.benchmark} {split.version}, "
+        f"splits {', '.join(run['covered_splits'])})"
+    )
+    headline = tables["eval_results"].filter(pl.col("metric").is_in(["acc_avg", "acc_wg", "f1_macro", "ece"]))
+    for row in headline.sort("eval_split", "metric").iter_rows(named=True):
+        group = f" ({row['group']})" if row["metric"] == "acc_wg" and row["group"] else ""
+        value = "NULL" if row["value"] is None else f"{row['value']:.4f}"
+        print(f"  {row['eval_split']}/{row['metric']:<12} {value}{group}")
+    print(f"\nResults: shiftbench sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    import duckdb
+
+    from shiftbench.catalog import open_catalog
+
+    settings = Settings.from_env()
+    if args.max_rows < 1:
+        raise InputError(f"must be at least 1, got {args.max_rows}", parameter="--max-rows")
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if not this store's
+    with con:
+        [(left_out,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
+        if left_out:
+            warning = f"warning: {left_out} damaged file(s) left out of the catalog: see `shiftbench check`"
+            print(warning, file=sys.stderr)
+        try:
+            relation = con.sql(args.query)
+        except duckdb.Error as exc:
+            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
+            return 2
+        if relation is None:
+            return 0
+        if args.csv:
+            sys.stdout.write(relation.pl().write_csv())
+        else:
+            relation.show(max_rows=args.max_rows, max_width=200)
+    return 0
+
+
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    """The leaderboard view as a table for a paper (Markdown) or the terminal."""
+    from shiftbench.catalog import open_catalog
+    from shiftbench.reporting import check_request, leaderboard_table, to_markdown, to_text
+
+    settings = Settings.from_env()
+    metrics = comma_list(args.metrics)
+    splits = comma_list(args.splits)
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)
+    with con:
+        check_request(con, args.benchmark, metrics, splits)
+        table = leaderboard_table(con, args.benchmark, metrics, splits)
+    if table.is_empty():
+        print("no results on the latest split versions (shiftbench train, shiftbench eval)", file=sys.stderr)
+        return 0
+    sys.stdout.write(to_markdown(table) if args.format == "markdown" else to_text(table))
+    return 0
+
+
+def cmd_analyse(args: argparse.Namespace) -> int:
+    """Rebuild the papers' analyses from the results in the catalog and publish the ones with data."""
+    from shiftbench.analysis import ANALYSES, publish
+
+    settings = Settings.from_env()
+    unknown = [n for n in args.analysis if n not in ANALYSES]
+    if unknown:
+        raise InputError(f"unknown analysis {unknown[0]!r}; known: {', '.join(ANALYSES)}", parameter="analysis")
+    for name in args.analysis or list(ANALYSES):
+        outcome, frame = publish(settings, ANALYSES[name])
+        if outcome is None:
+            print(f"{name}: no results yet (shiftbench train, shiftbench eval)")
+            continue
+        figure = outcome.staged.path / "files" / ANALYSES[name].figure_file
+        print(f"{name}: version {outcome.staged.version}, {frame.height} rows; table {ANALYSES[name].table}; {figure}")
+    return 0

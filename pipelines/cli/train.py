@@ -1,0 +1,171 @@
+"""``shiftbench train``: one ERM run through the kind's ERM job (the partition the UI would run), or a sweep.
+
+Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`pipelines.cli.sweep`): each run is then
+``shiftbench train B --seed S`` in a process of its own.
+"""
+
+import argparse
+import os
+import sys
+import time
+from typing import Any
+
+from pipelines.cli.common import Subcommands, dagster_instance
+from shiftbench.errors import InputError, StoreError
+from shiftbench.settings import Settings
+
+
+def add_train(sub: Subcommands) -> None:
+    train = sub.add_parser(
+        "train", help="train ERM baselines on published splits and publish their results (several: a sweep)"
+    )
+    train.add_argument("benchmarks", nargs="+", metavar="benchmark")
+    train.add_argument("--model", help="resnet18, resnet50, small_cnn or mlp (default: the preset's)")
+    train.add_argument("--seed", type=int, help="the seed, 0..9 (default: 0)")
+    train.add_argument("--seeds", help="a sweep over seeds: 0,1,2 or 0-2")
+    train.add_argument("--parallel", type=int, help="runs at a time in a sweep (default: one per core; 4 on a GPU)")
+    train.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
+    train.add_argument("--preset", help="a preset of shiftbench/specs/erm.yaml (default: the family's)")
+    train.add_argument("--version", help="split version (default: latest)")
+    train.add_argument("--image-root", help="image root (default: the split's); 'standin' renders stand-ins")
+    train.add_argument("--path-template", help="image path under the root; {} is the example id")
+    train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
+    train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
+    train.set_defaults(func=cmd_train)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    from pipelines.cli.sweep import cmd_sweep, wants_sweep
+    from shiftbench import registry
+    from shiftbench.erm.launch import plan_run
+    from shiftbench.plans import trainable_kind, training_overrides, training_seed
+
+    settings = Settings.from_env()
+    overrides = training_overrides(args.set or [], model=args.model, device=args.device)
+    if wants_sweep(args):
+        _typed_training(overrides)  # every value checked before any run is planned
+        return cmd_sweep(args, overrides)
+    args.benchmark = args.benchmarks[0]
+    kind = trainable_kind(settings, args.benchmark)
+    args.seed = training_seed(args.seed)
+    # Plan first: a missing split, image root or a bad parameter fails here, before a run starts.
+    plan = plan_run(
+        settings,
+        args.benchmark,
+        version=args.version,
+        seed=args.seed,
+        preset=args.preset,
+        overrides=overrides,
+        image_root=args.image_root,
+        path_template=args.path_template,
+    )
+    print(
+        f"[train] {plan.run}: {plan.benchmark} version {plan.split_version}, {plan.n_train:,} training examples, "
+        f"images {plan.images.kind} ({plan.images.root})",
+        flush=True,
+    )
+    unavailable = registry.family(kind.family).training_unavailable(settings)
+    started = time.monotonic()
+    if unavailable is not None:  # no ERM asset for this family here: the library path, said so
+        return _train_outside_dagster(settings, plan, unavailable, started)
+    return _train_in_dagster(settings, args, kind, plan, overrides, started)
+
+
+def _train_in_dagster(
+    settings: Settings, args: argparse.Namespace, kind: Any, plan: Any, overrides: dict[str, Any], started: float
+) -> int:
+    """The run of the kind's ERM job for the partition (benchmark, seed), and its lines."""
+    import dagster as dg
+
+    from assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
+    from pipelines import runs
+    from pipelines.terminal import Reporter
+
+    config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
+    config["preset"] = plan.preset  # the run planned above, never the last run's settings
+    config.update(_typed_training(overrides))
+    instance = dagster_instance(settings)
+    known = set(instance.get_dynamic_partitions(kind.qualified))
+    if args.benchmark not in known:
+        instance.add_dynamic_partitions(kind.qualified, [args.benchmark])
+    key = dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)})
+    _, publish_key = baseline_keys(kind)
+    with Reporter().listening():
+        run = runs.run_job(
+            instance,
+            baseline_job_name(kind),
+            partition_key=key,
+            config={"ops": {f"erm__{kind.family}_{kind.name}_baseline": {"config": config}}},
+        )
+    if not run.is_success:
+        message, is_input = runs.run_error(instance, run)
+        print(f"error: {message}; nothing was published", file=sys.stderr)
+        return 2 if is_input else 1
+    records = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    materialized = [r.asset_materialization for r in records if r.asset_materialization is not None]
+    mine = [m for m in materialized if m.asset_key == publish_key]
+    if not mine:
+        raise StoreError(f"run {run.run_id} published no results (see it in the UI)")
+    meta = {k: v.value for k, v in mine[-1].metadata.items()}
+    _print_training(meta, time.monotonic() - started)
+    return 0
+
+
+def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``--set`` values as the typed launchpad config of the ERM asset (nullable ones as YAML text)."""
+    from dataclasses import fields
+
+    from assets.erm import NULLABLE
+    from shiftbench.erm.config import TrainConfig, coerce_value
+    from shiftbench.spec_files import format_value
+
+    types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    typed: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if key not in types or key == "seed":
+            TrainConfig.from_mapping({key: value})  # names the unknown parameter
+            raise InputError("set the seed with --seed (seeds are partitions)", parameter="seed")
+        if key in NULLABLE:
+            typed[key] = format_value(value)
+            continue
+        coerced = coerce_value(value, types[key], key)
+        typed[key] = list(coerced) if isinstance(coerced, tuple) else coerced
+    TrainConfig.from_mapping(overrides)  # validates every value now
+    return typed
+
+
+def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float) -> int:
+    import polars as pl
+
+    from shiftbench.erm.launch import headline, scratch_dir, train_in_process
+
+    print(f"[train] not a Dagster run ({reason}); training in this process", flush=True)
+    out_dir = scratch_dir(settings, plan, f"cli-{os.getpid()}")
+    outcome, summary = train_in_process(settings, plan, out_dir)
+    results = pl.read_parquet(outcome.staged.table_path("erm_results"))
+    meta = {
+        "run": plan.run,
+        "version": outcome.staged.version,
+        "became_latest": outcome.publication.changed_latest,
+        "selection_split": summary["selection_split"],
+        "best_iteration": summary["best_iteration"],
+        "device": summary["device"],
+        "train_images_per_s": summary["train_images_per_s"] or 0.0,
+        **headline(results),
+    }
+    _print_training(meta, time.monotonic() - started)
+    return 0
+
+
+def _print_training(meta: dict[str, Any], seconds: float) -> None:
+    became = "now latest" if meta["became_latest"] else "already latest"
+    print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")
+    print(
+        f"  selection on {meta['selection_split']}, best iteration {meta['best_iteration']}, "
+        f"{meta['device']}, {float(meta['train_images_per_s']):,.0f} training images/s"
+    )
+    for key, value in meta.items():
+        if "/acc_" in key and value is not None:
+            print(f"  {key:<28} {float(value):.4f}")
+    print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")

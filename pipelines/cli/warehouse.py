@@ -1,0 +1,120 @@
+"""The store and its catalog: ``shiftbench versions``, ``check``, ``catalog`` and ``gc``."""
+
+import argparse
+import sys
+
+from pipelines.cli.common import Subcommands
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+
+def add_versions(sub: Subcommands) -> None:
+    versions = sub.add_parser("versions", help="list published versions")
+    versions.add_argument("benchmark", nargs="?")
+    versions.set_defaults(func=cmd_versions)
+
+
+def add_check(sub: Subcommands) -> None:
+    check = sub.add_parser("check", help="re-check the latest versions against their contracts")
+    check.add_argument("benchmark", nargs="*")
+    check.set_defaults(func=cmd_check)
+
+
+def add_catalog(sub: Subcommands) -> None:
+    catalog = sub.add_parser("catalog", help="recreate the catalog views")
+    catalog.set_defaults(func=cmd_catalog)
+
+
+def add_gc(sub: Subcommands) -> None:
+    gc = sub.add_parser("gc", help="delete old versions")
+    gc.add_argument("--keep", type=int, default=1)
+    gc.add_argument("--dry-run", action="store_true")
+    gc.set_defaults(func=cmd_gc)
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    from pipelines.terminal import table
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    store = Store(settings.store_dir)
+    versions = store.versions(args.benchmark)
+    for problem in sorted(store.problems):
+        print(f"warning: {problem}", file=sys.stderr)
+    if not versions:
+        print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
+        return 1 if args.benchmark else 0
+    rows = [
+        (
+            info.family,
+            info.benchmark,
+            info.version,
+            info.published_at[:19].replace("T", " "),
+            "*" if info.is_latest else "",
+            info.n_examples,
+            info.params.get("hierarchy") or info.params.get("dataset") or "",
+        )
+        for info in versions
+    ]
+    print(table(rows, ("family", "benchmark", "version", "first published (UTC)", "latest", "examples", "source")))
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    """Re-verify the latest versions: every file against the manifest's checksums, then every contract."""
+    from shiftbench.publishing import check_version
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    store = Store(settings.store_dir)
+    latest = [v for v in store.versions() if v.is_latest and (not args.benchmark or v.benchmark in args.benchmark)]
+    unpublished = sorted(set(args.benchmark or []) - {v.benchmark for v in latest})
+    if unpublished:
+        raise InputError(f"{unpublished[0]!r} has no published version", parameter="BENCHMARK")
+    bad = 0
+    for info in latest:
+        staged = store.staged(info.family, info.benchmark, info.version)
+        damage = store.damage(staged)
+        if damage is not None:  # name the damaged file; the other versions are still checked
+            print(f"{info.benchmark} {info.version}: DAMAGED: {damage} (rebuild it to repair)")
+            bad += 1
+            continue
+        results = check_version(store, staged, reuse=False)
+        failed = [r for rules in results.values() for r in rules if not r.passed]
+        total = sum(len(r) for r in results.values())
+        files = len(staged.manifest()["tables"])
+        held = f"{total - len(failed)}/{total} rules hold"
+        print(f"{info.benchmark} {info.version}: {files} files match their checksums, {held}")
+        for rule in failed:
+            print(f"  {rule.line()}")
+        bad += bool(failed)
+    for problem in sorted(store.problems):
+        print(f"DAMAGED: {problem}")
+        bad += 1
+    return 1 if bad else 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from shiftbench.catalog import refresh_catalog
+
+    settings = Settings.from_env()
+    result = refresh_catalog(settings.catalog_path, settings.store_dir)
+    for problem in result.problems:
+        print(f"left out (damaged): {problem}")
+    print(f"{settings.catalog_path}: {'views refreshed' if result.ok else result.reason}")
+    return 0 if result.ok else 1
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    from shiftbench.catalog import refresh_and_report
+    from shiftbench.store import Store
+
+    settings = Settings.from_env()
+    removed = Store(settings.store_dir).garbage_collect(keep=args.keep, dry_run=args.dry_run)
+    for path in removed:
+        print(("would remove " if args.dry_run else "removed ") + str(path))
+    if not removed:
+        print(f"nothing to delete: every benchmark has at most {args.keep} published version(s) and nothing stale")
+    if not args.dry_run and removed:
+        refresh_and_report(settings.catalog_path, settings.store_dir)
+    return 0
