@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from shiftbench.errors import InputError
-from shiftbench.grouper import Grouper
+from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
@@ -77,7 +77,7 @@ class Split:
         """Every example: ``example_id``, ``split``, ``y``, ``y_name``, ``group`` and the attribute values
         (decoded strings, as the family recorded them)."""
         examples = pl.read_parquet(self.path / "examples.parquet").sort("example_id")
-        attributes = self.path / "conds_examples.parquet"
+        attributes = self.path / f"{metadata_table(self.family)}.parquet"
         if attributes.is_file():
             extra = pl.read_parquet(attributes)
             columns = [c for c in extra.columns if c not in _BASE and c not in examples.columns]

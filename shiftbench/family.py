@@ -198,6 +198,9 @@ class Family:
     # ODCS YAML files in its package): the Dagster resource, the catalog and the checks read them from here.
     settings: type[BaseModel] | None = None
     contracts_dir: Path | None = None
+    # Named subsets of a version's examples scored besides splits and groups (``shiftbench eval``; ConDS: the
+    # examples a shift concerns), from the version's folder and its examples: a boolean mask per name.
+    eval_subsets: Callable[[Path, pl.DataFrame], Mapping[str, Any]] | None = None
 
     def kind(self, name: str) -> Kind:
         return next(k for k in self.kinds if k.name == name)

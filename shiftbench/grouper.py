@@ -66,6 +66,12 @@ class Grouper:
         return np.asarray([position[n] for n in per_example], dtype=np.int64), names
 
 
+def metadata_table(family: str) -> str:
+    """The table of a version holding its examples' metadata fields beyond ``examples`` (one column per field,
+    keyed by ``example_id``), by a family's convention: ``<family>_examples`` (ConDS' ``conds_examples``)."""
+    return f"{family}_examples"
+
+
 def require_fields(grouper: Grouper, available: Sequence[str], *, parameter: str, what: str) -> None:
     """One line naming the unknown field and the fields ``what`` has."""
     missing = grouper.unknown(available)

@@ -8,7 +8,7 @@ it covers fully, and published like an ERM run: a results version of family ``ev
 ``results`` puts these next to the ERM baselines (method ``erm``).
 
 Groups are the split's own ``group`` column, or any metadata fields of the split (``group_by``: columns
-of ``examples`` or of ``conds_examples``, e.g. ``object_color``), WILDS' ``CombinatorialGrouper``: the
+of ``examples`` or of the family's metadata table, e.g. ConDS' ``object_color``), WILDS' ``CombinatorialGrouper``: the
 group of an example is ``field=value,field=value``. ConDS splits also report accuracy on the values
 unseen in training (UDS), on the rare values (LDD) and on the SC counterexamples.
 """
@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from shiftbench import cards
+from shiftbench import cards, registry
 from shiftbench.erm import metrics as m
 from shiftbench.erm.config import METHODS as TRAINED_METHODS
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import ContractViolation, InputError
-from shiftbench.grouper import Grouper
+from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -175,7 +175,7 @@ def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[st
     if grouper.own:
         return examples["group"]
     available = dict.fromkeys(examples.columns)
-    extra = split.path / "conds_examples.parquet"
+    extra = split.path / f"{metadata_table(split.family)}.parquet"
     if extra.is_file():
         available |= dict.fromkeys(pl.read_parquet_schema(extra))
     unknown = grouper.unknown(list(available))
@@ -189,29 +189,6 @@ def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[st
         joined = examples.join(attributes, on="example_id", how="left")
     columns = [joined[field].cast(pl.String).to_list() for field in grouper.fields]
     return pl.Series("group", grouper.names(columns), dtype=pl.String)
-
-
-def conds_subsets(split: PublishedSplit, examples: pl.DataFrame) -> dict[str, np.ndarray]:
-    """ConDS: masks of the examples with unseen (UDS) values, rare (LDD) values and SC counterexamples."""
-    attributes_path = split.path / "conds_attributes.parquet"
-    if not attributes_path.is_file():
-        return {}
-    attributes = pl.read_parquet(attributes_path)
-    label = attributes.filter(pl.col("role") == "label").row(0, named=True)
-    values = pl.read_parquet(split.path / "conds_examples.parquet")
-    joined = examples.select("example_id").join(values, on="example_id", how="left")
-    masks: dict[str, np.ndarray] = {}
-    for row in attributes.filter(pl.col("shift") != "none").iter_rows(named=True):
-        column = joined[row["attribute"]]
-        if row["shift"] == "uds":
-            masks["uds_unseen"] = column.is_in(row["uds_unseen_values"]).to_numpy()
-        elif row["shift"] == "ldd":
-            masks["ldd_rare"] = column.is_in(row["ldd_rare_values"]).to_numpy()
-        elif row["shift"] == "sc":
-            aligned = dict(zip(label["values"], row["sc_aligned_values"], strict=True))
-            expected = joined[label["attribute"]].replace_strict(aligned, return_dtype=pl.String)
-            masks["sc_counterexample"] = (column != expected).to_numpy()
-    return masks
 
 
 def score(
@@ -251,7 +228,8 @@ def score(
     joined = joined.with_columns(groups.alias("group"))
     group_names = sorted(joined["group"].unique().to_list())
     group_index = {g: i for i, g in enumerate(group_names)}
-    subsets = conds_subsets(split, joined)
+    family = registry.FAMILIES.get(split.family)
+    subsets = family.eval_subsets(split.path, joined) if family is not None and family.eval_subsets else {}
     results: list[m.Metric] = []
     for name in covered:
         selected = (joined["split"] == name).to_numpy()

@@ -22,6 +22,7 @@ from shiftbench.cache import CachedArtifact, cached, publish_cache_dir
 from shiftbench.cards import CardInfo
 from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
+from shiftbench.conds.scoring import shift_subsets
 from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
 from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
@@ -360,4 +361,5 @@ CONDS = Family(
     kinds=(CASE,),
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
+    eval_subsets=shift_subsets,
 )

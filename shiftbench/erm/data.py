@@ -29,7 +29,7 @@ from PIL import Image
 
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import InputError
-from shiftbench.grouper import Grouper, require_fields
+from shiftbench.grouper import Grouper, metadata_table, require_fields
 
 # ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
 MEAN = (0.485, 0.456, 0.406)
@@ -76,7 +76,8 @@ class SplitTable:
 
 
 def read_split(version_dir: Path) -> SplitTable:
-    """``examples.parquet`` (and the family's attribute table when there is one) of a version."""
+    """``examples.parquet`` (and the family's metadata table, :func:`metadata_table`, when there is one) of a
+    version."""
     path = version_dir / "examples.parquet"
     if not path.is_file():
         raise InputError("no examples table in this version", path=path)
@@ -99,11 +100,12 @@ def read_split(version_dir: Path) -> SplitTable:
     group_index = np.asarray([position[g] for g in columns["group"]], dtype=np.int64)
     fields, values = ["group", "y"], [group_index, y]
     levels: list[list[str]] = [group_names, [str(k) for k in range(len(names))]]
-    attributes = version_dir / "conds_examples.parquet"
-    if attributes.is_file():  # ConDS: the attributes are WILDS metadata fields
+    metadata = metadata_table(str(table.column("family")[0]))
+    attributes = version_dir / f"{metadata}.parquet"
+    if attributes.is_file():  # the family's metadata fields (ConDS: the attributes) are WILDS metadata fields
         extra = pq.read_table(attributes).sort_by("example_id")
         if extra.column("example_id").to_pylist() != columns["example_id"]:
-            raise InputError("conds_examples and examples list different examples", path=attributes)
+            raise InputError(f"{metadata} and examples list different examples", path=attributes)
         for name in extra.column_names:
             if name in _BASE_COLUMNS:
                 continue

@@ -30,7 +30,7 @@ import yaml
 
 from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
-from shiftbench.grouper import Grouper
+from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.images import ImageSource, image_paths
 from shiftbench.outputs import check_output_dir, empty_output_dir, inside, path_component
 
@@ -62,9 +62,10 @@ def _link_name(example_id: str, source: Path) -> str:
 
 
 def _with_metadata(split: PublishedSplit) -> pl.DataFrame:
-    """The split's examples with their metadata fields (ConDS: every attribute of ``conds_examples``)."""
+    """The split's examples with their metadata fields (the family's :func:`metadata_table`; ConDS: every
+    attribute)."""
     rows = split.examples.sort("example_id")
-    extra = split.path / "conds_examples.parquet"
+    extra = split.path / f"{metadata_table(split.family)}.parquet"
     if extra.is_file():
         attributes = pl.read_parquet(extra).drop("benchmark", "version", "split", "y", strict=False)
         rows = rows.join(attributes, on="example_id", how="left")
