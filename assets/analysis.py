@@ -15,7 +15,7 @@ from assets.erm import baseline_keys
 from assets.metadata import metadata_table
 from assets.resources import ShiftbenchSettings
 from shiftbench import registry
-from shiftbench.analysis import ANALYSES, Analysis
+from shiftbench.analysis import Analysis
 from shiftbench.analysis import publish as publish_analysis
 from shiftbench.family import Kind
 from shiftbench.plots import png_markdown
@@ -62,4 +62,4 @@ def analysis_asset(analysis: Analysis, trained: list[Kind]) -> dg.AssetsDefiniti
 
 
 def analysis_assets(trained: list[Kind]) -> list[dg.AssetsDefinition]:
-    return [analysis_asset(a, trained) for a in ANALYSES.values()]
+    return [analysis_asset(a, trained) for a in registry.analyses().values()]

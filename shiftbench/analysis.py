@@ -3,20 +3,21 @@
 Each analysis is a SQL query over the catalog's ``leaderboard`` (means over seeds on the latest split
 versions) joined with the split tables that say what shifted (``metashift_tasks``, ``conds_cases``,
 ``benchmarks``), published as a store entry of family ``analysis`` (stage, contract check, publish,
-like every version) with its figure attached. One registry: adding an analysis is a query file, a
-contract and a plot function.
+like every version) with its figure attached. A family declares its analyses (``Family.analyses``: a query
+file, a contract and a plot function in its package); ``shiftbench.registry.analyses`` lists them all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from shiftbench import cards, plots
-from shiftbench.catalog import SQL_DIR, open_catalog
+from shiftbench import cards
+from shiftbench.catalog import open_catalog
 from shiftbench.contracts import contracts
 from shiftbench.errors import ContractViolation
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
@@ -33,61 +34,15 @@ class Analysis:
     name: str  # the store entry, e.g. metashift-accuracy-vs-distance
     family: str  # whose splits and results it reads
     table: str
-    query: str  # file under shiftbench/sql/analysis/
+    query: str  # its SQL file's name, under ``sql_dir``
     title: str
     source: str  # the paper and section it reproduces
     figure: Callable[[pl.DataFrame, str], bytes]
     figure_file: str
+    sql_dir: Path  # the family's folder of analysis queries
 
     def sql(self) -> str:
-        return (SQL_DIR / "analysis" / self.query).read_text("utf-8")
-
-
-ANALYSES: dict[str, Analysis] = {
-    a.name: a
-    for a in (
-        Analysis(
-            "metashift-accuracy-vs-distance",
-            "metashift",
-            "analysis_metashift_distance",
-            "metashift_accuracy_vs_distance.sql",
-            "MetaShift: accuracy against the training-test distance d",
-            "Liang and Zou, MetaShift (ICLR 2022), Section 4.2 and Figure 5",
-            plots.accuracy_vs_distance,
-            "accuracy_vs_distance.png",
-        ),
-        Analysis(
-            "breeds-source-vs-target",
-            "breeds",
-            "analysis_breeds_source_target",
-            "breeds_source_vs_target.sql",
-            "BREEDS: source against target accuracy, and relative accuracy",
-            "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5 and Figure 4",
-            plots.source_vs_target,
-            "source_vs_target.png",
-        ),
-        Analysis(
-            "conds-accuracy-by-shift",
-            "conds",
-            "analysis_conds_shifts",
-            "conds_accuracy_by_shift.sql",
-            "ConDS: accuracy by shift kind and by number of concurrent shifts",
-            "Jeon et al., Concurrent distribution shifts (TMLR 2025), Sections 4-5",
-            plots.accuracy_by_shift,
-            "accuracy_by_shift.png",
-        ),
-        Analysis(
-            "conds-grid-vs-paper",
-            "conds",
-            "analysis_conds_grid",
-            "conds_grid_vs_paper.sql",
-            "ConDS: the grid per learner beside the paper's Table 3, by concurrent shifts and SC",
-            "Jeon et al., Concurrent distribution shifts (TMLR 2025), Table 3 and Figure 4",
-            plots.conds_grid_vs_paper,
-            "grid_vs_paper.png",
-        ),
-    )
-}
+        return (self.sql_dir / self.query).read_text("utf-8")
 
 
 def compute(settings: Settings, analysis: Analysis) -> pl.DataFrame:

@@ -4,8 +4,8 @@ Views are created from the SQL files in ``shiftbench/sql/catalog/``: ``create_ba
 (publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for every
 table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
-were trained on is still the latest) and show only current results. A table with a file in
-``shiftbench/sql/catalog/derived/`` is a view computed from other tables when queried (MetaShift's
+were trained on is still the latest) and show only current results. A table whose contract has an SQL file beside it
+(``<contract>.sql``) is a view computed from other tables when queried (MetaShift's
 ``metashift_distances`` from the embeddings, ``metashift_subset_images`` from the stored annotations),
 over the versions that store it too; it is created after the tables it reads.
 
@@ -131,7 +131,7 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
     for name, contract in sorted(all_contracts.items()):
         if name == "benchmarks":
             continue
-        view = SQL_DIR / "catalog" / "derived" / f"{name}.sql"
+        view = contract.path.with_suffix(".sql")
         if view.is_file():  # a view computed from other tables (after them), over the versions that store it too
             derived.append(
                 view.read_text("utf-8")

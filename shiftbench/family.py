@@ -23,6 +23,7 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel
 
+from shiftbench.analysis import Analysis
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_json
 from shiftbench.settings import Settings
@@ -201,6 +202,8 @@ class Family:
     # Named subsets of a version's examples scored besides splits and groups (``shiftbench eval``; ConDS: the
     # examples a shift concerns), from the version's folder and its examples: a boolean mask per name.
     eval_subsets: Callable[[Path, pl.DataFrame], Mapping[str, Any]] | None = None
+    # The papers' analyses over this family's results (tables with contracts, a query and a figure each).
+    analyses: tuple[Analysis, ...] = ()
 
     def kind(self, name: str) -> Kind:
         return next(k for k in self.kinds if k.name == name)

@@ -11,6 +11,7 @@ from typing import Any
 
 from shiftbench import contracts
 from shiftbench import variants as _variants
+from shiftbench.analysis import Analysis
 from shiftbench.breeds.family import BREEDS
 from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
@@ -41,6 +42,11 @@ def unregister(name: str) -> None:
 
 for _family in (BREEDS, METASHIFT, CONDS):  # the registry: one entry per family
     register(_family)
+
+
+def analyses() -> dict[str, Analysis]:
+    """Every registered family's analyses by name."""
+    return {a.name: a for family in FAMILIES.values() for a in family.analyses}
 
 
 def family(name: str) -> Family:

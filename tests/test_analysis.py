@@ -14,8 +14,10 @@ import polars as pl
 import pytest
 
 from pipelines.cli import main
-from shiftbench import plots
-from shiftbench.analysis import ANALYSES
+from shiftbench.breeds.figures import source_vs_target
+from shiftbench.conds.figures import conds_grid_vs_paper
+from shiftbench.metashift.figures import accuracy_vs_distance
+from shiftbench.registry import analyses
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -58,14 +60,14 @@ def test_metashift_accuracy_vs_distance_joins_each_task_with_its_distance() -> N
             ("other", "erm", "x", "test", 1, 0.1, None),  # not a MetaShift task
         ]
     )
-    got = _run(ANALYSES["metashift-accuracy-vs-distance"].sql(), {"leaderboard": board, "metashift_tasks": tasks})
+    got = _run(analyses()["metashift-accuracy-vs-distance"].sql(), {"leaderboard": board, "metashift_tasks": tasks})
     assert got.select("task", "distance", "method", "setting", "acc_mean").rows() == [
         ("cat-dog-a", 0.4, "erm", "domainbed.resnet18", 0.8),
         ("cat-dog-b", 0.9, "erm", "domainbed.resnet18", 0.6),
         ("cat-dog-b", 0.9, "mine", "", 0.7),
     ]
     assert set(got["classes"]) == {"cat,dog"}
-    assert plots.accuracy_vs_distance(got, "t")[:8] == PNG
+    assert accuracy_vs_distance(got, "t")[:8] == PNG
 
 
 def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
@@ -81,12 +83,12 @@ def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
             ("sprites", "erm", "s", "test", 1, 0.3, None),
         ]
     )
-    got = _run(ANALYSES["breeds-source-vs-target"].sql(), {"leaderboard": board, "benchmarks": benchmarks})
+    got = _run(analyses()["breeds-source-vs-target"].sql(), {"leaderboard": board, "benchmarks": benchmarks})
     rows = {r["task"]: r for r in got.iter_rows(named=True)}
     assert set(rows) == {"living17", "entity13"}
     assert rows["living17"]["source_split"] == "id_test" and rows["living17"]["relative_acc"] == pytest.approx(0.5)
     assert rows["entity13"]["source_split"] == "id_val" and rows["entity13"]["relative_acc"] == pytest.approx(0.9)
-    assert plots.source_vs_target(got, "t")[:8] == PNG
+    assert source_vs_target(got, "t")[:8] == PNG
 
 
 def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases() -> None:
@@ -113,7 +115,7 @@ def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases(
          "family": ["conds"] * 2, "method": ["erm"] * 2, "model": ["resnet18"] * 2,
          "config": ['{"augment": "none", "init_checkpoint": null}'] * 2}
     )  # fmt: skip
-    got = _run(ANALYSES["conds-grid-vs-paper"].sql(), {"leaderboard": board, "conds_cases": cases, "erm_runs": runs})
+    got = _run(analyses()["conds-grid-vs-paper"].sql(), {"leaderboard": board, "conds_cases": cases, "erm_runs": runs})
     rows = {(r["method"], r["paper_row"]): r for r in got.iter_rows(named=True)}
     ours = rows[("erm", "ResNet18")]
     assert (ours["dataset"], ours["category"], ours["setting"]) == (
@@ -133,7 +135,7 @@ def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases(
     paper_only = {key[1] for key, r in rows.items() if r["n_cases"] == 0}
     assert "AugMix" in paper_only and "ResNet18, pre-trained" in paper_only and "ResNet18" not in paper_only
     assert {r["category"] for r in rows.values()} == {"controlled"}
-    assert plots.conds_grid_vs_paper(got, "t")[:8] == PNG
+    assert conds_grid_vs_paper(got, "t")[:8] == PNG
 
 
 @pytest.mark.slow

@@ -392,7 +392,7 @@ def test_tag_tables_build_subsets_and_reject_numeric_ids(tmp_path: Path) -> None
 
 def test_figures_drawn_by_a_worker_process_are_the_bytes_drawn_here() -> None:
     """Large collections' figures are drawn in a worker while the version is staged: the same PNGs, in order."""
-    from shiftbench.plots import MetaGraphDrawing, metagraph_figures_started
+    from shiftbench.metashift.figures import MetaGraphDrawing, metagraph_figures_started
 
     drawings = [
         MetaGraphDrawing(["cat(sofa)", "cat(bed)", "cat(grass)"], [40, 30, 25], [(0, 1, 0.5)], [0, 0, 1], "cat"),

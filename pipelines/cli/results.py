@@ -121,17 +121,20 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 def cmd_analyse(args: argparse.Namespace) -> int:
     """Rebuild the papers' analyses from the results in the catalog and publish the ones with data."""
-    from shiftbench.analysis import ANALYSES, publish
+    from shiftbench import registry
+    from shiftbench.analysis import publish
+
+    analyses = registry.analyses()
 
     settings = Settings.from_env()
-    unknown = [n for n in args.analysis if n not in ANALYSES]
+    unknown = [n for n in args.analysis if n not in analyses]
     if unknown:
-        raise InputError(f"unknown analysis {unknown[0]!r}; known: {', '.join(ANALYSES)}", parameter="analysis")
-    for name in args.analysis or list(ANALYSES):
-        outcome, frame = publish(settings, ANALYSES[name])
+        raise InputError(f"unknown analysis {unknown[0]!r}; known: {', '.join(analyses)}", parameter="analysis")
+    for name in args.analysis or list(analyses):
+        outcome, frame = publish(settings, analyses[name])
         if outcome is None:
             print(f"{name}: no results yet (shiftbench train, shiftbench eval)")
             continue
-        figure = outcome.staged.path / "files" / ANALYSES[name].figure_file
-        print(f"{name}: version {outcome.staged.version}, {frame.height} rows; table {ANALYSES[name].table}; {figure}")
+        figure = outcome.staged.path / "files" / analyses[name].figure_file
+        print(f"{name}: version {outcome.staged.version}, {frame.height} rows; table {analyses[name].table}; {figure}")
     return 0

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import polars as pl
 
+from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import FAMILY, build_tables
+from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
@@ -27,7 +29,6 @@ from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
-from shiftbench.plots import subclasses_per_superclass
 from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ
@@ -345,6 +346,21 @@ def _training_unavailable(settings: Settings) -> str | None:
     return None
 
 
+# The paper's analyses over this family's results (shiftbench.analysis).
+PACKAGE = Path(__file__).parent
+ANALYSES = (
+    Analysis(
+        "breeds-source-vs-target",
+        "breeds",
+        "analysis_breeds_source_target",
+        "breeds_source_vs_target.sql",
+        "BREEDS: source against target accuracy, and relative accuracy",
+        "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5 and Figure 4",
+        source_vs_target,
+        "source_vs_target.png",
+        PACKAGE / "sql",
+    ),
+)
 BREEDS = Family(
     name=FAMILY,
     title="BREEDS",
@@ -372,4 +388,6 @@ BREEDS = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
+    analyses=ANALYSES,
+    contracts_dir=PACKAGE / "contracts",
 )

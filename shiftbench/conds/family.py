@@ -17,11 +17,13 @@ from typing import Any
 
 import polars as pl
 
+from shiftbench.analysis import Analysis
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached, publish_cache_dir
 from shiftbench.cards import CardInfo
 from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
+from shiftbench.conds.figures import accuracy_by_shift, conds_cell_counts, conds_grid_vs_paper, conds_value_shares
 from shiftbench.conds.scoring import shift_subsets
 from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
 from shiftbench.errors import InputError
@@ -29,7 +31,6 @@ from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown
 from shiftbench.fingerprint import sha256_files, sha256_json, sha256_table, sha256_text
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
-from shiftbench.plots import conds_cell_counts, conds_value_shares
 from shiftbench.settings import Settings
 from shiftbench.sources import celeba as celeba_files
 from shiftbench.sources import sprites
@@ -344,6 +345,32 @@ CASE = Kind(
     spec_source="conds_specs",
     spec_context=lambda settings, case: dataset_definition(settings, case.dataset),  # type: ignore[attr-defined]
 )
+# The paper's analyses over this family's results (shiftbench.analysis).
+PACKAGE = Path(__file__).parent
+ANALYSES = (
+    Analysis(
+        "conds-accuracy-by-shift",
+        "conds",
+        "analysis_conds_shifts",
+        "conds_accuracy_by_shift.sql",
+        "ConDS: accuracy by shift kind and by number of concurrent shifts",
+        "Jeon et al., Concurrent distribution shifts (TMLR 2025), Sections 4-5",
+        accuracy_by_shift,
+        "accuracy_by_shift.png",
+        PACKAGE / "sql",
+    ),
+    Analysis(
+        "conds-grid-vs-paper",
+        "conds",
+        "analysis_conds_grid",
+        "conds_grid_vs_paper.sql",
+        "ConDS: the grid per learner beside the paper's Table 3, by concurrent shifts and SC",
+        "Jeon et al., Concurrent distribution shifts (TMLR 2025), Table 3 and Figure 4",
+        conds_grid_vs_paper,
+        "grid_vs_paper.png",
+        PACKAGE / "sql",
+    ),
+)
 CONDS = Family(
     name=build.FAMILY,
     title="ConDS",
@@ -362,4 +389,6 @@ CONDS = Family(
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
     eval_subsets=shift_subsets,
+    analyses=ANALYSES,
+    contracts_dir=PACKAGE / "contracts",
 )

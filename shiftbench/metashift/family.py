@@ -24,6 +24,7 @@ from typing import Any
 
 import polars as pl
 
+from shiftbench.analysis import Analysis
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
@@ -46,11 +47,16 @@ from shiftbench.images import STANDIN, image_block
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift import build, collection
 from shiftbench.metashift.classes import ClassOutcome, ClassResult, ClassSettings
+from shiftbench.metashift.figures import (
+    MetaGraphDrawing,
+    accuracy_vs_distance,
+    metagraph_figures_started,
+    task_distances,
+)
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
-from shiftbench.plots import MetaGraphDrawing, metagraph_figures_started, task_distances
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects
@@ -614,6 +620,21 @@ def _training_unavailable(settings: Settings) -> str | None:
     return None  # the generated sample trains on stand-in images
 
 
+# The paper's analyses over this family's results (shiftbench.analysis).
+PACKAGE = Path(__file__).parent
+ANALYSES = (
+    Analysis(
+        "metashift-accuracy-vs-distance",
+        "metashift",
+        "analysis_metashift_distance",
+        "metashift_accuracy_vs_distance.sql",
+        "MetaShift: accuracy against the training-test distance d",
+        "Liang and Zou, MetaShift (ICLR 2022), Section 4.2 and Figure 5",
+        accuracy_vs_distance,
+        "accuracy_vs_distance.png",
+        PACKAGE / "sql",
+    ),
+)
 METASHIFT = Family(
     name=build.FAMILY,
     title="MetaShift",
@@ -631,4 +652,6 @@ METASHIFT = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
+    analyses=ANALYSES,
+    contracts_dir=PACKAGE / "contracts",
 )

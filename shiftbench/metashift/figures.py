@@ -1,0 +1,165 @@
+"""MetaShift figures: meta-graphs of a collection's subsets, a task's community distances, accuracy against d."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import astuple, dataclass
+from typing import Any
+
+import polars as pl
+
+from shiftbench.plots import png_bytes, pyplot
+
+
+def _component_grid_layout(graph: Any, seed: int) -> dict[int, Any]:
+    """Spring layout per connected component, components on a grid, largest first.
+
+    A spring layout of a disconnected graph pushes the components into the corners and
+    shrinks each to a dot (networkx has no component packing); meta-graphs are often
+    disconnected, so each component gets its own cell, scaled by the square root of its size.
+    """
+    import networkx as nx
+    import numpy as np
+
+    components = sorted(nx.connected_components(graph), key=lambda c: (-len(c), min(c)))
+    columns = math.ceil(math.sqrt(len(components))) if components else 1
+    largest = len(components[0]) if components else 1
+    positions: dict[int, Any] = {}
+    for k, members in enumerate(components):
+        sub = graph.subgraph(sorted(members))
+        local = nx.spring_layout(sub, weight="weight", seed=seed) if len(members) > 1 else {next(iter(members)): (0, 0)}
+        scale = 0.4 * math.sqrt(len(members) / largest)
+        centre = np.array([k % columns, -(k // columns)], dtype=float)
+        positions.update({node: centre + scale * np.asarray(xy) for node, xy in local.items()})
+    return positions
+
+
+@dataclass(frozen=True)
+class MetaGraphDrawing:
+    """What :func:`metagraph_figure` draws: plain lists, cheap to send to a worker process."""
+
+    nodes: list[str]
+    sizes: list[int]
+    edges: list[tuple[int, int, float]]
+    community: list[int]
+    title: str
+
+
+def metagraph_figure(
+    nodes: list[str],
+    sizes: list[int],
+    edges: list[tuple[int, int, float]],
+    community: list[int],
+    title: str,
+    seed: int = 0,
+) -> bytes:
+    """A class's meta-graph as in MetaShift's Figure 2: subsets coloured by community, edge width = overlap."""
+    plt = pyplot()
+    import networkx as nx
+
+    graph = nx.Graph()
+    graph.add_nodes_from(range(len(nodes)))
+    graph.add_weighted_edges_from(edges)
+    positions = _component_grid_layout(graph, seed)
+    side = min(10.0, 4.0 + 0.12 * len(nodes))  # 900 px at most: fits the Dagster UI's dialog
+    fig, ax = plt.subplots(figsize=(side, side * 0.8))
+    colours = plt.get_cmap("tab20")
+    nx.draw_networkx_edges(
+        graph, positions, ax=ax, width=[0.5 + 3 * w for _, _, w in graph.edges(data="weight")], alpha=0.35
+    )
+    nx.draw_networkx_nodes(
+        graph,
+        positions,
+        ax=ax,
+        node_size=[30 + 6 * s**0.5 for s in sizes],
+        node_color=[colours(c % 20) for c in community],
+        edgecolors="black",
+        linewidths=0.4,
+    )
+    labels = {k: name[name.find("(") + 1 : -1] if "(" in name else name for k, name in enumerate(nodes)}
+    nx.draw_networkx_labels(graph, positions, labels=labels, ax=ax, font_size=7)
+    ax.set_title(title)
+    ax.axis("off")
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def draw_metagraph(drawing: MetaGraphDrawing) -> bytes:
+    return metagraph_figure(*astuple(drawing))
+
+
+def metagraph_figures_started(drawings: Sequence[MetaGraphDrawing], *, in_worker: bool) -> Callable[[], list[bytes]]:
+    """Start drawing meta-graphs in one worker process now; the returned call waits for their PNGs (in order).
+
+    Drawing holds Python's lock (about 0.15 s a figure, plus matplotlib's import) and its memory; started as soon
+    as the classes are built, a worker draws them while the collection is assembled, written and checked, on
+    whichever core those leave idle. Without ``in_worker`` (small builds: a worker's start would cost more), the
+    call draws them itself.
+    """
+    if not in_worker or len(drawings) < 2:
+        return lambda: [draw_metagraph(d) for d in drawings]
+    from loky import ProcessPoolExecutor  # fresh interpreters: never a fork of this threaded process
+
+    pool = ProcessPoolExecutor(max_workers=1)
+    futures = [pool.submit(draw_metagraph, d) for d in drawings]
+    pool.shutdown(wait=False)
+
+    def result() -> list[bytes]:
+        return [future.result() for future in futures]
+
+    return result
+
+
+def task_distances(communities: pl.DataFrame, title: str) -> bytes:
+    """Distance of each community to its reference (test or minority) community, by role."""
+    plt = pyplot()
+    from matplotlib.patches import Rectangle
+
+    rows = communities.filter(pl.col("reference").is_not_null()).sort("class", "role", "community")
+    fig, ax = plt.subplots(figsize=(7, max(2.5, 0.3 * rows.height + 1.2)))
+    roles = sorted(set(rows["role"].to_list()))
+    colours = {role: plt.get_cmap("tab10")(k) for k, role in enumerate(roles)}
+    labels = [f"{c} -> {r}" for c, r in zip(rows["community"].to_list(), rows["reference"].to_list(), strict=True)]
+    values = [v if v is not None else 0.0 for v in rows["distance"].to_list()]
+    ax.barh(labels, values, color=[colours[r] for r in rows["role"].to_list()])
+    for k, (value, status) in enumerate(
+        zip(rows["distance"].to_list(), rows["distance_status"].to_list(), strict=True)
+    ):
+        ax.text(
+            0.01 if value is None else value,
+            k,
+            " NULL: " + status if value is None else f" {value:.2f}",
+            va="center",
+            fontsize=7,
+        )
+    ax.invert_yaxis()
+    ax.set_xlabel("spectral-embedding distance")
+    ax.set_title(title)
+    handles = [Rectangle((0, 0), 1, 1, color=colours[r]) for r in roles]
+    ax.legend(handles, roles, fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
+    """MetaShift: test accuracy against d, one panel per task family, one line per method and setting."""
+    plt = pyplot()
+    families = sorted({(r["task_kind"], r["classes"]) for r in table.iter_rows(named=True)})
+    fig, axes = plt.subplots(1, len(families), figsize=(3.6 * len(families) + 0.6, 3.2), squeeze=False)
+    for axis, (kind, classes) in zip(axes[0], families, strict=True):
+        part = table.filter((pl.col("task_kind") == kind) & (pl.col("classes") == classes)).drop_nulls("distance")
+        for label, rows in sorted(part.group_by(pl.concat_str("method", "setting", separator=" ")), key=str):
+            rows = rows.sort("distance")
+            axis.errorbar(
+                rows["distance"].to_list(), rows["acc_mean"].to_list(), yerr=rows["acc_std"].fill_null(0).to_list(),
+                marker="o", markersize=4, linewidth=1.2, capsize=2, label=str(label[0]).strip(),
+            )  # fmt: skip
+        axis.set_title(f"{kind}: {classes}", fontsize=8)
+        axis.set_xlabel("distance d (train vs test subsets)")
+        axis.set_ylabel("test accuracy")
+        axis.set_ylim(0, 1.02)
+        axis.legend(fontsize=6)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return png_bytes(fig)
