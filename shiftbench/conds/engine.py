@@ -181,9 +181,8 @@ def _describe(cell: str) -> str:
     return "(" + ", ".join(cell.split("|")) + ")"
 
 
-def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
-    """Split ``table`` (``example_id`` plus one string column per label/attribute) for ``case``."""
-    names = [case.label.name, *[a.name for a in case.attributes]]
+def _check_table(table: pl.DataFrame, case: CaseSpec, names: list[str]) -> None:
+    """The attribute table has the case's columns, unique example ids and only the values the case declares."""
     missing = [n for n in ["example_id", *names] if n not in table.columns]
     if missing:
         raise InputError(f"case {case.name}: the attribute table has no column {missing[0]!r}", parameter="attributes")
@@ -198,8 +197,10 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
                 f"{unknown['example_id'][0]!r}) is not one of {', '.join(attribute.values)}",
                 parameter=attribute.name,
             )
-    cells = cell_weights(case)
-    ranked = _ranked(table, case, names)
+
+
+def _available(cells: pl.DataFrame, ranked: pl.DataFrame, case: CaseSpec) -> pl.DataFrame:
+    """The cells with their example counts (``n_available``); every cell must fill its uniform test share."""
     available = ranked.group_by("cell").len("n_available")
     cells = cells.join(available, on="cell", how="left").with_columns(pl.col("n_available").fill_null(0).cast(pl.Int64))
     short = cells.filter(pl.col("n_available") < case.test_per_cell)
@@ -210,8 +211,11 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
             f"test split needs test_per_cell={case.test_per_cell} in every cell ({short.height} such cells)",
             parameter="test_per_cell",
         )
-    pools = (cells["n_available"] - case.test_per_cell).to_numpy()
-    largest = largest_train_size(cells, case, pools)
+    return cells
+
+
+def _train_size(cells: pl.DataFrame, case: CaseSpec, pools: np.ndarray, largest: int) -> tuple[int, bool]:
+    """The drawn training size (asked for, or the largest) and whether it was scaled down to fit the pools."""
     size = case.train_size if case.train_size is not None else largest
     scaled_down = False
     if size > largest:
@@ -233,6 +237,11 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
             f"case {case.name}: no training set is possible: cell {where} has no example left after the test split",
             parameter="train_size",
         )
+    return size, scaled_down
+
+
+def _drawn(cells: pl.DataFrame, case: CaseSpec, size: int, pools: np.ndarray, largest: int) -> np.ndarray:
+    """Training examples per cell at ``size``, checked against the pools."""
     drawn = train_counts(cells, case, size)
     over = drawn > pools
     if over.any():  # rounding is not monotone in the size: a smaller size can still miss by one
@@ -242,16 +251,13 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
             f"{_describe(cells['cell'][worst])}, whose train pool has {pools[worst]}; try train_size={largest}",
             parameter="train_size",
         )
-    held = id_val_counts(cells, drawn, case)
-    cells = cells.with_columns(
-        pl.Series("train_pool", pools, dtype=pl.Int64),
-        pl.Series("n_train", drawn - held),
-        pl.Series("n_id_val", held),
-        pl.lit(case.test_per_cell, dtype=pl.Int64).alias("n_test"),
-    )
+    return drawn
+
+
+def _assignments(ranked: pl.DataFrame, cells: pl.DataFrame, t: int) -> pl.DataFrame:
+    """Each example's split by its rank in its cell: the first ``t`` test, then train, then id_val, the rest none."""
     limits = cells.select("cell", "n_train", "n_id_val")
-    t = case.test_per_cell
-    assignments = (
+    return (
         ranked.join(limits, on="cell")
         .with_columns(
             pl.when(pl.col("rank") < t)
@@ -267,4 +273,24 @@ def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
         .select("example_id", "cell", "split")
         .sort("example_id")
     )
-    return Draw(assignments, cells, case.train_size, largest, scaled_down)
+
+
+def draw_case(table: pl.DataFrame, case: CaseSpec) -> Draw:
+    """Split ``table`` (``example_id`` plus one string column per label/attribute) for ``case``."""
+    names = [case.label.name, *[a.name for a in case.attributes]]
+    _check_table(table, case, names)
+    cells = cell_weights(case)
+    ranked = _ranked(table, case, names)
+    cells = _available(cells, ranked, case)
+    pools = (cells["n_available"] - case.test_per_cell).to_numpy()
+    largest = largest_train_size(cells, case, pools)
+    size, scaled_down = _train_size(cells, case, pools, largest)
+    drawn = _drawn(cells, case, size, pools, largest)
+    held = id_val_counts(cells, drawn, case)
+    cells = cells.with_columns(
+        pl.Series("train_pool", pools, dtype=pl.Int64),
+        pl.Series("n_train", drawn - held),
+        pl.Series("n_id_val", held),
+        pl.lit(case.test_per_cell, dtype=pl.Int64).alias("n_test"),
+    )
+    return Draw(_assignments(ranked, cells, case.test_per_cell), cells, case.train_size, largest, scaled_down)

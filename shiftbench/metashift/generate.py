@@ -133,14 +133,20 @@ def _subsets_of(data: TaskData, cls: str) -> list[str]:
     return sorted(s for s in data.subset_images if s.startswith(f"{cls}("))
 
 
-def generate_dg(
-    objects: CodedObjects | pl.DataFrame,
-    images: pl.DataFrame,
-    general_contexts: Mapping[str, Sequence[str]],
-    request: DgRequest,
-    source: str = "",
-) -> GeneratedTask:
-    """Pick B's training subsets at the requested distance quantiles and write the task spec."""
+@dataclass(frozen=True)
+class _Pools:
+    """The probe's annotations and the images no training pool may hold (leakage)."""
+
+    data: TaskData
+    excluded: set[str]
+    test_images: frozenset[str]
+
+    def pool(self, subset: str) -> set[str]:
+        return set(self.data.subset_images[subset]) - self.excluded - self.test_images
+
+
+def _check_request(request: DgRequest) -> tuple[str, str]:
+    """The task's name and test context, or the error the CLI reports for a bad request."""
     a, b = request.classes
     if a == b:
         raise InputError("needs two different classes", parameter="--classes")
@@ -151,49 +157,71 @@ def generate_dg(
     if test_class != b:
         raise InputError(f"the test subset must be of the second class {b!r}, got {request.test}", parameter="--test")
     name = check_benchmark_name(request.name or f"{_slug(a)}-{_slug(b)}-{_slug(context)}-dg", "--name")
-    a_test = f"{a}({context})"
-    tests = [Community(name=request.test, class_name=b, role="test", members=(request.test,))]
-    tests.append(Community(name=a_test, class_name=a, role="test", members=(a_test,)))
+    return name, context
+
+
+def _test_communities(request: DgRequest, a_test: str) -> list[Community]:
+    a, b = request.classes
+    return [
+        Community(name=request.test, class_name=b, role="test", members=(request.test,)),
+        Community(name=a_test, class_name=a, role="test", members=(a_test,)),
+    ]
+
+
+def _probe(
+    objects: CodedObjects | pl.DataFrame,
+    images: pl.DataFrame,
+    general_contexts: Mapping[str, Sequence[str]],
+    request: DgRequest,
+    name: str,
+    tests: Sequence[Community],
+) -> _Pools:
+    """Annotations under a spec holding only the tests, so leakage is known before any choice."""
     placeholders = [
         Community(name=f"{t.class_name}(*)", class_name=t.class_name, role="train", members=t.members) for t in tests
     ]
     probe = _task_spec(request, name, [*tests, *placeholders])
     data = build.task_data(objects, images, probe, general_contexts)
-    for subset in (request.test, a_test):
+    for subset in (t.name for t in tests):
         if subset not in data.subset_images:
             close = _subsets_of(data, parse_subset_name(subset)[0])[:8]
             raise InputError(
                 f"no subset {subset} in these annotations (some there: {', '.join(close)})", parameter="--test"
             )
     excluded = excluded_images(probe, data)
-    test_images = (data.subset_images[request.test] | data.subset_images[a_test]) - excluded
-    need_a, need_b = split_quota(request.train_size, 2)
+    test_images = (data.subset_images[tests[0].name] | data.subset_images[tests[1].name]) - excluded
+    return _Pools(data, excluded, test_images)
 
-    def pool(subset: str) -> set[str]:
-        return set(data.subset_images[subset]) - excluded - test_images
 
-    # Class A: its largest subsets other than the test context, until they hold its share.
+def _a_train(pools: _Pools, a: str, a_test: str, need_a: int) -> Community:
+    """Class A: its largest subsets other than the test context, until they hold its share."""
     a_members: list[str] = []
     a_pool: set[str] = set()
-    for subset in sorted(_subsets_of(data, a), key=lambda s: (-len(pool(s)), s)):
+    for subset in sorted(_subsets_of(pools.data, a), key=lambda s: (-len(pools.pool(s)), s)):
         if subset == a_test or len(a_members) >= MAX_A_MEMBERS or len(a_pool) >= need_a:
             continue
         a_members.append(subset)
-        a_pool |= pool(subset)
+        a_pool |= pools.pool(subset)
     if len(a_pool) < need_a:
         raise InputError(
             f"class {a} has only {len(a_pool)} training images outside {a_test} after leakage "
             f"removal, the task needs {need_a} (use a smaller --train-size)",
             parameter="--train-size",
         )
-    a_train = Community(name=f"{a}(train)", class_name=a, role="train", members=tuple(a_members))
+    return Community(name=f"{a}(train)", class_name=a, role="train", members=tuple(a_members))
 
+
+def _ranked_candidates(
+    request: DgRequest, name: str, pools: _Pools, communities: Sequence[Community], need_b: int
+) -> list[tuple[float, str]]:
+    """B's subsets big enough to train on, by their distance to the test subset (nearest first)."""
+    b = request.classes[1]
     candidates = [
         s
-        for s in _subsets_of(data, b)
+        for s in _subsets_of(pools.data, b)
         if s != request.test
-        and len(pool(s)) >= max(need_b, 1)
-        and len(data.subset_images[s]) >= request.min_subset_size
+        and len(pools.pool(s)) >= max(need_b, 1)
+        and len(pools.data.subset_images[s]) >= request.min_subset_size
     ]
     if not candidates:
         raise InputError(
@@ -202,17 +230,26 @@ def generate_dg(
         )
     others = [Community(name=s, class_name=b, role="other_train", members=(s,)) for s in candidates]
     placeholder = Community(name=f"{b}(*)", class_name=b, role="train", members=(candidates[0],))
-    measured = community_distances(_task_spec(request, name, [*tests, a_train, placeholder, *others]), data, excluded)
-    ranked = sorted(
+    spec = _task_spec(request, name, [*communities, placeholder, *others])
+    measured = community_distances(spec, pools.data, pools.excluded)
+    return sorted(
         ((float(d), s) for s in candidates if (d := measured[s][1]) is not None and measured[s][2] == "ok"),
     )
-    quantiles = request.wanted_quantiles()
+
+
+def _require_variants(request: DgRequest, ranked: Sequence[tuple[float, str]], need_b: int) -> None:
     if len(ranked) < request.n:
         raise InputError(
-            f"only {len(ranked)} subsets of {b} hold {need_b} training images after leakage removal and have a "
-            f"distance to {request.test}; ask for fewer variants (--n) or a smaller --train-size",
+            f"only {len(ranked)} subsets of {request.classes[1]} hold {need_b} training images after leakage "
+            f"removal and have a distance to {request.test}; ask for fewer variants (--n) or a smaller --train-size",
             parameter="--n",
         )
+
+
+def _choose(
+    request: DgRequest, quantiles: Sequence[float], ranked: Sequence[tuple[float, str]], pools: _Pools
+) -> list[Choice]:
+    """One candidate per quantile, with strictly increasing distances."""
     choices: list[Choice] = []
     index = -1
     for k, q in enumerate(quantiles):
@@ -223,20 +260,27 @@ def generate_dg(
             target = len(ranked) - (len(quantiles) - k)
         if target <= index or (choices and ranked[target][0] <= choices[-1].distance):
             raise InputError(
-                f"the {len(ranked)} candidates of {b} do not give {request.n} strictly increasing "
+                f"the {len(ranked)} candidates of {request.classes[1]} do not give {request.n} strictly increasing "
                 "distances at these quantiles",
                 parameter="--quantiles",
             )
         d, subset = ranked[target]
-        choices.append(Choice(subset, q, d, len(pool(subset))))
+        choices.append(Choice(subset, q, d, len(pools.pool(subset))))
         index = target
+    return choices
 
-    def block(communities: Sequence[Community]) -> dict[str, dict[str, list[str]]]:
-        result: dict[str, dict[str, list[str]]] = {}
-        for community in communities:
-            result.setdefault(community.class_name, {})[community.name] = list(community.members)
-        return result
 
+def _block(communities: Sequence[Community]) -> dict[str, dict[str, list[str]]]:
+    result: dict[str, dict[str, list[str]]] = {}
+    for community in communities:
+        result.setdefault(community.class_name, {})[community.name] = list(community.members)
+    return result
+
+
+def _document(
+    request: DgRequest, name: str, tests: Sequence[Community], a_train: Community, choices: Sequence[Choice]
+) -> dict[str, object]:
+    a, b = request.classes
     variants = {_slug(parse_subset_name(c.subset)[1]): {"train": {b: {c.subset: [c.subset]}}} for c in choices}
     entry: dict[str, object] = {
         "kind": "domain_generalization",
@@ -251,14 +295,19 @@ def generate_dg(
         "embedding_dim": request.embedding_dim,
         "min_subset_size": request.min_subset_size,
         "seed": request.seed,
-        "test": block(tests),
-        "train": block([a_train]),
+        "test": _block(tests),
+        "train": _block([a_train]),
         "variants": variants,
     }
-    document: dict[str, object] = {"family": "metashift", "tasks": {name: entry}}
+    return {"family": "metashift", "tasks": {name: entry}}
+
+
+def _header(request: DgRequest, name: str, source: str, n_ranked: int, need_b: int, choices: Sequence[Choice]) -> str:
+    """The comment on top of the spec: how it was generated and where each variant sits."""
+    a, b = request.classes
     lines = [
         f"# Generated by `shiftbench generate metashift-dg --classes {a},{b} --test '{request.test}' --n {request.n}`",
-        f"# on {source or 'the configured annotations'}: {len(ranked)} candidate training subsets of {b} "
+        f"# on {source or 'the configured annotations'}: {n_ranked} candidate training subsets of {b} "
         f"(>= {need_b} images after leakage removal); the variants sit at these distance quantiles:",
         *(
             f"#   {_slug(parse_subset_name(c.subset)[1])}: quantile {c.quantile:g}, d = {c.distance:.4f}, "
@@ -268,6 +317,30 @@ def generate_dg(
         "# Build it: SHIFTBENCH_METASHIFT_SPECS=<this file> shiftbench build metashift --benchmark "
         f"{name}-{_slug(parse_subset_name(choices[0].subset)[1])}",
     ]
-    text = "\n".join(lines) + "\n" + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
+    return "\n".join(lines) + "\n"
+
+
+def generate_dg(
+    objects: CodedObjects | pl.DataFrame,
+    images: pl.DataFrame,
+    general_contexts: Mapping[str, Sequence[str]],
+    request: DgRequest,
+    source: str = "",
+) -> GeneratedTask:
+    """Pick B's training subsets at the requested distance quantiles and write the task spec."""
+    name, context = _check_request(request)
+    a = request.classes[0]
+    a_test = f"{a}({context})"
+    tests = _test_communities(request, a_test)
+    pools = _probe(objects, images, general_contexts, request, name, tests)
+    need_a, need_b = split_quota(request.train_size, 2)
+    a_train = _a_train(pools, a, a_test, need_a)
+    ranked = _ranked_candidates(request, name, pools, [*tests, a_train], need_b)
+    quantiles = request.wanted_quantiles()
+    _require_variants(request, ranked, need_b)
+    choices = _choose(request, quantiles, ranked, pools)
+    document = _document(request, name, tests, a_train, choices)
+    text = _header(request, name, source, len(ranked), need_b, choices)
+    text += yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
     parse_specs(text, "<generated>")  # the spec the family will read: validated before anyone sees it
     return GeneratedTask(name, text, tuple(choices), len(ranked), document)

@@ -36,7 +36,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shiftbench.metashift.subsets import CONTEXT_KINDS, check_context_kinds
+from shiftbench.metashift.subsets import CONTEXT_KINDS, check_context_kinds, context_vocabulary, ontology_frame
 from shiftbench.sources.scene_codes import CodedObjects
 
 _ARRAYS = (
@@ -163,6 +163,105 @@ def _bits(n: int) -> int:
     return max(int(n) - 1, 1).bit_length()
 
 
+def _memberships(
+    name_code: np.ndarray,
+    lookup: pl.DataFrame,
+    class_groups: pl.DataFrame | None,
+    scope: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(name, class) pairs sorted by name: identity, or the class groups; only classes in scope."""
+    if class_groups is None:
+        member_name = np.unique(name_code)
+        member_class = member_name
+    else:
+        pairs = class_groups.join(lookup.rename({"value": "name"}), on="name").join(
+            lookup.rename({"value": "class", "code": "class_code"}), on="class"
+        )
+        pairs = pairs.sort("code", "class_code")
+        member_name = pairs["code"].to_numpy().astype(np.int64)
+        member_class = pairs["class_code"].to_numpy().astype(np.int64)
+    keep = scope[member_class]
+    return member_name[keep], member_class[keep]
+
+
+def _expand(name_offsets: np.ndarray, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row of ``names`` once per class its name belongs to: (position in the memberships, repeats per row)."""
+    per_name = np.diff(name_offsets)[names]
+    starts = np.repeat(name_offsets[names], per_name)
+    member = starts + (np.arange(int(per_name.sum())) - np.repeat(np.cumsum(per_name) - per_name, per_name))
+    return member, per_name
+
+
+def _class_images(
+    name_image: np.ndarray,
+    name_code: np.ndarray,
+    member_name: np.ndarray,
+    member_class: np.ndarray,
+    size: int,
+    image_bits: int,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(name offsets into the memberships, class -> images as CSR): every (image, name) as (class, image)."""
+    name_offsets = np.zeros(size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(member_name, minlength=size), out=name_offsets[1:])
+    member, per_name = _expand(name_offsets, name_code)
+    class_of_pair, image_of_pair = _unique_pairs(member_class[member], np.repeat(name_image, per_name), image_bits)
+    class_image_offsets, class_images = csr(class_of_pair, image_of_pair.astype(np.int32), size)
+    return name_offsets, class_image_offsets, class_images
+
+
+def _excluded(
+    present: np.ndarray, member_name: np.ndarray, member_class: np.ndarray, grouped: bool, size: int, code_bits: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Class -> excluded object contexts (CSR): itself, and the members of its group."""
+    excluded_class = np.concatenate([present.astype(np.int64), member_class if grouped else []])
+    excluded_name = np.concatenate([present.astype(np.int64), member_name if grouped else []])
+    excluded_class, excluded_name = _unique_pairs(
+        excluded_class.astype(np.int64), excluded_name.astype(np.int64), code_bits
+    )
+    return csr(excluded_class, excluded_name.astype(np.int32), size)
+
+
+def _recoded_objects(objects: CodedObjects, lookup: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(the objects' vocabulary in this vocabulary's codes, each object's image, its name's code)."""
+    # Both vocabularies are sorted: a code keeps its string order.
+    recode = objects.vocabulary.to_frame("value").join(lookup, on="value", how="left", maintain_order="left")
+    recoded = recode["code"].to_numpy().astype(np.int64)
+    image = objects.frame["image"].to_numpy().astype(np.int64)
+    return recoded, image, recoded[objects.frame["name"].to_numpy()]
+
+
+def _general(
+    objects: CodedObjects,
+    images: pl.DataFrame,
+    kinds: Sequence[str],
+    ontology: pl.DataFrame,
+    lookup: pl.DataFrame,
+    code_bits: int,
+) -> tuple[dict[int, str], np.ndarray, np.ndarray]:
+    """(general context code -> group, image -> general contexts as CSR) from locations, weather and tags; empty
+    unless general contexts are indexed."""
+    if "general" not in kinds:
+        offsets, values = csr(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), len(objects.image_ids))
+        return {}, offsets, values
+    context = ontology.join(lookup, on="value")
+    general_groups = dict(zip(context["code"].to_list(), context["context_group"].to_list(), strict=True))
+    tags = pl.concat(
+        [
+            images.select("image_id", pl.col("location").alias("value")),
+            images.select("image_id", pl.col("weather").alias("value")),
+            images.select("image_id", pl.col("general").alias("value")).explode("value"),
+        ]
+    ).drop_nulls("value")
+    tags = tags.join(context.select("value", "code"), on="value", how="inner").join(
+        objects.image_ids.to_frame("image_id").with_row_index("image"), on="image_id", how="inner"
+    )
+    general_image, general_code = _unique_pairs(
+        tags["image"].to_numpy().astype(np.int64), tags["code"].to_numpy().astype(np.int64), code_bits
+    )
+    offsets, values = csr(general_image, general_code.astype(np.int32), len(objects.image_ids))
+    return general_groups, offsets, values
+
+
 def build_index(
     objects: CodedObjects,
     images: pl.DataFrame,
@@ -177,89 +276,27 @@ def build_index(
     (:mod:`shiftbench.metashift.scope`). Everything is integer work on the objects' codes.
     """
     kinds = check_context_kinds(kinds)
-    ontology = pl.DataFrame(
-        [(value, group) for group, values in general_ontology.items() for value in values],
-        schema={"value": pl.String, "context_group": pl.String},
-        orient="row",
-    ).unique("value", keep="first", maintain_order=True)
-    strings = [objects.vocabulary, ontology["value"]]
-    if class_groups is not None:
-        strings.append(class_groups["class"])
-    vocabulary = pl.concat([s.rename("value") for s in strings]).unique().sort()
+    ontology = ontology_frame(general_ontology)
+    vocabulary = context_vocabulary(objects, ontology, class_groups)
     size = len(vocabulary)
     lookup = vocabulary.to_frame().with_row_index("code")
-    # The objects' codes, recoded into this vocabulary (both sorted: a code keeps its string order).
-    recode = objects.vocabulary.to_frame("value").join(lookup, on="value", how="left", maintain_order="left")
-    recoded = recode["code"].to_numpy().astype(np.int64)
-    image = objects.frame["image"].to_numpy().astype(np.int64)
-    name = recoded[objects.frame["name"].to_numpy()]
+    recoded, image, name = _recoded_objects(objects, lookup)
     n_images = len(objects.image_ids)
     image_bits, code_bits = _bits(n_images), _bits(size)
 
-    # image -> object names
     name_image, name_code = _unique_pairs(image, name, code_bits)
     image_object_offsets, image_objects = csr(name_image, name_code.astype(np.int32), n_images)
-
-    # name -> classes (identity, or the class groups)
-    if class_groups is None:
-        member_name = np.unique(name_code)
-        member_class = member_name
-    else:
-        pairs = class_groups.join(lookup.rename({"value": "name"}), on="name").join(
-            lookup.rename({"value": "class", "code": "class_code"}), on="class"
-        )
-        pairs = pairs.sort("code", "class_code")
-        member_name = pairs["code"].to_numpy().astype(np.int64)
-        member_class = pairs["class_code"].to_numpy().astype(np.int64)
-    scope = _scope_mask(vocabulary, classes, size)
-    keep = scope[member_class]
-    member_name, member_class = member_name[keep], member_class[keep]
-
-    # class -> images: every (image, name) whose name belongs to a class, as (class, image)
-    name_offsets = np.zeros(size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(member_name, minlength=size), out=name_offsets[1:])
-    per_name = np.diff(name_offsets)[name_code]
-    starts = np.repeat(name_offsets[name_code], per_name)
-    member = starts + (np.arange(int(per_name.sum())) - np.repeat(np.cumsum(per_name) - per_name, per_name))
-    class_of_pair, image_of_pair = _unique_pairs(member_class[member], np.repeat(name_image, per_name), image_bits)
-    class_image_offsets, class_images = csr(class_of_pair, image_of_pair.astype(np.int32), size)
+    member_name, member_class = _memberships(name_code, lookup, class_groups, _scope_mask(vocabulary, classes, size))
+    name_offsets, class_image_offsets, class_images = _class_images(
+        name_image, name_code, member_name, member_class, size, image_bits
+    )
     present = np.flatnonzero(np.diff(class_image_offsets) > 0).astype(np.int32)
-
-    # class -> the names that show it
     name_class_pairs = _unique_pairs(member_class, member_name, code_bits)
     class_name_offsets, class_names = csr(name_class_pairs[0], name_class_pairs[1].astype(np.int32), size)
-
-    # class -> excluded object contexts: itself, and the members of its group
-    excluded_class = np.concatenate([present.astype(np.int64), member_class if class_groups is not None else []])
-    excluded_name = np.concatenate([present.astype(np.int64), member_name if class_groups is not None else []])
-    excluded_class, excluded_name = _unique_pairs(
-        excluded_class.astype(np.int64), excluded_name.astype(np.int64), code_bits
+    excluded_offsets, excluded = _excluded(
+        present, member_name, member_class, class_groups is not None, size, code_bits
     )
-    excluded_offsets, excluded = csr(excluded_class, excluded_name.astype(np.int32), size)
-
-    # image -> general contexts
-    general_groups: dict[int, str] = {}
-    if "general" in kinds:
-        context = ontology.join(lookup, on="value")
-        general_groups = dict(zip(context["code"].to_list(), context["context_group"].to_list(), strict=True))
-        tags = pl.concat(
-            [
-                images.select("image_id", pl.col("location").alias("value")),
-                images.select("image_id", pl.col("weather").alias("value")),
-                images.select("image_id", pl.col("general").alias("value")).explode("value"),
-            ]
-        ).drop_nulls("value")
-        tags = tags.join(context.select("value", "code"), on="value", how="inner").join(
-            objects.image_ids.to_frame("image_id").with_row_index("image"), on="image_id", how="inner"
-        )
-        general_image, general_code = _unique_pairs(
-            tags["image"].to_numpy().astype(np.int64), tags["code"].to_numpy().astype(np.int64), code_bits
-        )
-    else:
-        general_image = general_code = np.zeros(0, dtype=np.int64)
-    image_general_offsets, image_general = csr(general_image, general_code.astype(np.int32), n_images)
-
-    # class -> (image, attribute) of its objects
+    general_groups, image_general_offsets, image_general = _general(objects, images, kinds, ontology, lookup, code_bits)
     if "attribute" in kinds and "attributes" in objects.frame.columns:
         attribute_class, attribute_image, attribute_code = _attribute_triples(
             objects, recoded, image, name, name_offsets, member_class, size
@@ -267,7 +304,6 @@ def build_index(
     else:
         attribute_class = attribute_image = attribute_code = np.zeros(0, dtype=np.int64)
     class_attribute_offsets, class_attribute_images = csr(attribute_class, attribute_image.astype(np.int32), size)
-    class_attributes = np.ascontiguousarray(attribute_code.astype(np.int32))
 
     return SceneIndex(
         vocabulary=vocabulary,
@@ -283,7 +319,7 @@ def build_index(
         image_general=image_general,
         class_attribute_offsets=class_attribute_offsets,
         class_attribute_images=class_attribute_images,
-        class_attributes=class_attributes,
+        class_attributes=np.ascontiguousarray(attribute_code.astype(np.int32)),
         excluded_offsets=excluded_offsets,
         excluded=excluded,
         class_name_offsets=class_name_offsets,
@@ -320,9 +356,7 @@ def _attribute_triples(
     if valid is not None:
         codes, object_image, object_name = codes[valid], object_image[valid], object_name[valid]
     # each attribute once per class its object's name belongs to
-    per_name = np.diff(name_offsets)[object_name]
-    starts = np.repeat(name_offsets[object_name], per_name)
-    member = starts + (np.arange(int(per_name.sum())) - np.repeat(np.cumsum(per_name) - per_name, per_name))
+    member, per_name = _expand(name_offsets, object_name)
     klass = member_class[member]
     rows_image = np.repeat(object_image, per_name)
     rows_code = np.repeat(codes, per_name)

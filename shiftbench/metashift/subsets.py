@@ -190,36 +190,35 @@ def _general_contexts(
     return classes.join(tags, on="image").with_columns(pl.lit(2, pl.UInt8).alias("kind"))
 
 
-def candidate_memberships(
-    objects: CodedObjects | pl.DataFrame,
-    images: pl.DataFrame,
-    kinds: Sequence[str],
-    general_ontology: Mapping[str, Sequence[str]],
-    class_groups: pl.DataFrame | None = None,
-) -> Memberships:
-    """Every candidate subset whatever its size, and its images (one pair per (subset, image)).
-
-    The joins run on integer codes (images, and one vocabulary for object names, attributes, class
-    groups and general tags, so that ``class != context`` compares codes); strings come back only for
-    the candidate subsets' names. Objects given as strings are coded first.
-    """
-    kinds = check_context_kinds(kinds)
-    if isinstance(objects, pl.DataFrame):
-        objects = CodedObjects.from_strings(objects)
-    ontology = pl.DataFrame(
+def ontology_frame(general_ontology: Mapping[str, Sequence[str]]) -> pl.DataFrame:
+    """(value, context_group) of the general-context ontology; a value listed twice keeps its first group."""
+    return pl.DataFrame(
         [(value, group) for group, values in general_ontology.items() for value in values],
         schema={"value": pl.String, "context_group": pl.String},
         orient="row",
     ).unique("value", keep="first", maintain_order=True)
+
+
+def context_vocabulary(objects: CodedObjects, ontology: pl.DataFrame, class_groups: pl.DataFrame | None) -> pl.Series:
+    """Every object name, attribute, general value and class group, sorted: codes sort as the strings would."""
     strings = [objects.vocabulary, ontology["value"]]
     if class_groups is not None:
         strings += [class_groups["class"]]
-    vocabulary = pl.concat([s.rename("value") for s in strings]).unique().sort().to_frame().with_row_index("code")
+    return pl.concat([s.rename("value") for s in strings]).unique().sort()
+
+
+def _context_parts(
+    objects: CodedObjects,
+    images: pl.DataFrame,
+    kinds: Sequence[str],
+    vocabulary: pl.DataFrame,
+    ontology: pl.DataFrame,
+    class_groups: pl.DataFrame | None,
+) -> list[pl.DataFrame]:
+    """(image, class, context, kind) codes, one frame per context kind asked for (repeats left in)."""
     # The objects' codes, recoded into this larger vocabulary (both sorted: a code keeps its string order).
     recode = objects.vocabulary.to_frame("value").join(vocabulary, on="value", how="left", maintain_order="left")
     recoded = recode["code"].to_numpy()
-    image_ids = objects.image_ids
-    image_codes = image_ids.to_frame().with_row_index("image")
     coded = pl.DataFrame({"image": objects.frame["image"], "name": recoded[objects.frame["name"].to_numpy()]})
     groups = None
     if class_groups is not None:
@@ -241,20 +240,20 @@ def candidate_memberships(
         parts.append(_attribute_contexts(_object_attributes(objects, coded, recoded), groups))
     if "general" in kinds:
         context = ontology.join(vocabulary, on="value").select("value", "code")
+        image_codes = objects.image_ids.to_frame().with_row_index("image")
         parts.append(_general_contexts(images, image_codes, classes, context))
-    # One 64-bit key per (class, context, kind), and the (key, image) pairs sorted, without repeats.
-    size = vocabulary.height
-    key = (pl.col("class").cast(pl.UInt64) * size + pl.col("context")) * len(CONTEXT_KINDS) + pl.col("kind")
-    key_of, image_of = _sorted_pairs([p.select(key.alias("key"), "image") for p in parts], size, len(image_ids))
-    starts = np.flatnonzero(np.r_[True, key_of[1:] != key_of[:-1]]) if len(key_of) else np.zeros(0, dtype=np.int64)
-    counts = np.diff(np.r_[starts, len(key_of)])
+    return parts
+
+
+def _named_keys(key_of: np.ndarray, starts: np.ndarray, values: pl.Series, ontology: pl.DataFrame) -> pl.DataFrame:
+    """One row per distinct (class, context, kind) key, named and in subset-name order; ``block`` is its run."""
+    size = len(values)
     keys = pl.DataFrame({"key": key_of[starts]}, schema={"key": pl.UInt64}).with_row_index("block")
     keys = keys.with_columns(
         (pl.col("key") // len(CONTEXT_KINDS) // size).cast(pl.UInt32).alias("class"),
         (pl.col("key") // len(CONTEXT_KINDS) % size).cast(pl.UInt32).alias("context"),
         (pl.col("key") % len(CONTEXT_KINDS)).cast(pl.UInt8).alias("kind"),
     )
-    values = vocabulary["value"]
     keys = keys.with_columns(
         values.gather(keys["class"]).alias("class_name"),
         values.gather(keys["context"]).alias("context_name"),
@@ -269,23 +268,56 @@ def candidate_memberships(
         pl.col("class_name") + pl.lit("(") + pl.col("context_kind") + pl.lit(":") + pl.col("context_name") + pl.lit(")")
     )
     groups_of = ontology.rename({"value": "context_name"}).with_columns(pl.lit("general").alias("context_kind"))
-    keys = (
+    return (
         keys.with_columns(pl.when(pl.col("clash")).then(qualified).otherwise(plain).alias("subset"))
         .join(groups_of, on=["context_name", "context_kind"], how="left")
         .sort("subset")
     )
-    # The pairs, sorted by key, are runs of images, one run per key: put the runs in subset-name order (a gather,
-    # no second sort); within a run the images are sorted already.
-    order = keys["block"].to_numpy()
+
+
+def _pairs_in_name_order(
+    order: np.ndarray, starts: np.ndarray, counts: np.ndarray, image_of: np.ndarray
+) -> pl.DataFrame:
+    """The pairs, sorted by key, are runs of images, one run per key: put the runs in subset-name order (a gather,
+    no second sort); within a run the images are sorted already."""
     lengths = counts[order]
     first = np.cumsum(lengths) - lengths
     index = np.repeat(starts[order] - first, lengths) + np.arange(len(image_of))
-    pairs = pl.DataFrame(
+    return pl.DataFrame(
         {
             "subset": np.repeat(np.arange(len(order), dtype=np.uint32), lengths),
             "image": image_of[index],
         }
     )
+
+
+def candidate_memberships(
+    objects: CodedObjects | pl.DataFrame,
+    images: pl.DataFrame,
+    kinds: Sequence[str],
+    general_ontology: Mapping[str, Sequence[str]],
+    class_groups: pl.DataFrame | None = None,
+) -> Memberships:
+    """Every candidate subset whatever its size, and its images (one pair per (subset, image)).
+
+    The joins run on integer codes (images, and one vocabulary for object names, attributes, class
+    groups and general tags, so that ``class != context`` compares codes); strings come back only for
+    the candidate subsets' names. Objects given as strings are coded first.
+    """
+    kinds = check_context_kinds(kinds)
+    if isinstance(objects, pl.DataFrame):
+        objects = CodedObjects.from_strings(objects)
+    ontology = ontology_frame(general_ontology)
+    vocabulary = context_vocabulary(objects, ontology, class_groups).to_frame().with_row_index("code")
+    parts = _context_parts(objects, images, kinds, vocabulary, ontology, class_groups)
+    # One 64-bit key per (class, context, kind), and the (key, image) pairs sorted, without repeats.
+    size = vocabulary.height
+    key = (pl.col("class").cast(pl.UInt64) * size + pl.col("context")) * len(CONTEXT_KINDS) + pl.col("kind")
+    key_of, image_of = _sorted_pairs([p.select(key.alias("key"), "image") for p in parts], size, len(objects.image_ids))
+    starts = np.flatnonzero(np.r_[True, key_of[1:] != key_of[:-1]]) if len(key_of) else np.zeros(0, dtype=np.int64)
+    counts = np.diff(np.r_[starts, len(key_of)])
+    keys = _named_keys(key_of, starts, vocabulary["value"], ontology)
+    pairs = _pairs_in_name_order(keys["block"].to_numpy(), starts, counts, image_of)
     subsets = keys.select(
         "subset",
         pl.col("class_name").alias("class"),
@@ -294,7 +326,7 @@ def candidate_memberships(
         "context_group",
         pl.col("class").alias("class_code"),
     )
-    return Memberships(subsets, image_ids, pairs)
+    return Memberships(subsets, objects.image_ids, pairs)
 
 
 def _sorted_pairs(parts: list[pl.DataFrame], vocabulary_size: int, n_images: int) -> tuple[np.ndarray, np.ndarray]:

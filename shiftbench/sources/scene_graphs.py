@@ -137,15 +137,7 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     # is what a stage pays for on these machines (BENCHMARKS.md); the read's peak fell by 0.3 GiB.
     order = pc.sort_indices(image_ids)  # by UTF-8 bytes, as polars sorts strings
     ordered = image_ids.take(order)
-    if len(ordered) > 1:
-        repeated = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
-        if pc.any(repeated).as_py():
-            image_id = ordered[pc.index(repeated, True).as_py()].as_py()
-            files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
-            first, second = sorted(
-                files[np.flatnonzero(pc.equal(image_ids, image_id).to_numpy(zero_copy_only=False))[:2]]
-            )
-            raise InputError(f"image {image_id!r} is also in {paths[first]}", path=paths[second])
+    _check_no_image_twice(paths, decoded, image_ids, ordered)
     images = pl.DataFrame(
         {
             "image_id": pl.Series(ordered),
@@ -156,13 +148,36 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     vocabulary = pl.Series(
         "value", list({s for part in parts for s in (*part.names, *part.attributes)}), dtype=pl.String
     ).sort()  # polars' order (UTF-8 bytes), the order the string table sorts by
+    frame = _objects_by_image(parts, vocabulary, order.to_numpy(), len(image_ids))
+    return CodedObjects(frame, vocabulary, images["image_id"]), images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
+
+
+def _check_no_image_twice(
+    paths: list[Path], decoded: dict[Path, list[DecodedPart]], image_ids: pa.Array, ordered: pa.Array
+) -> None:
+    """An image in two files is an error naming both files (the first one read, the second the error's path)."""
+    if len(ordered) <= 1:
+        return
+    repeated = pc.equal(ordered.slice(1), ordered.slice(0, len(ordered) - 1))
+    if not pc.any(repeated).as_py():
+        return
+    image_id = ordered[pc.index(repeated, True).as_py()].as_py()
+    files = np.repeat(np.arange(len(paths)), [sum(len(part.image_ids) for part in decoded[p]) for p in paths])
+    first, second = sorted(files[np.flatnonzero(pc.equal(image_ids, image_id).to_numpy(zero_copy_only=False))[:2]])
+    raise InputError(f"image {image_id!r} is also in {paths[first]}", path=paths[second])
+
+
+def _recoded(
+    parts: list[DecodedPart], vocabulary: pl.Series, n_images: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The parts' codes recoded into the vocabulary's, in file order, each into its place in one array:
+    (name per object, attribute values, attribute offsets per object, objects per image)."""
     code_of = {value: code for code, value in enumerate(vocabulary.to_list())}
-    # The parts' codes recoded into the vocabulary's, in file order, each into its place in one array.
     n_objects = sum(len(part.name_code) for part in parts)
     name = np.empty(n_objects, dtype=np.uint32)
     values = np.empty(sum(len(part.attribute_code) for part in parts), dtype=np.uint32)
     offsets = np.zeros(n_objects + 1, dtype=np.int64)
-    counts = np.empty(len(image_ids), dtype=np.uint32)  # objects per image, file order
+    counts = np.empty(n_images, dtype=np.uint32)  # objects per image, file order
     objects_before = values_before = images_before = 0
     for part in parts:  # a part may have no image (a file of one image decoded in two parts)
         objects, images_here = len(part.name_code), len(part.image_ids)
@@ -180,14 +195,16 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
             values_before + len(part.attribute_code),
             images_before + images_here,
         )
-    # Sorted by image: the runs put in image-id order (a gather, no sort of 15 M rows at 100x), the gather's index
-    # made with few and narrow temporaries. Then by object id within an image, which the file's order often is
-    # already; else one sort by both (ids are unique in an image, being JSON object keys: the order is total).
-    order = order.to_numpy()
+    return name, values, offsets, counts
+
+
+def _image_order_index(order: np.ndarray, counts: np.ndarray, lengths: np.ndarray, n_objects: int) -> np.ndarray:
+    """Which object (file order) is row k of the result, the runs of objects put in image-id order: a gather, no
+    sort of 15 M rows at 100x, its index made with few and narrow temporaries.
+
+    Row k is object k + (the first object of its image in the file - the first row of its image in the result):
+    the shift is repeated over each image's run. Unsigned arithmetic wraps, and the sum is in range."""
     kind = np.uint32 if n_objects < 2**32 else np.uint64
-    lengths = counts[order]  # objects per image, in image-id order
-    # Row k of the result is object k + (the first object of its image in the file - the first row of its image in
-    # the result): the shift is repeated over each image's run. Unsigned arithmetic wraps, and the sum is in range.
     first_object = np.cumsum(counts, dtype=kind)
     np.subtract(first_object, counts, out=first_object)
     first_row = np.cumsum(lengths, dtype=kind)
@@ -197,7 +214,18 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     index = np.repeat(shift, lengths)
     del shift
     np.add(index, np.arange(n_objects, dtype=kind), out=index)
-    take = pa.array(index)
+    return index
+
+
+def _objects_by_image(
+    parts: list[DecodedPart], vocabulary: pl.Series, order: np.ndarray, n_images: int
+) -> pl.DataFrame:
+    """The objects coded, sorted by image (``order``: the images' file positions in image-id order), then by
+    object id within an image, which the file's order often is already; else one sort by both (ids are unique in
+    an image, being JSON object keys: the order is total)."""
+    name, values, offsets, counts = _recoded(parts, vocabulary, n_images)
+    lengths = counts[order]  # objects per image, in image-id order
+    take = pa.array(_image_order_index(order, counts, lengths, len(name)))
     attributes = pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)).take(take)
     del offsets, values
     frame = pl.DataFrame(
@@ -212,7 +240,7 @@ def _scene_from_parts(paths: list[Path], decoded: dict[Path, list[DecodedPart]])
     within = (pl.col("image") != pl.col("image").shift(1)) | (pl.col("object_id") > pl.col("object_id").shift(1))
     if not frame.select(within.fill_null(True).all()).item():
         frame = frame.sort("image", "object_id")
-    return CodedObjects(frame, vocabulary, images["image_id"]), images.cast(IMAGES_SCHEMA)  # type: ignore[arg-type]
+    return frame
 
 
 def read_gqa_scene_graphs(paths: list[Path], workers: int | None = None) -> SceneTables:
