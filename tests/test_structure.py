@@ -1,0 +1,390 @@
+"""Structural checks on the source, read with ``ast`` (nothing here imports the project's modules).
+
+- No import cycle among the modules of shiftbench/, assets/ and pipelines/, counting every import statement:
+  module level, inside functions and under ``if TYPE_CHECKING:`` (each is a dependency someone reads).
+- Layers: shiftbench (the library) < assets < pipelines (the shell); nothing imports a higher layer, and the
+  library does not import Dagster (``dagster_pipes``, the standalone protocol the training job speaks, is not
+  Dagster and needs none of it).
+- No function over 80 lines and no class over 250, unless a ``# long: why`` comment stands on the line above
+  the definition (above its decorators, or right above the ``def`` or ``class``), on its header, or on its first
+  body line.
+
+Each check is a function over a source tree, unit-tested below on small trees in ``tmp_path`` with a planted
+violation, so a check that stopped seeing violations would fail here rather than pass silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import itertools
+import re
+import tokenize
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[1]
+LAYERS = ("shiftbench", "assets", "pipelines")  # lowest first: a layer may import only itself and those below
+MAX_FUNCTION_LINES = 80
+MAX_CLASS_LINES = 250
+LONG_COMMENT = re.compile(r"long:\s*\S")  # "long:" followed by the reason
+
+
+@dataclass(frozen=True)
+class Source:
+    module: str  # dotted name
+    path: Path
+    is_package: bool  # an __init__.py
+    tree: ast.Module
+    text: str
+
+
+def _module_name(path: Path, root: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    return ".".join(parts[:-1] if is_package else parts), is_package
+
+
+def read_sources(root: Path, packages: Sequence[str] = LAYERS) -> dict[str, Source]:
+    """Every module of ``packages`` under ``root``, parsed, by dotted name."""
+    sources: dict[str, Source] = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            text = path.read_text("utf-8")
+            module, is_package = _module_name(path, root)
+            sources[module] = Source(module, path, is_package, ast.parse(text, str(path)), text)
+    return sources
+
+
+def _where(source: Source, node: ast.AST, root: Path) -> str:
+    return f"{source.path.relative_to(root)}:{getattr(node, 'lineno', 0)}"
+
+
+def _absolute(source: Source, module: str | None, level: int) -> str:
+    """The module a (possibly relative) ``from`` import names."""
+    if level == 0:
+        return module or ""
+    package = source.module.split(".") if source.is_package else source.module.split(".")[:-1]
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def imported(source: Source, known: set[str]) -> Iterator[tuple[str, ast.stmt]]:
+    """(module, statement) for every import anywhere in the module: ``from X import Y`` is X.Y when that is a
+    module in ``known``, else X."""
+    for node in ast.walk(source.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(source, node.module, node.level)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}" if base else alias.name
+                yield (candidate if candidate in known else base), node
+
+
+def import_graph(sources: dict[str, Source], root: Path) -> dict[str, dict[str, str]]:
+    """Module -> {imported project module: where (the first such import)}."""
+    known = set(sources)
+    graph: dict[str, dict[str, str]] = {module: {} for module in sources}
+    for source in sources.values():
+        for target, node in imported(source, known):
+            if target in known and target != source.module:
+                graph[source.module].setdefault(target, _where(source, node, root))
+    return graph
+
+
+def _strongly_connected(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """Tarjan's components (iterative), each sorted; only those of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    components.append(sorted(component))
+    return sorted(components)
+
+
+def _cycle_through(graph: dict[str, dict[str, str]], component: list[str]) -> list[str]:
+    """A shortest cycle through the component's first module, staying inside the component."""
+    inside = set(component)
+    start = component[0]
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for child in sorted(graph[node]):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [*reversed(path), start]
+                if child in inside and child not in parent:
+                    parent[child] = node
+                    following.append(child)
+        frontier = following
+    raise AssertionError(f"no cycle through {start} in its component")  # a component of 2+ modules has one
+
+
+def import_cycles(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
+    """One line per group of modules that import each other: a cycle, with where each of its imports is."""
+    graph = import_graph(read_sources(root, packages), root)
+    found = []
+    for component in _strongly_connected(graph):
+        cycle = _cycle_through(graph, component)
+        steps = ", ".join(graph[a][b] for a, b in itertools.pairwise(cycle))
+        others = f" (the cycle's group: {', '.join(component)})" if len(component) > len(cycle) - 1 else ""
+        found.append(f"{' -> '.join(cycle)} [{steps}]{others}")
+    return found
+
+
+def _forbidden(layer: str, target: str, layers: Sequence[str]) -> bool:
+    top = target.split(".")[0]
+    if top in layers:
+        return layers.index(top) > layers.index(layer)
+    dagster = top == "dagster" or (top.startswith("dagster_") and top != "dagster_pipes")
+    return layer == layers[0] and dagster
+
+
+def upward_imports(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
+    """``file:line: module imports target`` for every import of a higher layer (or of Dagster in the lowest)."""
+    sources = read_sources(root, packages)
+    known = set(sources)
+    found = []
+    for source in sources.values():
+        layer = source.module.split(".")[0]
+        for target, node in imported(source, known):
+            if _forbidden(layer, target, packages):
+                found.append(f"{_where(source, node, root)}: {source.module} imports {target}")
+    return sorted(set(found), key=_by_place)
+
+
+def _by_place(line: str) -> tuple[str, int]:
+    path, _, rest = line.partition(":")
+    return path, int(rest.split(":")[0].split(" ")[0] or 0)
+
+
+def _comments(text: str) -> dict[int, str]:
+    """Line -> its comment."""
+    comments: dict[int, str] = {}
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type == tokenize.COMMENT:
+            comments[token.start[0]] = token.string
+    return comments
+
+
+def _explained(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, comments: dict[int, str]) -> bool:
+    """A ``long:`` comment above the definition (or its decorators), on its header or on its first body line."""
+    first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    lines = {first - 1, node.lineno - 1, *range(node.lineno, node.body[0].lineno + 1)}
+    return any(LONG_COMMENT.search(comments.get(line, "")) for line in lines)
+
+
+def long_definitions(
+    root: Path,
+    packages: Sequence[str] = LAYERS,
+    max_function: int = MAX_FUNCTION_LINES,
+    max_class: int = MAX_CLASS_LINES,
+) -> list[str]:
+    """``file:line: kind name: N lines (at most M)`` for every function or class over its limit, unexplained."""
+    found = []
+    for source in read_sources(root, packages).values():
+        comments = _comments(source.text)
+        for node in ast.walk(source.tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                kind, limit = "function", max_function
+            elif isinstance(node, ast.ClassDef):
+                kind, limit = "class", max_class
+            else:
+                continue
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            if size > limit and not _explained(node, comments):
+                found.append(f"{_where(source, node, root)}: {kind} {node.name}: {size} lines (at most {limit})")
+    return sorted(found, key=_by_place)
+
+
+# --- the checks on this project ------------------------------------------------------------------------------------
+
+
+def test_no_import_cycle() -> None:
+    cycles = import_cycles(PROJECT)
+    assert not cycles, "modules that import each other (every import statement counts):\n" + "\n".join(cycles)
+
+
+def test_nothing_is_imported_from_a_higher_layer() -> None:
+    upward = upward_imports(PROJECT)
+    assert not upward, f"imports against the layers {' < '.join(LAYERS)} (or of Dagster in shiftbench):\n" + "\n".join(
+        upward
+    )
+
+
+def test_no_long_function_or_class() -> None:
+    long = long_definitions(PROJECT)
+    assert not long, "split these, or say why not in a '# long: ...' comment above the definition:\n" + "\n".join(long)
+
+
+# --- the checks catch what they are for ----------------------------------------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, "utf-8")
+    return root
+
+
+def test_a_cycle_through_function_level_and_type_checking_imports_is_found(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "",
+            "shiftbench/a.py": "import os\n\n\ndef f():\n    from shiftbench import b\n    return b\n",
+            "shiftbench/b.py": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    import shiftbench.c\n",
+            "shiftbench/c.py": "from shiftbench.a import f\n",
+            "shiftbench/d.py": "from shiftbench import a, c\n",  # imports into the cycle, not part of it
+            "assets/__init__.py": "",
+            "pipelines/__init__.py": "",
+        },
+    )
+    assert import_cycles(root) == [
+        "shiftbench.a -> shiftbench.b -> shiftbench.c -> shiftbench.a "
+        "[shiftbench/a.py:5, shiftbench/b.py:4, shiftbench/c.py:1]"
+    ]
+    (root / "shiftbench/c.py").write_text("import os\n", "utf-8")
+    assert import_cycles(root) == []
+
+
+def test_from_imports_resolve_to_the_submodule_or_the_package(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "from shiftbench.pkg import helper\n",
+            "shiftbench/pkg/__init__.py": "from . import sub\nfrom .sub import thing\n",
+            "shiftbench/pkg/sub.py": "from .. import pkg\nfrom ..pkg import NAME\nthing = 1\n",
+            "shiftbench/other.py": "from shiftbench.pkg import sub, NAME\n",
+        },
+    )
+    graph = import_graph(read_sources(root, ["shiftbench"]), root)
+    assert graph["shiftbench"] == {"shiftbench.pkg": "shiftbench/__init__.py:1"}  # helper is no module
+    assert graph["shiftbench.pkg"] == {"shiftbench.pkg.sub": "shiftbench/pkg/__init__.py:1"}
+    assert graph["shiftbench.pkg.sub"] == {"shiftbench.pkg": "shiftbench/pkg/sub.py:1"}
+    assert graph["shiftbench.other"] == {
+        "shiftbench.pkg.sub": "shiftbench/other.py:1",
+        "shiftbench.pkg": "shiftbench/other.py:1",
+    }
+    assert import_cycles(root, ["shiftbench"]) == [
+        "shiftbench.pkg -> shiftbench.pkg.sub -> shiftbench.pkg [shiftbench/pkg/__init__.py:1, shiftbench/pkg/sub.py:1]"
+    ]
+
+
+def test_every_upward_import_is_named_with_its_line(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "",
+            "shiftbench/lib.py": (
+                "import dagster\nfrom dagster_pipes import open_dagster_pipes\n\n\n"
+                "def f():\n    from assets.x import y\n    import pipelines.cli\n"
+            ),
+            "assets/__init__.py": "from shiftbench import lib\n",
+            "assets/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pipelines import resources\n",
+            "pipelines/__init__.py": "import assets\nimport shiftbench.lib\nimport dagster\n",
+            "pipelines/resources.py": "",
+        },
+    )
+    assert upward_imports(root) == [
+        "assets/x.py:3: assets.x imports pipelines.resources",
+        "shiftbench/lib.py:1: shiftbench.lib imports dagster",
+        "shiftbench/lib.py:6: shiftbench.lib imports assets.x",
+        "shiftbench/lib.py:7: shiftbench.lib imports pipelines.cli",
+    ]
+
+
+def test_long_functions_and_classes_are_named_unless_explained(tmp_path: Path) -> None:
+    body = "".join(f"    x{k} = {k}\n" for k in range(5))  # with its def: 6 lines, over the limit of 5 here
+    inner = body.replace("    ", "        ")
+    snippets = [  # (source, [(line of the definition in it, what the check says of it)])
+        ("def short():\n    pass\n", []),
+        (f"def plain():\n{body}", [(1, "function plain: 6 lines (at most 5)")]),
+        (f"# long: a table of cases reads best in one place\ndef above():\n{body}", []),
+        (f"# long: above the decorators\n@decorated\ndef above_decorators():\n{body}", []),
+        (f"@decorated\n# long: between decorator and def\ndef below_decorator():\n{body}", []),
+        (f"def on_header(\n    a,  # long: said in the signature\n):\n{body}", []),
+        (f"def first_line():  # long: one loop\n{body}", []),
+        (f"def body_comment():\n    # long: on the first body line\n{body}", []),
+        (f"# long: too far above\n\ndef far():\n{body}", [(3, "function far: 6 lines (at most 5)")]),
+        (f"def no_reason():  # long:\n{body}", [(1, "function no_reason: 6 lines (at most 5)")]),
+        (
+            f'def in_docstring():\n    """long: not a comment"""\n{body}',
+            [(1, "function in_docstring: 7 lines (at most 5)")],
+        ),
+        (f"def too_late():\n{body}    # long: after the body\n", [(1, "function too_late: 6 lines (at most 5)")]),
+        (
+            f"class Big:\n    def method(self):\n{inner}\n    async def later(self):\n{inner}",
+            [
+                (1, "class Big: 14 lines (at most 10)"),
+                (2, "function method: 6 lines (at most 5)"),
+                (9, "function later: 6 lines (at most 5)"),
+            ],
+        ),
+    ]
+    text, expected, line = "", [], 1
+    for snippet, offenders in snippets:
+        expected += [f"shiftbench/m.py:{line + offset - 1}: {what}" for offset, what in offenders]
+        text += snippet + "\n\n"
+        line += snippet.count("\n") + 2
+    root = _tree(tmp_path, {"shiftbench/__init__.py": "", "shiftbench/m.py": text})
+    assert long_definitions(root, ["shiftbench"], max_function=5, max_class=10) == expected
+    assert len(expected) == 8  # the planted ones, so a check that saw nothing could not pass
+
+
+@pytest.mark.parametrize(("module", "is_package", "level", "name", "expected"), [
+    ("a.b.c", False, 1, None, "a.b"),
+    ("a.b.c", False, 2, "x", "a.x"),
+    ("a.b", True, 1, "c", "a.b.c"),
+    ("a.b", True, 2, None, "a"),
+    ("a.b", False, 0, "z.y", "z.y"),
+])  # fmt: skip
+def test_relative_imports_resolve_from_the_module_s_package(
+    module: str, is_package: bool, level: int, name: str | None, expected: str
+) -> None:
+    source = Source(module, Path("x.py"), is_package, ast.parse(""), "")
+    assert _absolute(source, name, level) == expected
