@@ -4,7 +4,7 @@ Every published version says how large its shift is, in rows ``(family, measure,
 (``scope`` is ``all`` for the whole benchmark, else the superclass, class, community or attribute
 a value is about). The catalog view ``shift_magnitudes`` puts all families side by side, so that,
 e.g., BREEDS' ``good`` and ``bad`` splits are comparable numbers. :data:`MEASURES` is the
-vocabulary; the contract ``shiftbench/data_contracts/shift_magnitudes.yaml`` allows exactly these measures.
+vocabulary, defined by the families (each in its package); a version's rows use only its measures.
 """
 
 from __future__ import annotations
@@ -18,27 +18,17 @@ import polars as pl
 
 SCOPE_ALL = "all"
 
-MEASURES: dict[str, str] = {
-    # BREEDS: subpopulation shift inside each superclass, measured on the calibrated hierarchy.
-    "subclass_distance_mean": "BREEDS: hierarchy distance (edges on the path through the lowest common ancestor) "
-    "from each target subclass to the nearest source subclass of its superclass, averaged over target subclasses "
-    "(0 for a nosplit benchmark, whose source and target are the same subclasses)",
-    "subclass_distance_max": "BREEDS: the largest of those distances",
-    # MetaShift: spectral-embedding distances between subsets / communities.
-    "spectral_distance": "MetaShift task: the task's distance d between its training and test communities "
-    "(the paper's definition, as recorded in metashift_tasks.distance)",
-    "community_distance": "MetaShift task: distance of one community (scope) to the test community",
-    "subset_distance_mean": "MetaShift collection: mean spectral distance between subsets of a class, over the "
-    "pairs in metashift_distances (scope all: every class; else one class)",
-    "subset_distance_median": "MetaShift collection: median of those distances",
-    "subset_distance_p90": "MetaShift collection: 90th percentile of those distances",
-    "subset_distance_max": "MetaShift collection: largest of those distances",
-    # ConDS: measured on the published split.
-    "tv_distance": "ConDS: total variation distance between the train and test distributions of the joint "
-    "(label, attributes) values",
-    "cramers_v": "ConDS: Cramér's V between the label and one attribute (scope) on train",
-    "mutual_information": "ConDS: mutual information between the label and one attribute (scope) on train, in bits",
-}
+# The vocabulary: every measure a family defines (define_measures, at the import of its package), with what it
+# means; the cards describe a version's measures from it and magnitudes_table refuses any other.
+MEASURES: dict[str, str] = {}
+
+
+def define_measures(family: str, measures: dict[str, str]) -> None:
+    """Add a family's measures to the vocabulary; a name another family defines differently is refused."""
+    for name, meaning in measures.items():
+        if MEASURES.setdefault(name, meaning) != meaning:
+            raise ValueError(f"shift measure {name!r} of {family} is already defined otherwise: {MEASURES[name]}")
+
 
 SCHEMA = {"family": pl.String, "measure": pl.String, "scope": pl.String, "value": pl.Float64}
 

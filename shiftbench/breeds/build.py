@@ -28,9 +28,17 @@ from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
 from shiftbench.fingerprint import canonical_json
 from shiftbench.hierarchy import Hierarchy
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 
 FAMILY = "breeds"
+# The shift measures of a BREEDS benchmark (subpopulation shift inside each superclass, on the calibrated hierarchy).
+MEASURES = {
+    "subclass_distance_mean": "BREEDS: hierarchy distance (edges on the path through the lowest common ancestor) "
+    "from each target subclass to the nearest source subclass of its superclass, averaged over target subclasses "
+    "(0 for a nosplit benchmark, whose source and target are the same subclasses)",
+    "subclass_distance_max": "BREEDS: the largest of those distances",
+}
+define_measures(FAMILY, MEASURES)
 DATASET = "imagenet"
 
 _SUBPOPULATION_SCHEMA = {

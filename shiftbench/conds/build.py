@@ -23,9 +23,17 @@ from shiftbench.conds.engine import Draw, draw_case
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.conds.summary import ShiftSummary, summarize
 from shiftbench.fingerprint import canonical_json
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 
 FAMILY = "conds"
+# The shift measures of a ConDS case, measured on the published split.
+MEASURES = {
+    "tv_distance": "ConDS: total variation distance between the train and test distributions of the joint "
+    "(label, attributes) values",
+    "cramers_v": "ConDS: Cramér's V between the label and one attribute (scope) on train",
+    "mutual_information": "ConDS: mutual information between the label and one attribute (scope) on train, in bits",
+}
+define_measures(FAMILY, MEASURES)
 
 CASE_SCHEMA = pl.Schema(
     {

@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from shiftbench.fingerprint import canonical_json
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift.specs import TaskSpec
 from shiftbench.metashift.subsets import candidate_memberships, image_classes
@@ -36,6 +36,18 @@ if TYPE_CHECKING:
     from shiftbench.metashift.classes import ClassResult
 
 FAMILY = "metashift"
+# The shift measures of MetaShift tasks and collections (spectral-embedding distances between subsets / communities).
+MEASURES = {
+    "spectral_distance": "MetaShift task: the task's distance d between its training and test communities "
+    "(the paper's definition, as recorded in metashift_tasks.distance)",
+    "community_distance": "MetaShift task: distance of one community (scope) to the test community",
+    "subset_distance_mean": "MetaShift collection: mean spectral distance between subsets of a class, over the "
+    "pairs in metashift_distances (scope all: every class; else one class)",
+    "subset_distance_median": "MetaShift collection: median of those distances",
+    "subset_distance_p90": "MetaShift collection: 90th percentile of those distances",
+    "subset_distance_max": "MetaShift collection: largest of those distances",
+}
+define_measures(FAMILY, MEASURES)
 _BENCHMARK_SCHEMA = {
     "family": pl.String(),
     "spec": pl.String(),
