@@ -45,14 +45,14 @@ ShiftbenchSettings: Any = create_model(  # type: ignore[call-overload]
     "ShiftbenchSettings",
     __base__=dg.ConfigurableResource,
     __doc__="Every SHIFTBENCH_* setting (see docs/settings.md); unset fields fall back to the environment.",
-    **_fields(list(Settings.model_fields)),
+    **_fields(list(_descriptions())),  # the shared settings and those of the families registered at import
 )
 ShiftbenchSettings.get = _get
 
 
 @functools.cache
 def _with_family_fields(names: tuple[str, ...]) -> Any:
-    """The resource class with the registered families' own settings as fields too."""
+    """The resource class with the settings of families registered after import as fields too."""
     if not names:
         return ShiftbenchSettings
     return create_model("ShiftbenchSettings", __base__=ShiftbenchSettings, **_fields(list(names)))
@@ -61,6 +61,6 @@ def _with_family_fields(names: tuple[str, ...]) -> Any:
 def settings_from_environment() -> Any:
     """The resource with an ``EnvVar`` for every ``SHIFTBENCH_*`` variable set now."""
     names = list(_descriptions())
-    resource = _with_family_fields(tuple(n for n in names if n not in Settings.model_fields))
+    resource = _with_family_fields(tuple(n for n in names if n not in ShiftbenchSettings.model_fields))
     bound = {name: dg.EnvVar(variable(name)) for name in names if os.environ.get(variable(name), "").strip()}
     return resource(**bound)

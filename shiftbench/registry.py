@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from shiftbench import contracts
+from shiftbench import settings as settings_module
 from shiftbench import variants as _variants
 from shiftbench.analysis import Analysis
 from shiftbench.breeds.family import BREEDS
@@ -32,12 +33,16 @@ def register(family: Family) -> None:
     FAMILIES[family.name] = family
     if family.contracts_dir is not None:
         contracts.add_directory(family.contracts_dir)
+    if family.settings is not None:
+        settings_module.add_family_settings(family.settings)
 
 
 def unregister(name: str) -> None:
     family = FAMILIES.pop(name)
     if family.contracts_dir is not None:
         contracts.remove_directory(family.contracts_dir)
+    if family.settings is not None:
+        settings_module.remove_family_settings(family.settings)
 
 
 for _family in (BREEDS, METASHIFT, CONDS):  # the registry: one entry per family

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shiftbench.errors import InputError
@@ -35,88 +35,13 @@ class Settings(BaseSettings):
         description="warehouse root: store/ (versions), cache/, catalog.duckdb, dagster_home/ (relative to the "
         "working directory)",
     )
-    imagenet_hierarchy_dir: Path | None = Field(
-        None,
-        description="ImageNet-format hierarchy files: wordnet.is_a.txt (parent child per line), words.txt (wnid TAB "
-        "names); unset: WordNet 3.0 through nltk from Debian's files",
-    )
-    wordnet_dict_dir: Path = Field(
-        Path("/usr/share/wordnet"),
-        description="the WordNet database nltk reads (copied under $SHIFTBENCH_HOME/cache/nltk_data)",
-    )
-    breeds_hierarchy_dir: Path | None = Field(
-        None,
-        description="BREEDS calibrated hierarchy files: class_hierarchy.txt, node_names.txt, dataset_class_info.json "
-        "(the release's files give the same versions as the default); unset: WordNet + the shipped BREEDS calibration",
-    )
-    breeds_hierarchy_source: Literal["release", "wordnet-default"] = Field(
-        "release",
-        description="release: the BREEDS hierarchy (SHIFTBENCH_BREEDS_HIERARCHY_DIR, else WordNet + the shipped "
-        "calibration); wordnet-default: the project's own calibration of WordNet (names get @wordnet-default)",
-    )
-    breeds_calibration: Path | None = Field(
-        None, description="an edit file applied on top of the hierarchy (format: docs/breeds.md, Calibration)"
-    )
-    breeds_specs: Path | None = Field(
-        None, description="an extra BREEDS spec file (same format as shiftbench/specs/breeds.yaml)"
-    )
-    imagenet_dir: Path | None = Field(
-        None,
-        description="an ILSVRC-2012 root; train/<wnid>/*.JPEG are listed (never opened); unset: the 50,000 packaged "
-        "validation labels only",
-    )
     offline: bool = Field(
         False, description="never try a download (the only one: nltk's WordNet, when Debian's files are missing)"
-    )
-    gqa_scene_graphs: Annotated[tuple[Path, ...], NoDecode] = Field(
-        (),
-        description="GQA scene-graph JSON files, comma-separated (train_sceneGraphs.json,val_sceneGraphs.json); "
-        "unset: the shipped attribute annotations (attribute contexts) and the generated scene sample (object and "
-        "general contexts, @generated)",
-    )
-    tags_table: Path | None = Field(
-        None,
-        description="instead of GQA: a Parquet/CSV table image_id, tag[, kind] (kind = object or general), e.g. COCO "
-        "labels",
-    )
-    metashift_class_groups: Path | None = Field(
-        None,
-        description='a class grouping {"group": [object names]} (MetaShift\'s class_hierarchy.json), used with --set '
-        "group_classes=true",
-    )
-    metashift_specs: Path | None = Field(
-        None, description="an extra MetaShift spec file (same format as shiftbench/specs/metashift.yaml)"
     )
     fanout_executor: Literal["multiprocess", "k8s"] = Field(
         "multiprocess",
         description="the executor of fanned-out builds (metashift_collections_fanout): Dagster's multiprocess "
         "executor, or dagster-k8s' k8s_job_executor (one pod per step; docs/kubernetes.md)",
-    )
-    metashift_buckets: int = Field(
-        0,
-        ge=0,
-        description="build a collection's classes in this many buckets, each in a worker process (0: on threads of "
-        "this process); the version is the same either way",
-    )
-    gqa_images_dir: Path | None = Field(
-        None, description="Visual Genome / GQA images (<image_id>.jpg), for ERM on MetaShift tasks"
-    )
-    celeba_dir: Path | None = Field(
-        None,
-        description="a folder with CelebA's list_attr_celeba.txt (and list_eval_partition.txt); unset: the celeba "
-        "cases are skipped by build conds",
-    )
-    celeba_allow_partial: bool = Field(
-        False,
-        description="accept an attribute file whose header count disagrees with its rows (recorded; any file with "
-        "fewer than 202,599 images builds NAME@partial)",
-    )
-    sprites_per_combination: int = Field(
-        100, ge=1, description="generated sprites per (shape, colour, background, size) combination (100: 8,100 images)"
-    )
-    sprites_seed: int = Field(0, ge=0, description="seed of the generated sprites")
-    conds_specs: Path | None = Field(
-        None, description="an extra ConDS spec file with your datasets (same format as shiftbench/specs/conds.yaml)"
     )
     erm_presets: Path | None = Field(
         None,
@@ -139,24 +64,14 @@ class Settings(BaseSettings):
         "joins and aggregates spill to the temporary folder (a GQA-scale collection's checks need it)",
     )
 
-    # SHIFTBENCH_* values that are no field here: a registered family's own settings (:meth:`of`).
+    # SHIFTBENCH_* values that are no field here: the families' own settings (:meth:`of`), validated with them.
     _family_values: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _family_settings: dict[type[BaseModel], BaseModel] = PrivateAttr(default_factory=dict)
 
-    @field_validator("gqa_scene_graphs", mode="before")
-    @classmethod
-    def _comma_separated(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return tuple(Path(part.strip()) for part in value.split(",") if part.strip())
-        return value
-
-    @field_validator("offline", "celeba_allow_partial", mode="before")
+    @field_validator("offline", mode="before")
     @classmethod
     def _flag(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in _TRUE | _FALSE:
-                return text in _TRUE
-        return value
+        return flag(value)
 
     @field_validator("home", mode="after")
     @classmethod
@@ -180,20 +95,36 @@ class Settings(BaseSettings):
         return settings._with_family_values({k: v for k, v in values.items() if k not in cls.model_fields})
 
     def _with_family_values(self, values: Mapping[str, Any]) -> Settings:
+        """Keep the families' values and validate every registered family's settings now: a bad value is
+        one line at the start of any command, whichever family it belongs to."""
         self._family_values.update(values)
+        for model in _FAMILY_MODELS:
+            self.of(model)
         return self
 
     def of(self, model: type[FamilySettings]) -> FamilySettings:
         """A family's own settings (its package's pydantic model, fields named like the variables here:
-        ``toy_specs`` is ``SHIFTBENCH_TOY_SPECS``), validated from this build's values."""
-        given = {name: self._family_values[name] for name in model.model_fields if name in self._family_values}
-        return _validated(lambda: model.model_validate(given))
+        ``celeba_dir`` is ``SHIFTBENCH_CELEBA_DIR``), validated from this build's values."""
+        found = self._family_settings.get(model)
+        if found is None:
+            given = {name: self._family_values[name] for name in model.model_fields if name in self._family_values}
+            found = self._family_settings[model] = _validated(lambda: model.model_validate(given))
+        assert isinstance(found, model)
+        return found
 
     def value(self, name: str) -> Any:
-        """The setting ``name``, a field here or a family's raw value (None when unset)."""
+        """The setting ``name``, a field here or of a registered family (None when unset)."""
         if name in type(self).model_fields:
             return getattr(self, name)
+        for model in _FAMILY_MODELS:
+            if name in model.model_fields:
+                return getattr(self.of(model), name)
         return self._family_values.get(name)
+
+    @property
+    def family_values(self) -> dict[str, Any]:
+        """The values given for the families' settings (as given: text from the environment)."""
+        return dict(self._family_values)
 
     @property
     def store_dir(self) -> Path:
@@ -216,6 +147,40 @@ class Settings(BaseSettings):
     def variants_path(self) -> Path:
         """Named variants (``--name``): their base spec and overrides, one file for every family."""
         return self.home / "variants.json"
+
+
+# The registered families' settings models (shiftbench.registry.register adds them).
+_FAMILY_MODELS: list[type[BaseModel]] = []
+
+
+def add_family_settings(model: type[BaseModel]) -> None:
+    if model not in _FAMILY_MODELS:
+        _FAMILY_MODELS.append(model)
+
+
+def remove_family_settings(model: type[BaseModel]) -> None:
+    if model in _FAMILY_MODELS:
+        _FAMILY_MODELS.remove(model)
+
+
+def flag(value: Any) -> Any:
+    """``1``/``true``/``yes``/``on`` and ``0``/``false``/``no``/``off``/empty as booleans."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _TRUE | _FALSE:
+            return text in _TRUE
+    return value
+
+
+def path_list(value: Any) -> Any:
+    """Comma-separated paths as a tuple."""
+    if isinstance(value, str):
+        return tuple(Path(part.strip()) for part in value.split(",") if part.strip())
+    return value
+
+
+Flag = Annotated[bool, BeforeValidator(flag)]
+PathList = Annotated[tuple[Path, ...], NoDecode, BeforeValidator(path_list)]
 
 
 def _prefixed(env: Mapping[str, str], skip: Any) -> dict[str, str]:

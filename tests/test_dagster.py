@@ -145,8 +145,8 @@ def instance() -> Iterator[dg.DagsterInstance]:
 
 def settings_resource(settings: Settings) -> Any:
     fields = {name: str(value) for name, value in settings.model_dump().items() if value not in (None, (), False)}
-    fields["gqa_scene_graphs"] = ",".join(str(p) for p in settings.gqa_scene_graphs) or None
     fields["offline"] = "1" if settings.offline else None
+    fields.update({name: str(value) for name, value in settings.family_values.items()})  # the families' own
     return ShiftbenchSettings(**{k: v for k, v in fields.items() if v is not None})
 
 
@@ -182,6 +182,8 @@ def location(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> dg.Definiti
         if value != getattr(defaults, name):
             text = ",".join(map(str, value)) if isinstance(value, tuple) else "1" if value is True else str(value)
             monkeypatch.setenv(variable(name), text)
+    for name, value in settings.family_values.items():  # the families' own settings, as they were given
+        monkeypatch.setenv(variable(name), str(value))
     return build_definitions()
 
 

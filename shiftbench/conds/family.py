@@ -25,6 +25,7 @@ from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
 from shiftbench.conds.figures import accuracy_by_shift, conds_cell_counts, conds_grid_vs_paper, conds_value_shares
 from shiftbench.conds.scoring import shift_subsets
+from shiftbench.conds.settings import CondsSettings
 from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
 from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
@@ -58,7 +59,8 @@ CASE_TABLES = (
 
 def dataset_unavailable(settings: Settings, dataset: DatasetSpec) -> str | None:
     """Why a dataset cannot be read here (its source is not configured), or None."""
-    if dataset.source == "celeba" and settings.celeba_dir is None:
+    own = settings.of(CondsSettings)
+    if dataset.source == "celeba" and own.celeba_dir is None:
         return "CelebA's annotations are not configured: set SHIFTBENCH_CELEBA_DIR"
     return None
 
@@ -66,8 +68,9 @@ def dataset_unavailable(settings: Settings, dataset: DatasetSpec) -> str | None:
 def case_specs(settings: Settings) -> dict[str, CaseSpec]:
     """Cases by benchmark name: the shipped CelebA cases built on a subset of CelebA are ``NAME@partial``, on any
     other file than the release's (by its MD5) ``NAME@celeba-files``."""
-    specs = load_specs(settings.conds_specs)
-    celeba_tag = celeba_files.source_tag(settings.celeba_dir / ATTRIBUTE_FILE) if settings.celeba_dir else None
+    own = settings.of(CondsSettings)
+    specs = load_specs(own.conds_specs)
+    celeba_tag = celeba_files.source_tag(own.celeba_dir / ATTRIBUTE_FILE) if own.celeba_dir else None
 
     def tag(case: CaseSpec) -> str | None:
         return celeba_tag if specs.datasets[case.dataset].source == "celeba" else None
@@ -88,17 +91,16 @@ def recorded_tag(manifest: Mapping[str, Any]) -> str | None:
 
 def sources_fingerprint(settings: Settings) -> str:
     """Every configured dataset's source: CelebA's files, users' tables, the sprites generator."""
+    own = settings.of(CondsSettings)
     parts = []
-    for name, dataset in sorted(load_specs(settings.conds_specs).datasets.items()):
+    for name, dataset in sorted(load_specs(own.conds_specs).datasets.items()):
         if dataset.source == "celeba":
             names = ("list_attr_celeba.txt", "list_eval_partition.txt")
-            files = [settings.celeba_dir / f for f in names] if settings.celeba_dir else []
+            files = [own.celeba_dir / f for f in names] if own.celeba_dir else []
             digest = sha256_files([f for f in files if f.is_file()]) if files else "unset"
-            parts.append(f"{name}|celeba|{digest}|{settings.celeba_allow_partial}")
+            parts.append(f"{name}|celeba|{digest}|{own.celeba_allow_partial}")
         elif dataset.source == "sprites":
-            parts.append(
-                f"{name}|{sprites.GENERATOR_VERSION}|{settings.sprites_per_combination}|{settings.sprites_seed}"
-            )
+            parts.append(f"{name}|{sprites.GENERATOR_VERSION}|{own.sprites_per_combination}|{own.sprites_seed}")
         else:
             path = dataset.path
             parts.append(f"{name}|table|{sha256_files([path]) if path is not None and path.is_file() else 'missing'}")
@@ -107,7 +109,8 @@ def sources_fingerprint(settings: Settings) -> str:
 
 def dataset_definition(settings: Settings, name: str) -> str:
     """What in a dataset spec defines its cases (not where in which file it was written)."""
-    return str(replace(load_specs(settings.conds_specs).datasets[name], source_file="", line=None))
+    own = settings.of(CondsSettings)
+    return str(replace(load_specs(own.conds_specs).datasets[name], source_file="", line=None))
 
 
 def _images(dataset: DatasetSpec, image_root: Path | None) -> dict[str, Any]:
@@ -122,11 +125,12 @@ def _raw_table(
     settings: Settings, dataset: DatasetSpec
 ) -> tuple[pl.DataFrame, dict[str, Any], Path | None, int | None]:
     """The raw table with ``example_id``, where it came from, the image root, the file line of row 0."""
+    own = settings.of(CondsSettings)
     if dataset.source == "celeba":
-        if settings.celeba_dir is None:
+        if own.celeba_dir is None:
             raise InputError(f"dataset {dataset.name} needs CelebA's annotations", parameter="SHIFTBENCH_CELEBA_DIR")
-        path = settings.celeba_dir / ATTRIBUTE_FILE
-        celeba = read_celeba_attributes(path, allow_partial=settings.celeba_allow_partial)
+        path = own.celeba_dir / ATTRIBUTE_FILE
+        celeba = read_celeba_attributes(path, allow_partial=own.celeba_allow_partial)
         origin = {
             "path": str(path),
             "files_sha256": sha256_files([path]),
@@ -134,9 +138,9 @@ def _raw_table(
             "partial": celeba.partial,
             "attributes_md5": celeba_files.file_md5(path),
         }
-        return celeba.table.rename({"image_id": "example_id"}), origin, settings.celeba_dir, 3
+        return celeba.table.rename({"image_id": "example_id"}), origin, own.celeba_dir, 3
     if dataset.source == "sprites":
-        n, seed = settings.sprites_per_combination, settings.sprites_seed
+        n, seed = own.sprites_per_combination, own.sprites_seed
         key = sha256_text(f"{sprites.GENERATOR_VERSION}|{n}|{seed}")[:32]
         target = settings.cache_dir / "sprites" / key
 
@@ -177,7 +181,8 @@ def attribute_source(settings: Settings, dataset: DatasetSpec) -> CachedArtifact
 
 def attribute_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
     """Every configured dataset's attribute table; skipped datasets are listed with the reason."""
-    specs = load_specs(settings.conds_specs)
+    own = settings.of(CondsSettings)
+    specs = load_specs(own.conds_specs)
     datasets: dict[str, CachedArtifact] = {}
     skipped: dict[str, str] = {}
     for name, dataset in specs.datasets.items():
@@ -212,10 +217,11 @@ def dataset_artifact(tables: CachedArtifact, dataset: str) -> CachedArtifact:
 
 def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
     """Draw the case's splits, measure its shift summary, stage the version with two figures."""
+    own = settings.of(CondsSettings)
     case, benchmark = target.spec, target.benchmark
     assert isinstance(case, CaseSpec)
     source = dataset_artifact(inputs[ATTRIBUTES.name], case.dataset)
-    dataset = load_specs(settings.conds_specs).datasets[case.dataset]
+    dataset = load_specs(own.conds_specs).datasets[case.dataset]
     table = pl.read_parquet(source.path / "attributes.parquet")
     sources = {"dataset": case.dataset, "source": source.meta["source"], "attributes_sha256": source.fingerprint}
     tables, draw, summary = build.case_tables(case, table, sources, target.overrides)
@@ -339,7 +345,7 @@ CASE = Kind(
     describe=describe_case,
     unavailable=lambda settings, case: dataset_unavailable(
         settings,
-        load_specs(settings.conds_specs).datasets[case.dataset],  # type: ignore[attr-defined]
+        load_specs(settings.of(CondsSettings).conds_specs).datasets[case.dataset],  # type: ignore[attr-defined]
     ),
     code_version=CODE_VERSION,
     spec_source="conds_specs",
@@ -389,6 +395,7 @@ CONDS = Family(
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
     eval_subsets=shift_subsets,
+    settings=CondsSettings,
     analyses=ANALYSES,
     contracts_dir=PACKAGE / "contracts",
 )

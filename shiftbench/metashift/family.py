@@ -55,6 +55,7 @@ from shiftbench.metashift.figures import (
 )
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.scope import Scope, scope_line
+from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
 from shiftbench.settings import Settings
@@ -105,7 +106,11 @@ TASK_FIGURE = "task_distances.png"
 
 
 def annotations_fingerprint(settings: Settings) -> str:
-    files = [*settings.gqa_scene_graphs, *([settings.tags_table] if settings.tags_table else [])]
+    own = settings.of(MetaShiftSettings)
+    files = [
+        *own.gqa_scene_graphs,
+        *([own.tags_table] if own.tags_table else []),
+    ]
     existing = [f for f in files if f.is_file()] + [packaged.METASHIFT_ATTRIBUTES]
     return sha256_text(f"{sha256_files(existing)}|{len(files)}|{generated_scenes.GENERATOR_VERSION}")
 
@@ -113,11 +118,12 @@ def annotations_fingerprint(settings: Settings) -> str:
 def scene_source(settings: Settings, spec: CollectionSpec | TaskSpec) -> str:
     """Which annotations build ``spec``: GQA when given, the released attributes for attribute contexts,
     else the tag table or the generated sample."""
-    if settings.gqa_scene_graphs:
+    own = settings.of(MetaShiftSettings)
+    if own.gqa_scene_graphs:
         return SOURCE_GQA
     if tuple(spec.context_kinds) == ("attribute",):
         return SOURCE_RELEASED
-    return SOURCE_TAGS if settings.tags_table is not None else SOURCE_GENERATED
+    return SOURCE_TAGS if own.tags_table is not None else SOURCE_GENERATED
 
 
 def task_unavailable(settings: Settings, spec: TaskSpec) -> str | None:
@@ -135,20 +141,23 @@ def task_unavailable(settings: Settings, spec: TaskSpec) -> str | None:
 
 def source_tag(settings: Settings, spec: CollectionSpec | TaskSpec) -> str | None:
     """What a shipped spec's name carries after '@' with these annotations: nothing for the papers' data."""
+    own = settings.of(MetaShiftSettings)
     source = scene_source(settings, spec)
     if source == SOURCE_GQA:
-        return None if gqa_release.is_release(list(settings.gqa_scene_graphs), settings.cache_dir) else gqa_release.TAG
+        return None if gqa_release.is_release(list(own.gqa_scene_graphs), settings.cache_dir) else gqa_release.TAG
     return NAME_TAGS.get(source)
 
 
 def collection_specs(settings: Settings) -> dict[str, CollectionSpec]:
-    specs = load_specs(settings.metashift_specs).collections
+    own = settings.of(MetaShiftSettings)
+    specs = load_specs(own.metashift_specs).collections
     shipped = SHIPPED_NAMES()
     return tag_paper_names(specs, shipped, lambda spec: source_tag(settings, spec))
 
 
 def task_specs(settings: Settings) -> dict[str, TaskSpec]:
-    specs = load_specs(settings.metashift_specs).tasks
+    own = settings.of(MetaShiftSettings)
+    specs = load_specs(own.metashift_specs).tasks
     shipped = SHIPPED_NAMES()
 
     def tag(spec: TaskSpec) -> str | None:  # a task that cannot be built here keeps the paper's name
@@ -178,16 +187,21 @@ def _scenes_for(
 
 def load_scene_source(settings: Settings) -> tuple[SceneTables, str, dict[str, Any]]:
     """The configured annotations: GQA files, else a tag table, else the generated sample."""
-    if settings.gqa_scene_graphs and settings.tags_table is not None:
+    own = settings.of(MetaShiftSettings)
+    if own.gqa_scene_graphs and own.tags_table is not None:
         raise InputError(
             "set either SHIFTBENCH_GQA_SCENE_GRAPHS or SHIFTBENCH_TAGS_TABLE, not both",
             parameter="SHIFTBENCH_TAGS_TABLE",
         )
-    if settings.gqa_scene_graphs:
-        tables = read_gqa_scene_graphs(list(settings.gqa_scene_graphs))
-        return tables, "visual-genome", {"paths": [str(p) for p in settings.gqa_scene_graphs]}
-    if settings.tags_table is not None:
-        return read_tags_table(settings.tags_table), "tag-table", {"paths": [str(settings.tags_table)]}
+    if own.gqa_scene_graphs:
+        tables = read_gqa_scene_graphs(list(own.gqa_scene_graphs))
+        return tables, "visual-genome", {"paths": [str(p) for p in own.gqa_scene_graphs]}
+    if own.tags_table is not None:
+        return (
+            read_tags_table(own.tags_table),
+            "tag-table",
+            {"paths": [str(own.tags_table)]},
+        )
     objects, images, fingerprint = generated_scenes.generate_scene_tables()
     tables = SceneTables.from_frames(objects, images, fingerprint, kind=generated_scenes.GENERATOR_VERSION)
     return tables, generated_scenes.DATASET, {"paths": [], "note": "generated sample, not Visual Genome"}
@@ -226,19 +240,21 @@ def read_scenes(artifact: CachedArtifact) -> tuple[CodedObjects, pl.DataFrame]:
 
 
 def _groups(settings: Settings, wanted: bool) -> tuple[pl.DataFrame | None, dict[str, Any]]:
+    own = settings.of(MetaShiftSettings)
     if not wanted:
         return None, {}
-    if settings.metashift_class_groups is None:
+    if own.metashift_class_groups is None:
         raise InputError("group_classes=true needs SHIFTBENCH_METASHIFT_CLASS_GROUPS", parameter="group_classes")
-    groups = read_class_groups(settings.metashift_class_groups)
+    groups = read_class_groups(own.metashift_class_groups)
     return groups, {"class_groups_sha256": sha256_table(groups)}
 
 
 def _sources(settings: Settings, scenes: CachedArtifact) -> dict[str, Any]:
     """What a version records of its annotations; for GQA files, also whether they are the release's."""
+    own = settings.of(MetaShiftSettings)
     sources = {"scenes": scenes.meta["kind"], "dataset": scenes.meta["dataset"], "scenes_sha256": scenes.fingerprint}
     if scenes.meta["kind"] == GQA_KIND:
-        sources["gqa_release"] = gqa_release.is_release(list(settings.gqa_scene_graphs), settings.cache_dir)
+        sources["gqa_release"] = gqa_release.is_release(list(own.gqa_scene_graphs), settings.cache_dir)
     return sources
 
 
@@ -257,8 +273,9 @@ def figure_name(class_name: str) -> str:
 
 def images_of(settings: Settings, dataset: str) -> dict[str, Any]:
     """The manifest's image block: GQA images, stand-ins for the generated sample, a user's root for tags."""
+    own = settings.of(MetaShiftSettings)
     if dataset == "visual-genome":
-        return image_block("gqa", "{}", settings.gqa_images_dir, "gqa_images_dir")
+        return image_block("gqa", "{}", own.gqa_images_dir, "gqa_images_dir")
     if dataset == generated_scenes.DATASET:
         return image_block(STANDIN, "{}", None)
     return image_block("user", "{}", None)
@@ -279,14 +296,13 @@ class CollectionPlan:
 def _prepare_collection(
     settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
 ) -> tuple[CollectionPlan, SceneIndex]:
+    own = settings.of(MetaShiftSettings)
     spec = target.spec
     assert isinstance(spec, CollectionSpec)
     scenes = _scenes_for(settings, spec, inputs)
     objects, images = read_scenes(scenes)
     groups, group_sources = _groups(settings, spec.group_classes)
-    index, scope = collection.prepare(
-        spec, objects, images, load_specs(settings.metashift_specs).general_contexts, groups
-    )
+    index, scope = collection.prepare(spec, objects, images, load_specs(own.metashift_specs).general_contexts, groups)
     plan = CollectionPlan(
         spec,
         scope,
@@ -301,13 +317,14 @@ def _prepare_collection(
 def stage_collection(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
     """Build a collection (subsets, meta-graphs, communities, embeddings) and stage it: its classes on this
     process's threads, or in ``SHIFTBENCH_METASHIFT_BUCKETS`` buckets of worker processes (the same version)."""
+    own = settings.of(MetaShiftSettings)
     plan, index = _prepare_collection(settings, target, inputs)
-    if settings.metashift_buckets <= 0:
+    if own.metashift_buckets <= 0:
         outcomes = collection.build_classes(index, plan.settings)
     else:
         work_dir = settings.cache_dir / "metashift_work"
         work_dir.mkdir(parents=True, exist_ok=True)
-        outcomes = collection.build_in_processes(index, plan.settings, settings.metashift_buckets, work_dir)
+        outcomes = collection.build_in_processes(index, plan.settings, own.metashift_buckets, work_dir)
     figures = _figures_started(outcomes, target.benchmark)
     tables, results, distances = collection.collection_tables(plan.spec, index, plan.scope, outcomes, plan.sources)
     del index, outcomes, results  # not held while the version is hashed, written and checked
@@ -415,10 +432,11 @@ def _drawing(result: ClassResult, class_name: str, benchmark: str) -> MetaGraphD
 
 def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
     """Build one shift task's examples and distances and stage them."""
+    own = settings.of(MetaShiftSettings)
     spec = target.spec
     assert isinstance(spec, TaskSpec)
     scenes = _scenes_for(settings, spec, inputs)
-    specs = load_specs(settings.metashift_specs)
+    specs = load_specs(own.metashift_specs)
     objects, images = read_scenes(scenes)
     data = build.task_data(objects, images, spec, specs.general_contexts)
     dataset = str(scenes.meta["dataset"])
@@ -593,7 +611,7 @@ COLLECTION = Kind(
     code_version=CODE_VERSION,
     kinds=frozenset({"scipy", "networkx", "parquet"}),
     spec_source="metashift_specs",
-    spec_context=lambda settings, spec: load_specs(settings.metashift_specs).general_contexts,
+    spec_context=lambda settings, spec: load_specs(settings.of(MetaShiftSettings).metashift_specs).general_contexts,
 )
 TASK = Kind(
     family=build.FAMILY,
@@ -610,12 +628,13 @@ TASK = Kind(
     describe=describe_task,
     code_version=CODE_VERSION,
     spec_source="metashift_specs",
-    spec_context=lambda settings, spec: load_specs(settings.metashift_specs).general_contexts,
+    spec_context=lambda settings, spec: load_specs(settings.of(MetaShiftSettings).metashift_specs).general_contexts,
 )
 
 
 def _training_unavailable(settings: Settings) -> str | None:
-    if settings.gqa_images_dir is None and (settings.gqa_scene_graphs or settings.tags_table is not None):
+    own = settings.of(MetaShiftSettings)
+    if own.gqa_images_dir is None and (own.gqa_scene_graphs or own.tags_table is not None):
         return "MetaShift tasks train on Visual Genome / GQA images: set SHIFTBENCH_GQA_IMAGES_DIR"
     return None  # the generated sample trains on stand-in images
 
@@ -652,6 +671,7 @@ METASHIFT = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
+    settings=MetaShiftSettings,
     analyses=ANALYSES,
     contracts_dir=PACKAGE / "contracts",
 )
