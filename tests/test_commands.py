@@ -369,8 +369,9 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     target = tmp_path / "out" / "dir"
     counts = export_domainbed(split, images, target)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["dir"] and not (tmp_path / "dir").exists()
-    folders = sorted(p.name for p in target.iterdir())
+    folders = sorted(p.name for p in target.iterdir() if p.is_dir())
     assert len(folders) == len(values) == len(counts) and not {".", "..", ""} & set(folders)
+    assert sorted(json.loads((target / "environments.json").read_text())) == folders  # each folder's group name
     assert all(not name.startswith(".") and "/" not in name for name in folders), folders
     for link in target.rglob("*"):
         assert link.absolute().is_relative_to(target.absolute())
