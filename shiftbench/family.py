@@ -150,6 +150,8 @@ class Kind:
     needs: Callable[[Settings, Spec], tuple[str, ...]] | None = None
     # How one build fans out into units (MetaShift collections: buckets of classes), when it can.
     fanout: Fanout | None = None
+    # A small shipped benchmark of this kind, built from what the package ships (tests and demos use it).
+    example: str = ""
 
     def inputs_needed(self, settings: Settings, specs: Iterable[Spec]) -> tuple[str, ...]:
         """The inputs building ``specs`` reads (in ``inputs`` order): nothing else is built or loaded."""

@@ -19,7 +19,7 @@ import pytest
 
 from shiftbench.settings import Settings
 
-from .conftest import BREEDS_FIXTURE, FIXTURES, PROJECT, PUBLISHED_SPLITS
+from .conftest import BREEDS_FIXTURE, PROJECT, PUBLISHED_SPLITS
 
 warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
@@ -71,18 +71,27 @@ def test_asset_graph_snapshot(snapshot: Any) -> None:
     assert graph_summary(defs) == snapshot
 
 
-def test_one_factory_for_every_family_with_guards_batches_and_lineage() -> None:
+KINDS = {f"{kind.family}/{kind.name}": kind for kind in registry.kinds()}
+
+
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
+def test_one_factory_makes_every_kinds_guarded_batched_assets(kind_name: str) -> None:
+    kind = KINDS[kind_name]
     graph = defs.resolve_asset_graph()
-    for kind in registry.kinds():
-        staged = graph.get(dg.AssetKey(list(kind.staged_key)))
-        publish = graph.get(dg.AssetKey(list(kind.publish_key)))
-        assert {c.name for c in staged.check_keys} == {f"contract_{t}" for t in kind.tables}
-        assets_def = defs.resolve_assets_def(staged.key)
-        assert all(spec.blocking for spec in assets_def.check_specs)
-        assert assets_def.backfill_policy == dg.BackfillPolicy.single_run()  # N partitions = one run
-        assert isinstance(staged.partitions_def, dg.DynamicPartitionsDefinition)
-        assert staged.partitions_def.name == kind.qualified
-        assert staged.key in publish.parent_keys and spec_source_key(kind) in staged.parent_keys
+    staged = graph.get(dg.AssetKey(list(kind.staged_key)))
+    publish = graph.get(dg.AssetKey(list(kind.publish_key)))
+    assert {c.name for c in staged.check_keys} == {f"contract_{t}" for t in kind.tables}
+    assets_def = defs.resolve_assets_def(staged.key)
+    assert all(spec.blocking for spec in assets_def.check_specs)
+    assert assets_def.backfill_policy == dg.BackfillPolicy.single_run()  # N partitions = one run
+    assert isinstance(staged.partitions_def, dg.DynamicPartitionsDefinition)
+    assert staged.partitions_def.name == kind.qualified
+    assert staged.key in publish.parent_keys and spec_source_key(kind) in staged.parent_keys
+    assert kind.example  # every kind names a small shipped benchmark for the tests below
+
+
+def test_results_live_under_their_split_and_the_sensors_run() -> None:
+    graph = defs.resolve_asset_graph()
     # Results live under their split: every ERM asset has the split's publish asset upstream.
     erm_keys = [k for k in graph.get_all_asset_keys() if k.path[0] == "erm" and "staged_" in k.path[1]]
     assert erm_keys
@@ -281,12 +290,8 @@ def _failing_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(publishing, "check_tables", broken)
 
 
-CHEAP = {"breeds/benchmark": "living17", "metashift/collection": "metashift-attributes",
-         "metashift/task": "cat-dog-dg-cabinet-bed@generated", "conds/case": "celeba-uniform@partial"}  # fmt: skip
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("kind_name", sorted(CHEAP))
+@pytest.mark.parametrize("kind_name", sorted(KINDS))
 def test_materializing_only_the_publish_asset_after_failed_checks_publishes_nothing(
     make_settings: Callable[..., Settings],
     instance: dg.DagsterInstance,
@@ -294,15 +299,13 @@ def test_materializing_only_the_publish_asset_after_failed_checks_publishes_noth
     tmp_path: Path,
     kind_name: str,
 ) -> None:
-    celeba = tmp_path / "celeba"
-    celeba.mkdir()
-    (celeba / "list_attr_celeba.txt").write_text((FIXTURES / "celeba" / "list_attr_celeba_first20000.txt").read_text())
-    settings = make_settings(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_CELEBA_DIR=str(celeba))
+    settings = make_settings(
+        SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_SPRITES_PER_COMBINATION="40"
+    )
     loc = location(monkeypatch, settings)
     sync(instance, settings)
-    family, _, name = kind_name.partition("/")
-    kind = registry.family(family).kind(name)
-    benchmark = CHEAP[kind_name]
+    kind = KINDS[kind_name]
+    benchmark = kind.example
     with monkeypatch.context() as patch:
         _failing_checks(patch)
         staged_run = run_kind(loc, instance, kind, [benchmark])

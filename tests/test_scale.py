@@ -19,16 +19,20 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shiftbench.contracts import CONTRACTS_DIR, _custom_module_source, load_contract
+from shiftbench.contracts import _custom_module_source, load_contract
 from shiftbench.errors import InputError
 from shiftbench.magnitudes import exact_sum
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.eigensolver import smallest_eigenpairs
+from shiftbench.metashift.family import METASHIFT
 from shiftbench.metashift.specs import load_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.streamed import prefetched, regroup
+
+assert METASHIFT.contracts_dir is not None
+METASHIFT_CONTRACTS = METASHIFT.contracts_dir
 
 
 def _networkx_communities(graph: mg.ClassGraph, seed: int) -> list[list[str]]:
@@ -171,7 +175,7 @@ def test_regroup_cuts_pieces_into_exact_batches() -> None:
 
 
 def test_a_custom_rule_runs_only_this_package_s_functions(tmp_path: Path) -> None:
-    text = (CONTRACTS_DIR / "metashift_edges.yaml").read_text("utf-8")
+    text = (METASHIFT_CONTRACTS / "metashift_edges.yaml").read_text("utf-8")
     for wrong in ("os:system", "shiftbench.metashift.checks", "shiftbench.metashift.checks:not-a-name"):
         path = tmp_path / "metashift_edges.yaml"
         path.write_text(text.replace("shiftbench.metashift.checks:edge_overlap_mismatches", wrong), "utf-8")
@@ -184,7 +188,7 @@ def test_a_custom_rule_s_code_is_part_of_its_contract_s_fingerprint() -> None:
     """Editing the code of a rule invalidates earlier check records, as editing the YAML does."""
     import hashlib
 
-    path = CONTRACTS_DIR / "metashift_edges.yaml"
+    path = METASHIFT_CONTRACTS / "metashift_edges.yaml"
     contract = load_contract(path)
     (rule,) = [q for q in contract.schema.quality or [] if q.type == "custom"]
     text = path.read_text("utf-8").encode("utf-8")

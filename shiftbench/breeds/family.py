@@ -347,6 +347,7 @@ BENCHMARK = Kind(
     describe=describe_benchmark,
     code_version=CODE_VERSION,
     spec_source="breeds_specs",
+    example="living17",
 )
 
 

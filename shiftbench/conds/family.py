@@ -350,6 +350,7 @@ CASE = Kind(
     code_version=CODE_VERSION,
     spec_source="conds_specs",
     spec_context=lambda settings, case: dataset_definition(settings, case.dataset),  # type: ignore[attr-defined]
+    example="sprites-uniform",
 )
 # The paper's analyses over this family's results (shiftbench.analysis).
 PACKAGE = Path(__file__).parent

@@ -612,6 +612,7 @@ COLLECTION = Kind(
     kinds=frozenset({"scipy", "networkx", "parquet"}),
     spec_source="metashift_specs",
     spec_context=lambda settings, spec: load_specs(settings.of(MetaShiftSettings).metashift_specs).general_contexts,
+    example="metashift-attributes",
 )
 TASK = Kind(
     family=build.FAMILY,
@@ -629,6 +630,7 @@ TASK = Kind(
     code_version=CODE_VERSION,
     spec_source="metashift_specs",
     spec_context=lambda settings, spec: load_specs(settings.of(MetaShiftSettings).metashift_specs).general_contexts,
+    example="cat-dog-dg-cabinet-bed@generated",
 )
 
 

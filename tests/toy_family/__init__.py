@@ -152,6 +152,7 @@ SPLIT = Kind(
     stage=stage,
     describe=describe,
     code_version="toy-1",
+    example="toy-red",
 )
 TOY = Family(
     name=NAME,
