@@ -204,6 +204,8 @@ class Family:
     # Named subsets of a version's examples scored besides splits and groups (``shiftbench eval``; ConDS: the
     # examples a shift concerns), from the version's folder and its examples: a boolean mask per name.
     eval_subsets: Callable[[Path, pl.DataFrame], Mapping[str, Any]] | None = None
+    # Why a version may have no training examples (said when ERM is asked to train on one), if the family knows.
+    no_training_examples: str = ""
     # The papers' analyses over this family's results (tables with contracts, a query and a figure each).
     analyses: tuple[Analysis, ...] = ()
 

@@ -12,17 +12,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from shiftbench import building, registry, variants
+from shiftbench import registry, variants
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
-from shiftbench.metashift import family as metashift
-from shiftbench.metashift.generate import DgRequest, GeneratedTask, generate_dg
-from shiftbench.metashift.settings import MetaShiftSettings
-from shiftbench.metashift.specs import load_specs
 from shiftbench.settings import Settings
 from shiftbench.spec_files import parse_value
-
-DEFAULT_FAMILY = "breeds"  # what `shiftbench build` builds when given neither a family nor benchmarks
 
 
 def parse_overrides(items: Iterable[str], parameter: str = "--set") -> dict[str, Any]:
@@ -81,11 +75,11 @@ def build_plan(
 
     Named benchmarks (duplicates once) must be of one family, the one given if any; overrides need ``name``, the
     new benchmark (a variant of exactly one benchmark, registered here); neither builds every benchmark of the
-    family (default: the benchmarks' family, else :data:`DEFAULT_FAMILY`) that can be built here.
+    family (default: the benchmarks' family, else :func:`registry.default_family`) that can be built here.
     """
     names = list(dict.fromkeys(benchmarks))
     kinds = [registry.kind_of(settings, benchmark) for benchmark in names]
-    chosen = registry.family(family or (kinds[0].family if kinds else DEFAULT_FAMILY))
+    chosen = registry.family(family or (kinds[0].family if kinds else registry.default_family()))
     for benchmark, kind in zip(names, kinds, strict=True):
         if kind.family != chosen.name:
             raise InputError(f"{benchmark} is a {kind.family} {kind.name}, not {chosen.name}", parameter="--benchmark")
@@ -136,9 +130,9 @@ def _family_plan(settings: Settings, family: Family) -> BuildPlan:
 
 
 def listing(settings: Settings, family: str | None) -> Iterator[tuple[str, str | None]]:
-    """Every benchmark name of ``family`` (default :data:`DEFAULT_FAMILY`), kind by kind, with a note: why it cannot
+    """Every benchmark name of ``family`` (default: the first registered), kind by kind, with a note: why it cannot
     be built here, or the benchmark and overrides a named variant stands for."""
-    chosen = registry.family(family or DEFAULT_FAMILY)
+    chosen = registry.family(family or registry.default_family())
     registry.spec_kinds(settings)  # names clashing across families are an error here too
     for kind in chosen.kinds:
         missing = variants.unavailable(settings, kind)
@@ -171,17 +165,3 @@ def training_seed(seed: int | None) -> int:
     if not 0 <= seed <= 9:
         raise InputError("seeds are partitions 0..9", parameter="--seed")
     return seed
-
-
-# -- generating specs -----------------------------------------------------------------------------------------
-def generate_metashift_dg(settings: Settings, request: DgRequest) -> GeneratedTask:
-    """A distance-controlled MetaShift domain-generalization task, from the scenes the request's contexts need:
-    the released attribute annotations when only attributes are asked for and no GQA scene graphs are set, else
-    the scene graphs (built first if not cached)."""
-    own = settings.of(MetaShiftSettings)
-    released = request.context_kinds == ("attribute",) and not own.gqa_scene_graphs
-    scenes_input = metashift.RELEASED if released else metashift.SCENES
-    artifact = building.build_inputs(settings, metashift.METASHIFT, [scenes_input.name])[scenes_input.name]
-    objects, images = metashift.read_scenes(artifact)
-    source = f"{artifact.meta['dataset']} ({artifact.meta['kind']}, {artifact.fingerprint[:16]})"
-    return generate_dg(objects, images, load_specs(own.metashift_specs).general_contexts, request, source)

@@ -54,6 +54,11 @@ def analyses() -> dict[str, Analysis]:
     return {a.name: a for family in FAMILIES.values() for a in family.analyses}
 
 
+def default_family() -> str:
+    """What ``shiftbench build`` builds when given neither a family nor benchmarks: the first registered."""
+    return next(iter(FAMILIES))
+
+
 def family(name: str) -> Family:
     if name not in FAMILIES:
         raise InputError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}", parameter="family")

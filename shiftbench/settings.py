@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     )
     fanout_executor: Literal["multiprocess", "k8s"] = Field(
         "multiprocess",
-        description="the executor of fanned-out builds (metashift_collections_fanout): Dagster's multiprocess "
+        description="the executor of fanned-out builds (the <family>_<kinds>_fanout jobs): Dagster's multiprocess "
         "executor, or dagster-k8s' k8s_job_executor (one pod per step; docs/kubernetes.md)",
     )
     erm_presets: Path | None = Field(

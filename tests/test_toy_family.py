@@ -115,3 +115,35 @@ def test_the_package_is_its_only_place(toy: None) -> None:
         if path.is_file() and path.suffix in {".py", ".sql", ".yaml"} and "toy_cells" in path.read_text("utf-8")
     ]
     assert named == []
+
+
+def test_shared_library_code_names_no_family() -> None:
+    """Outside the family packages and the registry, the library says no family's name in code (its docstrings
+    and comments may use them as examples) and imports no family package."""
+    import ast
+    import re
+
+    project = Path(__file__).parents[1]
+    names = sorted(registry.FAMILIES)
+    said = re.compile(rf"(?<![a-z])({'|'.join(names)})(?![a-z])")  # conds_cells too
+    packages = tuple(f"shiftbench.{name}." for name in names)
+    shared = [p for p in (project / "shiftbench").glob("*.py") if p.name != "registry.py"]
+    shared += [*(project / "shiftbench" / "erm").glob("*.py"), *(project / "assets").glob("*.py")]
+    found = []
+    for path in shared:
+        tree = ast.parse(path.read_text("utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(project)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if said.search(node.value):
+                    found.append(f"{where}: {node.value[:60]!r}")
+            elif isinstance(node, ast.ImportFrom) and f"{node.module}.".startswith(packages):
+                found.append(f"{where}: imports {node.module}")
+    assert found == []

@@ -33,7 +33,7 @@ def add_generate(sub: Subcommands) -> None:
 
 def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
-    from shiftbench.plans import generate_metashift_dg
+    from shiftbench.metashift.generating import generate_task
     from shiftbench.registry import check_new_name
 
     settings = Settings.from_env()
@@ -41,7 +41,7 @@ def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
         output_file(args.out, "--out")  # before the scenes are read: a directory or a missing folder is one line
     if args.name is not None:
         check_new_name(settings, args.name, "--name")
-    task = generate_metashift_dg(settings, _request(args))
+    task = generate_task(settings, _request(args))
     if args.out is None:
         sys.stdout.write(task.text)
     else:

@@ -401,6 +401,7 @@ BREEDS = Family(
     shipped_names=SHIPPED_NAMES,
     source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
     settings=BreedsSettings,
+    no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",
     analyses=ANALYSES,
     contracts_dir=PACKAGE / "contracts",
 )

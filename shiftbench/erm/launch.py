@@ -26,7 +26,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench import cards, plots
+from shiftbench import cards, plots, registry
 from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints
@@ -162,10 +162,10 @@ def plan_run(
     train_split = str(values.get("train_split", "train"))
     n_train = split.examples.filter(pl.col("split") == train_split).height
     if n_train == 0:
-        hint = " (BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time)"
+        family = registry.FAMILIES.get(split.family)
+        hint = f" ({family.no_training_examples})" if family is not None and family.no_training_examples else ""
         raise InputError(
-            f"{benchmark} version {split.version} has no {train_split!r} examples to train on"
-            f"{hint if split.family == 'breeds' else ''}",
+            f"{benchmark} version {split.version} has no {train_split!r} examples to train on{hint}",
             parameter="benchmark",
         )
     config = resolve_config(values, n_train, given=set(overrides or {}))
