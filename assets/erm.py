@@ -28,7 +28,7 @@ from assets.metadata import contract_check_specs, contract_evaluations, publishe
 from assets.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
-from shiftbench.erm import launch, pods
+from shiftbench.erm import launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
@@ -38,7 +38,7 @@ from shiftbench.spec_files import parse_value
 from shiftbench.store import Store
 
 TABLES = ("erm_results", "erm_runs", "erm_curves")
-SEEDS = [str(seed) for seed in range(10)]
+SEEDS = [str(seed) for seed in sweep.SEEDS]  # one seed range: the sweep plans over the same
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
 # Training parameters that may be null: launchpad text, as on the command line ("null" clears).
 NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
@@ -163,7 +163,7 @@ def baseline_assets(family: Family, kind: Kind) -> tuple[dg.AssetsDefinition, An
     )
 
     @dg.multi_asset(
-        name=f"erm__{kind.family}_{kind.name}_baseline",
+        name=kind.baseline_op,
         specs=_baseline_specs(family, kind),
         check_specs=contract_check_specs(staged_key, TABLES, partitions),
         partitions_def=partitions,

@@ -55,10 +55,6 @@ def spec_source_key(kind: Kind) -> dg.AssetKey:
     return dg.AssetKey(["raw", f"{kind.family}_{kind.name}_specs"])
 
 
-def op_name(kind: Kind) -> str:
-    return f"{kind.family}__{kind.plural}"
-
-
 def load_input(instance: dg.DagsterInstance, item: Input) -> CachedArtifact:
     """The input's latest build, by the path its materialization recorded (steps share paths, not pickles)."""
     event = instance.get_latest_materialization_event(dg.AssetKey(list(item.key)))
@@ -285,7 +281,7 @@ def kind_assets(family: Family, kind: Kind) -> KindAssets:
     Config = overrides_config(kind)
 
     @dg.multi_asset(
-        name=op_name(kind),
+        name=kind.op_name,
         specs=_kind_specs(family, kind, spec_source.key),
         check_specs=contract_check_specs(staged_key, kind.tables, partitions),
         partitions_def=partitions,

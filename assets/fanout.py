@@ -57,7 +57,7 @@ def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> 
     fanout = kind.fanout
     if fanout is None:
         return None
-    prefix = f"{kind.family}__{kind.name}"
+    prefix = kind.fanout_prefix
 
     def inputs_of(context: dg.OpExecutionContext, settings: Settings, target: Any) -> dict[str, Any]:
         return {

@@ -182,6 +182,21 @@ class Kind:
         """``<family>_<plural>``: the name of its partitions, its job and its spec source."""
         return f"{self.family}_{self.plural}"
 
+    @property
+    def op_name(self) -> str:
+        """``<family>__<plural>``: the op that stages and publishes the kind (its run config's key)."""
+        return f"{self.family}__{self.plural}"
+
+    @property
+    def fanout_prefix(self) -> str:
+        """``<family>__<name>``: the prefix of the fan-out job's ops (``_plan``, ``_unit``, ``_publish``)."""
+        return f"{self.family}__{self.name}"
+
+    @property
+    def baseline_op(self) -> str:
+        """``erm__<family>_<name>_baseline``: the op that trains an ERM baseline on the kind's splits."""
+        return f"erm__{self.family}_{self.name}_baseline"
+
 
 @dataclass(frozen=True)
 class Family:

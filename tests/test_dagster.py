@@ -207,7 +207,7 @@ def run_kind(
 ) -> dg.ExecuteInProcessResult:
     """One run of the kind's job over ``names`` (contiguous in the partitions' order)."""
     job = definitions.resolve_job_def(kind.qualified)
-    run_config = {**QUIET, **({"ops": {f"{kind.family}__{kind.plural}": {"config": config}}} if config else {})}
+    run_config = {**QUIET, **({"ops": {kind.op_name: {"config": config}}} if config else {})}
     return job.execute_in_process(
         instance=instance,
         tags=dict(zip(RANGE, (names[0], names[-1]), strict=True)),

@@ -155,7 +155,7 @@ def _run_units(
 
     from pipelines import runs
 
-    prefix = f"{kind.family}__{kind.name}"
+    prefix = kind.fanout_prefix
     config = {"benchmark": name, "units": units}
     ops = {f"{prefix}_plan": {"config": config}, f"{prefix}_publish": {"config": config}}
     started = time.monotonic()

@@ -96,7 +96,7 @@ def _train_in_dagster(
             instance,
             baseline_job_name(kind),
             partition_key=key,
-            config={"ops": {f"erm__{kind.family}_{kind.name}_baseline": {"config": config}}},
+            config={"ops": {kind.baseline_op: {"config": config}}},
         )
     if not run.is_success:
         message, is_input = runs.run_error(instance, run)
