@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The installed package, not the checkout: build the wheel from the tracked files, install it into a fresh
 # virtual environment outside the checkout, and run a user's short path from an empty folder there: build a
-# sprites case, train on it (a Dagster run with its Pipes subprocess), score predictions, query the results.
+# sprites case, train on it (a Dagster run with its Pipes subprocess), load it with shiftbench.load_split (a torch
+# Dataset item too), score predictions made from it, query the results.
 # The fresh environment gets exactly the wheel's dependencies as pip resolves them from the index (with the CPU
 # constraints): those .venv holds at the resolved version are linked in (scripts/wheel_env.py), any other is
 # installed; dev tools and undeclared packages stay out, and the editable install is never seen.
@@ -35,13 +36,12 @@ sb="$work/venv/bin/shiftbench"
 "$sb" train sprites-uniform --preset smoke --set max_iters=20 --set eval_every=10 >train.log 2>&1
 grep "^\[train\] sprites-uniform.smoke" train.log
 "$work/venv/bin/python" - <<'EOF'
-import os, pathlib, polars as pl
-from shiftbench.settings import Settings
-from shiftbench.store import Store
-store = Store(Settings.from_env().store_dir)
-latest = store.latest("sprites-uniform")
-examples = pl.read_parquet(store.staged("conds", "sprites-uniform", latest.version).path / "examples.parquet")
-examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet("predictions.parquet")
+import shiftbench
+split = shiftbench.load_split("sprites-uniform")  # the front door, as a user loads a split
+x, y, metadata = split.dataset("test")[0]
+assert tuple(x.shape) == (3, 64, 64), x.shape
+split.examples.select("example_id", split.examples["y"].alias("y_pred")).write_parquet("predictions.parquet")
+print(f"[wheel] load_split: {split.name} {split.version}, {split.examples.height} examples, splits {split.splits}")
 EOF
 "$sb" eval sprites-uniform predictions.parquet --method oracle >eval.log && head -n 1 eval.log
 "$sb" sql "SELECT method, round(mean, 4) AS test_acc FROM leaderboard WHERE eval_split = 'test' AND metric = 'acc_avg' ORDER BY method"
