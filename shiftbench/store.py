@@ -186,11 +186,7 @@ class Store:
         failed: list[str],
         results: Mapping[str, list[dict[str, Any]]] | None = None,
     ) -> CheckRecord:
-        """Record the outcome of the version's contract checks with the checksums of the files checked.
-
-        Call right after :meth:`verify` (``check_version`` does): the checksums recorded are the
-        manifest's, which the files on disk were just shown to match.
-        """
+        """Record the outcome of the version's contract checks (:meth:`VersionChecks.record_check`)."""
         return self.checks.record_check(staged, passed, rules, failed, results)
 
     def check_record(self, staged: StagedVersion) -> CheckRecord | None:

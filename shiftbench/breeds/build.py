@@ -23,10 +23,10 @@ from typing import Any
 import networkx as nx
 import polars as pl
 
+from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.breeds.calibrated import CalibratedHierarchy
 from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
-from shiftbench.fingerprint import canonical_json
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 
@@ -180,22 +180,7 @@ def build_tables(
     )
     params = {**spec.params(), "hierarchy": calibrated.kind, "overrides": dict(overrides or {})}
     sources = {**calibrated.sources, **image_sources}
-    benchmarks = pl.DataFrame(
-        {
-            "family": [FAMILY],
-            "spec": [spec.name],
-            "params": [canonical_json(params)],
-            "sources": [canonical_json(sources)],
-            "n_examples": [examples.height],
-        },
-        schema={
-            "family": pl.String,
-            "spec": pl.String,
-            "params": pl.String,
-            "sources": pl.String,
-            "n_examples": pl.Int64,
-        },
-    )
+    benchmarks = benchmarks_row(FAMILY, spec.name, params, sources, examples.height)
     return {
         "benchmarks": benchmarks,
         "examples": examples,

@@ -19,10 +19,10 @@ from typing import Any
 
 import polars as pl
 
+from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.conds.engine import Draw, draw_case
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.conds.summary import ShiftSummary, summarize
-from shiftbench.fingerprint import canonical_json
 from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 
 FAMILY = "conds"
@@ -78,25 +78,6 @@ ATTRIBUTE_SCHEMA = pl.Schema(
 
 def shift_kind(case: CaseSpec) -> str:
     return "+".join(s for s, _ in case.shifts) or "uniform"
-
-
-def _benchmarks_row(case: CaseSpec, params: Mapping[str, Any], sources: Mapping[str, Any], n: int) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "family": [FAMILY],
-            "spec": [case.name],
-            "params": [canonical_json(dict(params))],
-            "sources": [canonical_json(dict(sources))],
-            "n_examples": [n],
-        },
-        schema={
-            "family": pl.String(),
-            "spec": pl.String(),
-            "params": pl.String(),
-            "sources": pl.String(),
-            "n_examples": pl.Int64(),
-        },
-    )
 
 
 def _case_row(case: CaseSpec, draw: Draw, summary: ShiftSummary) -> pl.DataFrame:
@@ -179,7 +160,7 @@ def case_tables(
         "cell", "y", "stratum", "weight", "n_available", "train_pool", "n_train", "n_id_val", "n_test"
     )
     tables = {
-        "benchmarks": _benchmarks_row(case, params, sources, examples.height),
+        "benchmarks": benchmarks_row(FAMILY, case.name, params, sources, examples.height),
         "examples": examples,
         "conds_examples": conds_examples,
         "conds_cases": _case_row(case, draw, summary),

@@ -23,7 +23,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from shiftbench.fingerprint import canonical_json
+from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift.specs import TaskSpec
@@ -48,28 +48,6 @@ MEASURES = {
     "subset_distance_max": "MetaShift collection: largest of those distances",
 }
 define_measures(FAMILY, MEASURES)
-_BENCHMARK_SCHEMA = {
-    "family": pl.String(),
-    "spec": pl.String(),
-    "params": pl.String(),
-    "sources": pl.String(),
-    "n_examples": pl.Int64(),
-}
-
-
-def benchmarks_row(
-    spec_name: str, params: Mapping[str, Any], sources: Mapping[str, Any], n_examples: int
-) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "family": [FAMILY],
-            "spec": [spec_name],
-            "params": [canonical_json(dict(params))],
-            "sources": [canonical_json(dict(sources))],
-            "n_examples": [n_examples],
-        },
-        schema=_BENCHMARK_SCHEMA,
-    )
 
 
 def distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:
@@ -274,7 +252,7 @@ def task_tables(
     )
     params = {**spec.params(), **result.notes, "overrides": dict(overrides or {})}
     return {
-        "benchmarks": benchmarks_row(spec.name, params, sources, examples.height),
+        "benchmarks": benchmarks_row(FAMILY, spec.name, params, sources, examples.height),
         "examples": examples,
         "metashift_tasks": pl.DataFrame([result.summary], schema=TASK_SCHEMA),
         "metashift_task_communities": result.communities,

@@ -41,6 +41,7 @@ import pyarrow as pa
 from scipy.spatial.distance import pdist
 from threadpoolctl import threadpool_limits
 
+from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.errors import InputError
 from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, ValuesPart, in_bins, magnitudes_table
 from shiftbench.memory import release_freed_memory
@@ -244,7 +245,7 @@ def collection_tables(
     distances = distance_statistics(results)
     params = {**spec.params(), **scope.params(), "kind": "collection"}
     tables: dict[str, pl.DataFrame | StreamedTable] = {
-        "benchmarks": build.benchmarks_row(spec.name, params, sources, 0),
+        "benchmarks": benchmarks_row(build.FAMILY, spec.name, params, sources, 0),
         "metashift_subsets": listed.sort("class", "subset").select(*SUBSET_COLUMNS),
         "metashift_classes": classes_table(outcomes),
         "metashift_edges": edge_table([r for _, r in sorted(results.items())]),

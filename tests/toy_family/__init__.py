@@ -14,11 +14,12 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
+from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
 from shiftbench.family import Description, Family, Input, Kind, RawSource, Table, Target
-from shiftbench.fingerprint import canonical_json, sha256_json
+from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, image_block
 from shiftbench.settings import Settings
 from shiftbench.spec_files import Spec
@@ -90,22 +91,8 @@ def stage(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifac
         pl.len().cast(pl.Int64).alias("n")
     )
     params = {**spec.params(), "overrides": dict(target.overrides)}
-    benchmarks = pl.DataFrame(
-        {
-            "family": [NAME],
-            "spec": [spec.name],
-            "params": [canonical_json(params)],
-            "sources": [canonical_json({"generated": source.fingerprint})],
-            "n_examples": [examples.height],
-        },
-        schema={
-            "family": pl.String,
-            "spec": pl.String,
-            "params": pl.String,
-            "sources": pl.String,
-            "n_examples": pl.Int64,
-        },
-    )
+    sources = {"generated": source.fingerprint}
+    benchmarks = benchmarks_row(NAME, spec.name, params, sources, examples.height)
     return stage_tables(
         settings,
         NAME,
