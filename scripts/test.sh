@@ -4,6 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The third-party clients the client tests load our outputs with (WILDS, torchvision for DomainBed, DuckDB 1.x).
+bash scripts/clients_env.sh
+export SHIFTBENCH_REQUIRE_CLIENTS=1
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

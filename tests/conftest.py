@@ -30,6 +30,38 @@ TOY_CLASSES = [
 ]  # fmt: skip
 
 
+# The third-party clients (WILDS, torchvision as DomainBed calls it, DuckDB 1.x) live in an environment of their
+# own (scripts/clients_env.sh); scripts/test.sh creates it and sets SHIFTBENCH_REQUIRE_CLIENTS, so CI runs them.
+CLIENTS_PYTHON = PROJECT / ".venv-clients" / "bin" / "python"
+
+
+@pytest.fixture(scope="session")
+def clients_python() -> Path:
+    """The python of .venv-clients; without it the client tests fail where CI requires them, else skip."""
+    if CLIENTS_PYTHON.is_file():
+        return CLIENTS_PYTHON
+    message = f"no client environment at {CLIENTS_PYTHON}: run bash scripts/clients_env.sh"
+    if os.environ.get("SHIFTBENCH_REQUIRE_CLIENTS") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def run_client(python: Path, code: str, *args: str, cwd: Path | None = None) -> str:
+    """Run ``code`` with a client environment's python, outside the checkout and without any SHIFTBENCH_* or
+    PYTHON* variable (nothing of the project is importable); its stdout, or a test failure with its stderr."""
+    import subprocess
+    import tempfile
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHIFTBENCH_", "PYTHON"))}
+    done = subprocess.run(
+        [str(python), "-c", code, *args], cwd=cwd or tempfile.gettempdir(), env=env, capture_output=True, text=True,
+        timeout=300, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.fail(f"client exited {done.returncode}:\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
 @pytest.fixture(scope="session")
 def fixtures() -> Path:
     if not BREEDS_FIXTURE.is_dir():
