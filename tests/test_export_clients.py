@@ -254,6 +254,46 @@ def test_wilds_export_builds_a_wilds_dataset_whose_groups_and_metrics_are_shiftb
     assert {name_of[g]: v for g, v in got["group_acc"].items()} == pytest.approx(shiftbench, abs=1e-6)
 
 
+WILDS_SPLITS = (
+    WILDS.split("dataset = ExportedDataset")[0]
+    + """
+dataset = ExportedDataset(sys.argv[1])
+x, y, metadata = dataset[0]
+print(json.dumps({
+    "split_dict": dataset.split_dict, "sizes": {s: len(dataset.get_subset(s)) for s in dataset.split_dict},
+    "fields": dataset.metadata_fields, "image": list(x.size),
+}))
+"""
+)
+
+
+def test_wilds_splits_keep_wilds_codes_and_a_missing_validation_split_is_declared_empty(
+    cli: Settings, clients_python: Path, tmp_path: Path
+) -> None:
+    """A MetaShift task has train, val and test: WILDS' own codes. A split with no validation split (here the
+    ConDS case less its id_val examples) still satisfies check_init: an empty val, said in wilds.json."""
+    import dataclasses
+
+    from shiftbench.erm.launch import published_split, resolve_images
+    from shiftbench.exports import ExportOptions
+    from shiftbench.exports import export as export_split
+
+    target = export(TASK, tmp_path / "task", "--layout", "wilds", "--image-root", "standin")
+    got = json.loads(run_client(clients_python, WILDS_SPLITS, str(target)))
+    counts = dict(examples(cli, TASK).group_by("split").len().iter_rows())
+    assert got["split_dict"] == {"train": 0, "val": 1, "test": 2} and got["sizes"] == counts
+    assert got["fields"] == ["group", "y", "from_source_domain"] and got["image"] == [64, 64]
+
+    split = published_split(cli, SC)
+    split = dataclasses.replace(split, examples=split.examples.filter(pl.col("split") != "id_val"))
+    done = export_split(split, resolve_images(cli, split, None, None), tmp_path / "noval", ExportOptions("wilds"))
+    assert done.counts["val"] == 0
+    got = json.loads(run_client(clients_python, WILDS_SPLITS, str(tmp_path / "noval")))
+    assert got["split_dict"] == {"train": 0, "val": 1, "test": 2} and got["sizes"]["val"] == 0
+    info = json.loads((tmp_path / "noval" / "wilds.json").read_text())
+    assert info["empty_splits"] == ["val"] and info["split_names"]["val"] == "Validation (OOD): empty"
+
+
 # -- Hugging Face datasets, after moving the export and the warehouse ----------------------------------------------
 HF = """
 import json, os, sys
@@ -271,8 +311,15 @@ print(json.dumps(out))
 """
 
 
-def test_hf_export_loads_with_datasets_after_the_export_and_the_warehouse_moved(cli: Settings, tmp_path: Path) -> None:
+def test_hf_export_loads_with_datasets_after_the_export_and_the_warehouse_moved(
+    cli: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shiftbench.exports import hf
+
+    monkeypatch.setattr(hf, "MAX_SHARD_BYTES", 100_000)  # several shards per split, as a large split has
     target = export(SC, tmp_path / "hf", "--layout", "hf")
+    shards = sorted(p.name for p in (target / "data").iterdir())
+    assert "test-00004-of-00005.parquet" in shards and "train-00000-of-00001.parquet" in shards, shards
     rows = examples(cli, SC)
     env = {"HF_HOME": str(tmp_path / "hf_home"), "HF_DATASETS_OFFLINE": "1"}
     with moved(cli.home, tmp_path / "warehouse-moved"), moved(target, tmp_path / "hf-moved") as where:

@@ -60,11 +60,12 @@ def domainbed(table: ExportTable, environment: str | None) -> Plan:
     columns = [table.rows[field].to_list() for field in grouper.fields]
     names = grouper.names(columns)
     folders = distinct_folders(names, grouper.labels(columns), reserved=(INDEX,))
-    rows = table.rows.with_columns(
-        pl.Series("folder", [folders[n] for n in names], dtype=pl.String), pl.Series("environment", names)
-    )
+    rows = table.rows.with_columns(pl.Series("folder", [folders[n] for n in names], dtype=pl.String))
     named = dict(zip(folders.values(), folders.keys(), strict=True))
-    what = lambda folder: f"environment {named[folder]!r}"  # noqa: E731
+
+    def what(folder: str) -> str:
+        return f"environment {named[folder]!r}"
+
     _require_every_class(table, rows, what, "--environment", lambda: _suggestion(table))
     tree = _tree(table, rows)
     environments = [
@@ -72,7 +73,12 @@ def domainbed(table: ExportTable, environment: str | None) -> Plan:
         for i, folder in enumerate(sorted(tree.counts))
     ]
     classes = [{"index": y, "folder": f, "y": y, "y_name": n} for y, (n, f) in enumerate(_class_folders(table).items())]
-    index = {"benchmark": table.split.benchmark, "version": table.split.version, "fields": list(grouper.fields)}
+    index = {
+        "benchmark": table.split.benchmark,
+        "version": table.split.version,
+        "image_source": table.image_kind,
+        "fields": list(grouper.fields),
+    }
     text = json.dumps({**index, "environments": environments, "classes": classes}, indent=2, ensure_ascii=False)
 
     def write(folder: Path) -> None:

@@ -26,6 +26,7 @@ import yaml
 
 from shiftbench.exports.splits import validation_split
 from shiftbench.exports.table import ExportTable, Plan
+from shiftbench.images import STANDIN
 
 MAX_SHARD_BYTES = 500 * 10**6  # datasets' push_to_hub default max_shard_size
 ROWS_PER_GROUP = 100  # datasets writes image datasets in row groups of 100 rows
@@ -36,7 +37,7 @@ HF_ORDER = ("train", "validation", "test")  # datasets' Split.TRAIN, VALIDATION,
 
 def hf(table: ExportTable, val_split: str | None) -> Plan:
     """Plan the Parquet shards and the card (nothing written)."""
-    validation = validation_split(table.split.benchmark, table.splits, val_split, required=False)
+    validation = validation_split(table.split.benchmark, table.splits, val_split)
     names = {s: "validation" if s == validation else s for s in table.splits}
     rows = _columns(table)
     shards = {names[s]: _shards(rows.filter(pl.col("split") == s)) for s in table.splits}
@@ -130,11 +131,12 @@ def _card(table: ExportTable, names: dict[str, str], features: list[dict[str, An
     header = {"configs": [{"config_name": "default", "data_files": configs}], "dataset_info": {"features": features}}
     renamed = ", ".join(f"`{hf_name}` is shiftbench's `{s}`" for s, hf_name in names.items() if hf_name != s)
     split = table.split
+    images = "stand-in images (generated: not the dataset's)" if table.image_kind == STANDIN else "its images"
     return (
         f"---\n{yaml.safe_dump(header, sort_keys=False, allow_unicode=True)}---\n\n"
         f"# {split.benchmark}\n\n"
         f"shiftbench split {split.benchmark}, version {split.version} ({split.family}, dataset {split.dataset}), "
-        f"with {table.image_kind} images embedded in the Parquet files (HF's `Image` feature).\n\n"
+        f"with {images} embedded in the Parquet files (HF's `Image` feature).\n\n"
         f"Splits: {', '.join(order)}{f' ({renamed})' if renamed else ''}; the `split` column "
         "keeps shiftbench's name of each example's split, `example_id` its id (to score predictions with "
         "`shiftbench eval`).\n"

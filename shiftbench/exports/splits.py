@@ -6,8 +6,9 @@ from the training distribution. A split with ``val`` keeps every name. A split w
 MetaShift tasks built with ``id_val_fraction``) gives it as ``val``, as WILDS' own CivilComments and BDD100K
 name a validation split that is identically distributed to training; the export records the mapping
 (WILDS: ``split_sources`` in ``wilds.json``; HF: the ``split`` column and the card). A split with neither
-(BREEDS: ``train``, ``id_test``, ``test``, ``ood_train``) is refused for WILDS unless ``--val-split`` names the
-split to use (``id_test``: the source domain's held-out images).
+(BREEDS: ``train``, ``id_test``, ``test``, ``ood_train``; MetaShift's subpopulation tasks: ``train``, ``test``)
+has no validation split unless ``--val-split`` names one (BREEDS: ``id_test``, the source domain's held-out
+images); WILDS then gets an empty ``val``, declared as such.
 """
 
 from __future__ import annotations
@@ -20,12 +21,12 @@ OOD_VAL, ID_VAL = "val", "id_val"
 NEVER_VALIDATION = ("train", "test")  # a validation split taken from training or test data is not one
 
 
-def validation_split(benchmark: str, splits: Sequence[str], chosen: str | None, *, required: bool) -> str | None:
+def validation_split(benchmark: str, splits: Sequence[str], chosen: str | None) -> str | None:
     """The split (shiftbench's name) that becomes the client's validation split: ``chosen`` (``--val-split``),
-    else ``val``, else ``id_val``; None when there is none and the client does not need one."""
-    available = ", ".join(splits)
+    else ``val``, else ``id_val``; None when the split has none."""
     if chosen is not None:
         if chosen not in splits:
+            available = ", ".join(splits)
             raise InputError(f"{benchmark} has no split {chosen!r} (splits: {available})", parameter="--val-split")
         if chosen in NEVER_VALIDATION:
             raise InputError(f"{chosen!r} cannot serve as the validation split", parameter="--val-split")
@@ -34,12 +35,4 @@ def validation_split(benchmark: str, splits: Sequence[str], chosen: str | None, 
                 f"{benchmark} has a val split already; it is the validation split", parameter="--val-split"
             )
         return chosen
-    found = next((name for name in (OOD_VAL, ID_VAL) if name in splits), None)
-    if found is None and required:
-        others = [name for name in splits if name not in NEVER_VALIDATION]
-        hint = f"name the split it should hold, e.g. --val-split {others[0]}" if others else "it has none to name"
-        raise InputError(
-            f"{benchmark} has no validation split (splits: {available}) and WILDS requires 'val': {hint}",
-            parameter="--val-split",
-        )
-    return found
+    return next((name for name in (OOD_VAL, ID_VAL) if name in splits), None)

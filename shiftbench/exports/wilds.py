@@ -4,11 +4,14 @@
   ``split`` (WILDS' integer code: ``_split_array``), ``y`` (``_y_array``), then one integer column per
   metadata field (``_metadata_array``, in ``metadata_fields`` order; ``y`` is the last field, as in WILDS'
   own datasets).
-- ``wilds.json``: ``dataset_name``, ``split_dict`` and ``split_names`` (the same keys, ``train`` and ``val``
-  always among them: ``WILDSDataset.check_init`` asserts both), ``metadata_fields``, ``metadata_map``
+- ``wilds.json``: ``dataset_name``, ``version``, ``image_source`` (``standin`` for generated stand-ins),
+  ``split_dict`` and ``split_names`` (the same keys, ``train`` and ``val`` always among them:
+  ``WILDSDataset.check_init`` asserts both), ``metadata_fields``, ``metadata_map``
   (field -> the value each code stands for: code ``i`` is the ``i``-th value in sorted order, a missing value
-  last as ``null``; ``y`` -> the class names), ``n_classes``, ``y_size`` and ``split_sources`` (WILDS split ->
-  shiftbench split, where they differ: ``val`` <- ``id_val``; see :mod:`shiftbench.exports.splits`).
+  last as ``null``; ``y`` -> the class names), ``n_classes``, ``y_size``, ``split_sources`` (WILDS split ->
+  shiftbench split, where they differ: ``val`` <- ``id_val``; see :mod:`shiftbench.exports.splits`) and
+  ``empty_splits`` (``train`` or ``val`` declared for ``check_init`` though the split has no such examples:
+  BREEDS without ImageNet's training images, a task without a validation split).
 - ``images/<file>``: the images (``--images``).
 
 ``WILDSDataset.metadata_map`` is documented as the map from the integers in ``metadata_array`` to what they
@@ -39,49 +42,48 @@ SPLIT_NAMES = {
     "ood_train": "Train (OOD)",
 }
 IMAGES = "images"
+REQUIRED = ("train", "val")  # WILDSDataset.check_init asserts both keys
 
 
 def wilds(table: ExportTable, val_split: str | None) -> Plan:
     """Plan the WILDS files (nothing written): split codes, metadata codes and maps."""
     benchmark = table.split.benchmark
-    if "train" not in table.splits:
-        raise InputError(
-            f"{benchmark} has no train split (splits: {', '.join(table.splits)}) and WILDS requires one",
-            parameter="--layout",
-        )
     unknown = [s for s in table.splits if s not in WILDS_SPLITS]
     if unknown:
         raise InputError(f"{benchmark}: split {unknown[0]!r} has no WILDS code", parameter="--layout")
-    validation = validation_split(benchmark, table.splits, val_split, required=True)
-    renamed = {validation: "val"} if validation not in (None, "val") else {}
-    wilds_name = {s: renamed.get(s, s) for s in table.splits}
-    split_dict = {wilds_name[s]: WILDS_SPLITS[wilds_name[s]] for s in table.splits}
-    split_dict = dict(sorted(split_dict.items(), key=lambda item: item[1]))
+    validation = validation_split(benchmark, table.splits, val_split)
+    wilds_name = {s: "val" if s == validation else s for s in table.splits}
+    present = {wilds_name[s]: s for s in table.splits}
+    empty = [name for name in REQUIRED if name not in present]  # declared, as check_init asserts, but empty
+    split_dict = {name: WILDS_SPLITS[name] for name in sorted({*present, *empty}, key=WILDS_SPLITS.__getitem__)}
     fields = [*table.fields, "y"]
     maps = {field: _values(table.rows[field]) for field in table.fields}
     rows = table.rows
     metadata = rows.select(
         "example_id",
         (pl.lit(f"{IMAGES}/") + pl.col("file")).alias("path"),
-        pl.col("split").replace_strict({s: split_dict[wilds_name[s]] for s in table.splits}, return_dtype=pl.Int64),
+        pl.col("split").replace_strict({s: WILDS_SPLITS[wilds_name[s]] for s in table.splits}, return_dtype=pl.Int64),
         pl.col("y").cast(pl.Int64),
         *[_codes(rows[field], maps[field]).alias(field) for field in table.fields],
     )
     info = {
         "dataset_name": benchmark,
         "version": table.split.version,
+        "image_source": table.image_kind,
         "split_dict": split_dict,
         "split_names": {
-            wilds_name[s]: SPLIT_NAMES[s] for s in sorted(table.splits, key=lambda s: WILDS_SPLITS[wilds_name[s]])
+            name: SPLIT_NAMES[present[name]] if name in present else f"{SPLIT_NAMES[name]}: empty"
+            for name in split_dict
         },
-        "split_sources": {wilds_name[s]: s for s in table.splits if wilds_name[s] != s},
+        "split_sources": {name: source for name, source in present.items() if name != source},
+        "empty_splits": empty,
         "metadata_fields": fields,
         "metadata_map": {**maps, "y": list(table.classes)},
         "n_classes": len(table.classes),
         "y_size": 1,
     }
     files = [(source, f"{IMAGES}/{file}") for source, file in rows.select("source", "file").iter_rows()]
-    counts = {wilds_name[s]: n for s, n in rows.group_by("split").len().iter_rows()}
+    counts = {**dict.fromkeys(empty, 0), **{wilds_name[s]: n for s, n in rows.group_by("split").len().iter_rows()}}
 
     def write(folder: Path) -> None:
         metadata.write_csv(folder / "metadata.csv")
