@@ -21,6 +21,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -106,50 +107,58 @@ DOMAINBED = """
 import json, os, sys
 from torchvision.datasets import ImageFolder
 
-root = sys.argv[1]
-environments = sorted(f.name for f in os.scandir(root) if f.is_dir())  # MultipleEnvironmentImageFolder
-out = []
-for environment in environments:
-    data = ImageFolder(os.path.join(root, environment))
-    image, label = data[0]
-    out.append({
-        "environment": environment, "classes": data.classes, "class_to_idx": data.class_to_idx,
-        "samples": [[os.path.basename(path), target] for path, target in data.samples], "size": list(image.size),
-    })
+out = {}
+for root in sys.argv[1:]:
+    environments = sorted(f.name for f in os.scandir(root) if f.is_dir())  # MultipleEnvironmentImageFolder
+    out[root] = []
+    for environment in environments:
+        data = ImageFolder(os.path.join(root, environment))
+        image, label = data[0]
+        out[root].append({
+            "environment": environment, "classes": data.classes, "class_to_idx": data.class_to_idx,
+            "samples": [[os.path.basename(path), target] for path, target in data.samples], "size": list(image.size),
+        })
 print(json.dumps(out))
 """
+DOMAINBED_CASES = {  # name: (benchmark, export arguments, the field whose values are the environments)
+    "conds-default": (SC, [], "split"),
+    "conds-object_color": (SC, ["--environment", "object_color"], "object_color"),
+    "metashift-standin-default": (TASK, ["--image-root", "standin"], "split"),
+}
 
 
-@pytest.mark.parametrize(
-    ("benchmark", "args", "field"),
-    [
-        (SC, [], "split"),
-        (SC, ["--environment", "object_color"], "object_color"),
-        (TASK, ["--image-root", "standin"], "split"),
-    ],
-    ids=["conds-default", "conds-object_color", "metashift-standin-default"],
-)
 def test_domainbed_environments_load_with_imagefolder_as_domainbed_calls_it(
-    cli: Settings, clients_python: Path, tmp_path: Path, benchmark: str, args: list[str], field: str
+    cli: Settings, clients_python: Path, tmp_path: Path
 ) -> None:
-    target = export(benchmark, tmp_path / "domainbed", "--layout", "domainbed", *args)
-    loaded = json.loads(run_client(clients_python, DOMAINBED, str(target)))
-    rows = examples(cli, benchmark)
+    """A ConDS case by split (the default) and by an attribute, a MetaShift task by split; one client run for the
+    three (torchvision's import is most of its time)."""
+    targets = {
+        name: export(benchmark, tmp_path / name, "--layout", "domainbed", *args)
+        for name, (benchmark, args, _) in DOMAINBED_CASES.items()
+    }
+    loaded = json.loads(run_client(clients_python, DOMAINBED, *(str(t) for t in targets.values())))
+    for name, (benchmark, _, field) in DOMAINBED_CASES.items():
+        check_environments(examples(cli, benchmark), targets[name], loaded[str(targets[name])], field)
+
+
+def check_environments(rows: pl.DataFrame, target: Path, loaded: list[dict[str, Any]], field: str) -> None:
+    """Every environment has the same classes with ``class_to_idx`` = ``y``, every image's label is its example's
+    ``y``, every example is in the environment of its ``field`` value, once."""
     index = json.loads((target / "environments.json").read_text())
     # DomainBed's environment order is the index's: --test_envs numbers are the ones environments.json gives
     assert [e["environment"] for e in loaded] == [e["folder"] for e in index["environments"]]
     assert index["fields"] == [field]
-    names = rows.select("y", "y_name").unique().sort("y")["y_name"].to_list()
+    n_classes = rows["y"].n_unique()
     for environment in loaded:
-        assert environment["classes"] == loaded[0]["classes"] and len(environment["classes"]) == len(names)
+        assert environment["classes"] == loaded[0]["classes"] and len(environment["classes"]) == n_classes
         assert environment["class_to_idx"] == {folder: y for y, folder in enumerate(environment["classes"])}
         assert environment["size"][0] > 0  # an image of the environment opens
     y_of = dict(zip(rows["example_id"], rows["y"], strict=True))
     value_of = dict(zip(rows["example_id"], rows[field].cast(pl.String), strict=True))
-    seen = []
+    ids, seen = set(y_of), []
     for environment, entry in zip(loaded, index["environments"], strict=True):
         for name, label in environment["samples"]:
-            example = example_of(name, set(y_of))
+            example = example_of(name, ids)
             assert label == y_of[example], (environment["environment"], name)
             assert entry["environment"] == f"{field}={value_of[example]}"
             seen.append(example)
@@ -254,17 +263,17 @@ def test_wilds_export_builds_a_wilds_dataset_whose_groups_and_metrics_are_shiftb
     assert {name_of[g]: v for g, v in got["group_acc"].items()} == pytest.approx(shiftbench, abs=1e-6)
 
 
-WILDS_SPLITS = (
-    WILDS.split("dataset = ExportedDataset")[0]
-    + """
-dataset = ExportedDataset(sys.argv[1])
-x, y, metadata = dataset[0]
-print(json.dumps({
-    "split_dict": dataset.split_dict, "sizes": {s: len(dataset.get_subset(s)) for s in dataset.split_dict},
-    "fields": dataset.metadata_fields, "image": list(x.size),
-}))
-"""
-)
+WILDS_SPLITS = WILDS.split("dataset = ExportedDataset")[0] + """
+out = {}
+for root in sys.argv[1:]:
+    dataset = ExportedDataset(root)
+    x, y, metadata = dataset[0]
+    out[root] = {
+        "split_dict": dataset.split_dict, "sizes": {s: len(dataset.get_subset(s)) for s in dataset.split_dict},
+        "fields": dataset.metadata_fields, "image": list(x.size),
+    }
+print(json.dumps(out))
+"""  # fmt: skip
 
 
 def test_wilds_splits_keep_wilds_codes_and_a_missing_validation_split_is_declared_empty(
@@ -278,17 +287,18 @@ def test_wilds_splits_keep_wilds_codes_and_a_missing_validation_split_is_declare
     from shiftbench.exports import ExportOptions
     from shiftbench.exports import export as export_split
 
-    target = export(TASK, tmp_path / "task", "--layout", "wilds", "--image-root", "standin")
-    got = json.loads(run_client(clients_python, WILDS_SPLITS, str(target)))
-    counts = dict(examples(cli, TASK).group_by("split").len().iter_rows())
-    assert got["split_dict"] == {"train": 0, "val": 1, "test": 2} and got["sizes"] == counts
-    assert got["fields"] == ["group", "y", "from_source_domain"] and got["image"] == [64, 64]
-
+    task = export(TASK, tmp_path / "task", "--layout", "wilds", "--image-root", "standin")
     split = published_split(cli, SC)
     split = dataclasses.replace(split, examples=split.examples.filter(pl.col("split") != "id_val"))
     done = export_split(split, resolve_images(cli, split, None, None), tmp_path / "noval", ExportOptions("wilds"))
     assert done.counts["val"] == 0
-    got = json.loads(run_client(clients_python, WILDS_SPLITS, str(tmp_path / "noval")))
+    both = json.loads(run_client(clients_python, WILDS_SPLITS, str(task), str(tmp_path / "noval")))
+
+    got = both[str(task)]
+    counts = dict(examples(cli, TASK).group_by("split").len().iter_rows())
+    assert got["split_dict"] == {"train": 0, "val": 1, "test": 2} and got["sizes"] == counts
+    assert got["fields"] == ["group", "y", "from_source_domain"] and got["image"] == [64, 64]
+    got = both[str(tmp_path / "noval")]
     assert got["split_dict"] == {"train": 0, "val": 1, "test": 2} and got["sizes"]["val"] == 0
     info = json.loads((tmp_path / "noval" / "wilds.json").read_text())
     assert info["empty_splits"] == ["val"] and info["split_names"]["val"] == "Validation (OOD): empty"
