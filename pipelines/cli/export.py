@@ -24,7 +24,7 @@ def add_export(sub: Subcommands) -> None:
         "--images",
         choices=IMAGE_MODES,
         help="imagefolder, wilds, domainbed: link (default: hard links, copies across filesystems), copy, or "
-        "symlink (absolute links: no space, but they dangle when the warehouse moves); hf embeds the images",
+        "symlink (absolute links: no image bytes, but they dangle when the warehouse moves); hf embeds the images",
     )
     export.add_argument(
         "--val-split",

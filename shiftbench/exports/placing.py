@@ -5,7 +5,7 @@
   is the file itself); the file is shared with the warehouse's, so an export's images are to be read, not
   edited in place.
 - ``copy``: an independent copy: the images' full size again; nothing is shared.
-- ``symlink``: an absolute symbolic link to the image: no space, but it dangles once the warehouse or the
+- ``symlink``: an absolute symbolic link to the image: no image bytes, but it dangles once the warehouse or the
   image root moves, and a copy of the export elsewhere (``rsync``, ``scp``, a push) carries dangling links.
 
 :func:`staged_folder` writes into a hidden folder inside the target and moves its entries up at the end;
