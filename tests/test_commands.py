@@ -120,7 +120,17 @@ EXPORT = [
     (["export", CASE, "{new}", "--layout", "wilds", "--environment", "group"], "--environment is for --layout"),
     (["export", "nope", "{new}"], "nope"),
     (["export", CASE, "{new}", "--layout", "tar"], "invalid choice: 'tar'"),
-]
+    (["export", CASE, "{new}", "--layout", "domainbed", "--environment", ""], "parameter '--environment': ''"),
+    (["export", CASE, "{new}", "--layout", "domainbed", "--environment", " , "], "names an empty field"),
+    (["export", CASE, "{new}", "--layout", "domainbed", "--environment", "y,object_color"],
+     "parameter '--environment': environment 'y=0,object_color=blue' of spr has no image of class 1 (ellipse)"),
+    (["export", CASE, "{new}", "--layout", "domainbed", "--environment", "group"], "has no image of class"),
+    (["export", CASE, "{new}", "--layout", "hf", "--images", "link"], "parameter '--images'"),
+    (["export", CASE, "{new}", "--images", "hardlink"], "argument --images: invalid choice: 'hardlink'"),
+    (["export", CASE, "{new}", "--layout", "imagefolder", "--val-split", "id_val"], "parameter '--val-split'"),
+    (["export", CASE, "{new}", "--layout", "wilds", "--val-split", "train"], "'train' cannot serve as the valid"),
+    (["export", CASE, "{new}", "--layout", "hf", "--val-split", "val"], "spr has no split 'val'"),
+]  # fmt: skip
 EVAL = [
     (["eval", CASE, "{preds}", "--method", "erm"], "names the ERM job's trained runs"),
     (["eval", CASE, "{preds}", "--method", "groupdro"], "names the ERM job's trained runs"),
@@ -358,8 +368,8 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     values that clean to the same text must not share a folder."""
     import dataclasses
 
-    from shiftbench.erm.export import export_domainbed
     from shiftbench.erm.launch import published_split, resolve_images
+    from shiftbench.exports import ExportOptions, export
 
     split = published_split(cli, CASE)
     values = pl.Series([".", "..", "a/b", "a_b", "", ".hidden"])
@@ -367,11 +377,12 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     split = dataclasses.replace(split, examples=split.examples.with_columns(group.alias("group")))
     images = resolve_images(cli, split, None, None)
     target = tmp_path / "out" / "dir"
-    counts = export_domainbed(split, images, target)
+    counts = export(split, images, target, ExportOptions("domainbed", "group")).counts
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["dir"] and not (tmp_path / "dir").exists()
     folders = sorted(p.name for p in target.iterdir() if p.is_dir())
     assert len(folders) == len(values) == len(counts) and not {".", "..", ""} & set(folders)
-    assert sorted(json.loads((target / "environments.json").read_text())) == folders  # each folder's group name
+    index = json.loads((target / "environments.json").read_text())["environments"]
+    assert [e["folder"] for e in index] == folders and sorted(e["environment"] for e in index) == sorted(values)
     assert all(not name.startswith(".") and "/" not in name for name in folders), folders
     for link in target.rglob("*"):
         assert link.absolute().is_relative_to(target.absolute())
