@@ -50,6 +50,7 @@ from shiftbench.catalog_files import (
     damage_of,
     recorded_states,
     scan_store,
+    states_in,
 )
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import InputError, StoreError, disk_full
@@ -228,14 +229,19 @@ def open_catalog(
     ``memory_limit`` bounds DuckDB's memory (its default: 80 % of RAM); beyond it, DuckDB spills to
     ``<catalog>.tmp``, which it may still write."""
     home = catalog_path.parent.resolve()
-    recorded = recorded_states(catalog_path)
-    changed = None if recorded is None else changed_files(home, recorded)
-    refreshed = None
-    if changed is None or changed:
-        refreshed = refresh_catalog(catalog_path, store)
-        if not refreshed.ok:
-            _unrefreshed(refreshed, store, home, changed)
-    return _read_only(catalog_path, home, memory_limit), refreshed
+    opened = _connect(catalog_path, memory_limit)
+    changed = None if opened is None else changed_files(home, opened[1])
+    if opened is not None and not changed:
+        return _locked(*opened, home), None
+    if opened is not None:
+        opened[0].close()
+    refreshed = refresh_catalog(catalog_path, store)
+    if not refreshed.ok:
+        _unrefreshed(refreshed, store, home, changed)
+    opened = _connect(catalog_path, memory_limit)
+    if opened is None:  # replaced since by something that is no catalog: never read it
+        raise StoreError(f"{catalog_path} is not a catalog of {store}: run `shiftbench catalog`")
+    return _locked(*opened, home), refreshed
 
 
 def _unrefreshed(refreshed: CatalogRefresh, store: Path, home: Path, changed: list[str] | None) -> None:
@@ -250,17 +256,32 @@ def _unrefreshed(refreshed: CatalogRefresh, store: Path, home: Path, changed: li
         )
 
 
-def _read_only(catalog_path: Path, home: Path, memory_limit: str | None) -> duckdb.DuckDBPyConnection:
-    """The catalog opened read-only, its views reading the store beside it, DuckDB allowed to touch no file but
-    those the views list (no other file, no extension, no new database) and that configuration locked."""
+def _connect(
+    catalog_path: Path, memory_limit: str | None
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, FileState]] | None:
+    """The catalog opened read-only with the file states it recorded (None: missing, unreadable, other layout)."""
+    if not catalog_path.is_file():
+        return None
     config: dict[str, str | bool | int | float | list[str]] = {}
     if memory_limit is not None:
         config["memory_limit"] = memory_limit
-    con = duckdb.connect(str(catalog_path), read_only=True, config=config)
     try:
-        files = [str(home / name) for (name,) in con.execute("SELECT path FROM catalog_files").fetchall()]
+        con = duckdb.connect(str(catalog_path), read_only=True, config=config)
+    except duckdb.Error:
+        return None
+    states = states_in(con)
+    if states is None:
+        con.close()
+        return None
+    return con, states
+
+
+def _locked(con: duckdb.DuckDBPyConnection, states: dict[str, FileState], home: Path) -> duckdb.DuckDBPyConnection:
+    """The views reading the store beside the catalog, DuckDB allowed to touch no file but those they list (no
+    other file, no extension, no new database), and that configuration locked."""
+    try:
         con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])
-        con.execute("SET allowed_paths = ?", [files])
+        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states)]])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:

@@ -101,10 +101,18 @@ def recorded_states(catalog_path: Path) -> dict[str, FileState] | None:
         return None
     try:
         with duckdb.connect(str(catalog_path), read_only=True) as con:
-            layout = con.execute("SELECT value FROM catalog_info WHERE key = 'layout'").fetchone()
-            if layout is None or layout[0] != CATALOG_LAYOUT:
-                return None
-            rows = con.execute("SELECT path, size, mtime_ns, ctime_ns, inode FROM catalog_files").fetchall()
+            return states_in(con)
+    except duckdb.Error:
+        return None
+
+
+def states_in(con: duckdb.DuckDBPyConnection) -> dict[str, FileState] | None:
+    """The file states recorded in an open catalog (None when it is not a catalog of this layout)."""
+    try:
+        layout = con.execute("SELECT value FROM catalog_info WHERE key = 'layout'").fetchone()
+        if layout is None or layout[0] != CATALOG_LAYOUT:
+            return None
+        rows = con.execute("SELECT path, size, mtime_ns, ctime_ns, inode FROM catalog_files").fetchall()
     except duckdb.Error:
         return None
     return {str(path): FileState(*map(int, state)) for path, *state in rows}
