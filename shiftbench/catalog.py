@@ -295,8 +295,8 @@ def left_out(con: duckdb.DuckDBPyConnection, refreshed: CatalogRefresh | None) -
     (files had changed since it was built), else how many the catalog lists in ``catalog_problems``."""
     said = []
     if refreshed is not None and refreshed.changed:
-        said.append(f"{len(refreshed.changed)} file(s) changed since the catalog was built: checked against their "
-                    "checksums")  # fmt: skip
+        changed = len(refreshed.changed)
+        said.append(f"{changed} listed file(s) changed or gone since the catalog was built: their versions re-checked")
     if refreshed is not None and refreshed.problems:
         return said + [f"left out (damaged): {problem}" for problem in refreshed.problems]
     [(count,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()

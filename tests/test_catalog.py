@@ -288,7 +288,7 @@ def test_data_changed_after_the_refresh_is_never_served_by_sql(
     captured = capsys.readouterr()
     assert captured.out.split() == ["version", v1]
     assert captured.err.splitlines() == [
-        "warning: 1 file(s) changed since the catalog was built: checked against their checksums",
+        "warning: 1 listed file(s) changed or gone since the catalog was built: their versions re-checked",
         *[line for line in captured.err.splitlines() if line.startswith("warning: left out (damaged): ")],
     ]
     assert f"warning: left out (damaged): {path}: " in captured.err and problem in captured.err
