@@ -33,6 +33,20 @@ print(json.dumps({"duckdb": duckdb.__version__, "counts": {v: con.execute(f"SELE
                                                           for v in views}}))
 """
 
+# The catalog attached to another database: DuckDB cannot tell the views where it is until one line says so.
+ATTACHED = """
+import sys
+import duckdb
+con = duckdb.connect()
+con.execute(f"ATTACH '{sys.argv[1]}' AS sb (READ_ONLY)")
+try:
+    con.execute("SELECT count(*) FROM sb.examples").fetchall()
+except duckdb.IOException as exc:
+    print(str(exc).splitlines()[0])
+con.execute("SET VARIABLE shiftbench_home = ?", [sys.argv[2]])
+print(con.execute("SELECT count(*) FROM sb.examples").fetchall()[0][0])
+"""
+
 
 def _readme_line(prefix: str) -> str:
     """The README's example that starts with ``prefix`` (the one a user copies)."""
@@ -76,6 +90,9 @@ def _check_every_view(python: Path, catalog: Path, counts: dict[str, int], major
     assert found["duckdb"].startswith(major)
     assert found["counts"] == counts
     assert counts["examples"] > 0 and counts["metashift_distances"] == 0  # data read; the lambda view binds too
+    missing, found_after = run_client(python, ATTACHED, str(catalog), str(catalog.parent), cwd=Path("/")).splitlines()
+    assert 'No files found that match the pattern "store/breeds/' in missing
+    assert int(found_after) == counts["examples"]
 
 
 def test_a_moved_warehouse_opens_in_duckdb_2_from_anywhere(
