@@ -1,8 +1,8 @@
 """The DuckDB catalog: ``$SHIFTBENCH_HOME/catalog.duckdb`` with views over the store.
 
 Views are created from the SQL files in ``shiftbench/sql/catalog/``: ``create_base_views.sql``
-(publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for every
-table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
+(the ``shiftbench_files`` macro, publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for
+every table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
 were trained on is still the latest) and show only current results. A table whose contract has an SQL file beside it
 (``<contract>.sql``) is a view computed from other tables when queried (MetaShift's
@@ -11,15 +11,21 @@ over the versions that store it too; it is created after the tables it reads.
 
 The catalog is derived from the store and rebuilt after every publish:
 
+- **Portable.** Views name their files relative to the warehouse (``store/...``) through the catalog's macro
+  ``shiftbench_files``: a client that opens the file finds the store beside it, so a moved or copied warehouse
+  works from any DuckDB client, in any working directory, with no rebuild; ``SET VARIABLE shiftbench_home`` says
+  where the warehouse is where DuckDB cannot tell (docs/catalog.md). It is written in DuckDB 1.4's storage format
+  (:data:`STORAGE_VERSION`), which every DuckDB from 1.4 on opens (pyproject's lower bound).
 - **Readers never block a refresh, and never see half of one.** A refresh writes a new catalog in a
   temporary file and renames it over ``catalog.duckdb`` (atomic); a reader that had the old file open
   keeps its consistent view, the next one opens the new file. Writers take turns (a lock file).
-- **One damaged version never takes the others down.** Views list the files of intact versions
-  explicitly (manifest readable, every file present with its recorded size) and the publication
-  events that parse; what was left out is recorded in ``catalog_problems`` and returned.
-- **A moved home is noticed.** ``catalog_info`` records the store the views read; shiftbench rebuilds
-  a catalog whose store is elsewhere before reading it (a DuckDB shell opened on a moved catalog
-  should run ``shiftbench catalog`` first).
+- **One damaged version never takes the others down, and damage found later is not served.** Views list the
+  files of intact versions explicitly and the publication events that parse; what was left out is recorded in
+  ``catalog_problems`` and returned. shiftbench's reader notices files that changed since the refresh
+  (:mod:`shiftbench.catalog_files`) and refreshes, verifying them against their checksums, before it reads.
+- **shiftbench's reader writes nothing.** :func:`open_catalog` opens the file read-only, allows DuckDB to touch
+  only the files the views list, and locks that configuration; ``shiftbench sql`` also runs queries only
+  (:func:`check_query`).
 - **A refresh that cannot be written** (a full disk) leaves the previous catalog as it was and says
   why: the store, not the catalog, is the truth, and ``shiftbench catalog`` rebuilds it.
 """
@@ -30,22 +36,50 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import duckdb
+import pyarrow as pa
 from filelock import FileLock, Timeout
 
+from shiftbench.catalog_files import (
+    CATALOG_LAYOUT,
+    FileState,
+    StoreContents,
+    changed_files,
+    damage_of,
+    recorded_states,
+    scan_store,
+    states_in,
+)
 from shiftbench.contracts import Contract, contracts, empty_relation
-from shiftbench.errors import StoreError, disk_full
+from shiftbench.errors import InputError, StoreError, disk_full
 
 SQL_DIR = Path(str(resources.files("shiftbench") / "sql"))  # package data, as the contracts
 LOCK_TIMEOUT_S = 120.0
+# The storage format the catalog is written in: DuckDB 1.4 and every later version open it (DuckDB 2.x writes
+# a format 1.x cannot read unless told). pyproject's lower bound on duckdb is the same 1.4: keep them together.
+STORAGE_VERSION = "v1.4.0"
+HOME_VARIABLE = "shiftbench_home"  # SET VARIABLE shiftbench_home = '<warehouse>': where the views find store/
+# What `shiftbench sql` runs: queries (DESCRIBE, SHOW, SUMMARIZE, FROM-first and PIVOT with its IN list are
+# queries to DuckDB's parser too). Anything else could write (COPY, EXPORT, ATTACH, INSTALL, SET, EXPLAIN ANALYZE
+# of a COPY, PRAGMA, CALL) and is refused before DuckDB sees it.
+QUERY_TYPES = frozenset({duckdb.StatementType.SELECT.name})
 _PUBLICATION_COLUMNS = {
     "family": "VARCHAR",
     "benchmark": "VARCHAR",
     "version": "VARCHAR",
     "published_at": "VARCHAR",
 }
+_FILE_COLUMNS = pa.schema(
+    [
+        ("path", pa.string()),  # relative to the warehouse, as the views name it
+        ("size", pa.int64()),
+        ("mtime_ns", pa.int64()),
+        ("ctime_ns", pa.int64()),
+        ("inode", pa.uint64()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -55,48 +89,10 @@ class CatalogRefresh:
     ok: bool
     reason: str = ""  # why it was not refreshed
     problems: list[str] = field(default_factory=list)  # damaged versions or events left out
+    changed: list[str] = field(default_factory=list)  # listed files that had changed since the last refresh
 
     def __bool__(self) -> bool:
         return self.ok
-
-
-@dataclass(frozen=True)
-class StoreContents:
-    tables: dict[str, list[Path]]  # table -> files of intact versions
-    publications: list[tuple[str, str, str, str]]  # (family, benchmark, version, published_at)
-    problems: list[str]
-
-
-def scan_store(store: Path) -> StoreContents:
-    """The intact versions' files and the readable publication events (a cheap check: sizes, not hashes)."""
-    from shiftbench.store import StagedVersion, Store
-
-    reader = Store(store)
-    tables: dict[str, list[Path]] = {}
-    publications: list[tuple[str, str, str, str]] = []
-    problems: list[str] = []
-    if not store.is_dir():
-        return StoreContents(tables, publications, problems)
-    for family_dir in sorted(p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        for bench_dir in sorted(p for p in family_dir.iterdir() if p.is_dir()):
-            intact: set[str] = set()
-            versions_dir = bench_dir / "versions"
-            for version_dir in sorted(versions_dir.iterdir() if versions_dir.is_dir() else []):
-                if version_dir.name.startswith(".") or not (version_dir / "manifest.json").exists():
-                    continue
-                staged = StagedVersion(family_dir.name, bench_dir.name, version_dir.name, version_dir, False)
-                problem = reader.damage(staged, checksums=False)
-                if problem is not None:
-                    problems.append(problem)
-                    continue
-                intact.add(version_dir.name)
-                for path in sorted(version_dir.glob("*.parquet")):
-                    tables.setdefault(path.stem, []).append(path)
-            for event in reader.publications(family_dir.name, bench_dir.name):
-                if event["version"] in intact:
-                    publications.append((family_dir.name, bench_dir.name, event["version"], event["published_at"]))
-    problems.extend(sorted(reader.problems))
-    return StoreContents(tables, publications, problems)
 
 
 def _literal(text: str) -> str:
@@ -106,11 +102,11 @@ def _literal(text: str) -> str:
 def _table_source(contents: StoreContents, contract: Contract) -> str:
     files = contents.tables.get(contract.table)
     if files:
-        listed = ", ".join(_literal(str(path)) for path in files)
+        listed = ", ".join(_literal(name) for name in files)
         # Versions written before a column joined the contract lack it: the empty typed relation adds
         # it as NULL, so views (and readers) bind whatever mix of older and newer files the store holds.
         return (
-            f"(SELECT * FROM read_parquet([{listed}], union_by_name = true) "
+            f"(SELECT * FROM read_parquet(shiftbench_files([{listed}]), union_by_name = true) "
             f"UNION ALL BY NAME SELECT * FROM {empty_relation(contract.columns)})"
         )
     return empty_relation(contract.columns)
@@ -153,20 +149,40 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
 def _stored_versions(contents: StoreContents, table: str) -> str:
     """The versions that store ``table`` as SQL literals ``'benchmark/version'`` (store/<family>/<benchmark>/
     versions/<version>/<table>.parquet), or ``''`` when none does."""
-    keys = sorted({f"{path.parents[2].name}/{path.parent.name}" for path in contents.tables.get(table, [])})
+    paths = [PurePosixPath(name) for name in contents.tables.get(table, [])]
+    keys = sorted({f"{path.parents[2].name}/{path.parent.name}" for path in paths})
     return ", ".join(_literal(key) for key in keys) or "''"
 
 
-def _write(path: Path, contents: StoreContents, store: Path) -> None:
+def _file_records(contents: StoreContents) -> pa.Table:
+    names = sorted(contents.states)
+    states = [contents.states[name] for name in names]
+    columns = [names, *([getattr(s, f) for s in states] for f in ("size", "mtime_ns", "ctime_ns", "inode"))]
+    return pa.Table.from_arrays([pa.array(c, type=t.type) for c, t in zip(columns, _FILE_COLUMNS, strict=True)],
+                                schema=_FILE_COLUMNS)  # fmt: skip
+
+
+def _write(path: Path, contents: StoreContents, home: Path) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in _PUBLICATION_COLUMNS.items())
-    with duckdb.connect(str(path)) as con:
+    with duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION}) as con:
+        con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])  # the views bind against the files now
         con.execute(f"CREATE TABLE publications_data ({columns})")
         if contents.publications:
             con.executemany("INSERT INTO publications_data VALUES (?, ?, ?, ?)", contents.publications)
         for sql in render_catalog_sql(contents):
             con.execute(sql)
+        files = _file_records(contents)
+        con.register("listed_files", files)
+        con.execute("CREATE TABLE catalog_files AS SELECT * FROM listed_files ORDER BY path")
+        con.unregister("listed_files")
         con.execute("CREATE TABLE catalog_info (key VARCHAR, value VARCHAR)")
-        info = {"store": str(store.resolve()), "refreshed_at": datetime.now(UTC).isoformat(timespec="seconds")}
+        info = {
+            "layout": CATALOG_LAYOUT,
+            "store": "store",  # relative to the folder holding this file, as every path the views read
+            "storage_version": STORAGE_VERSION,
+            "written_by": f"duckdb {duckdb.__version__}",
+            "refreshed_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
         con.executemany("INSERT INTO catalog_info VALUES (?, ?)", list(info.items()))
         con.execute("CREATE TABLE catalog_problems (problem VARCHAR)")
         if contents.problems:
@@ -175,15 +191,21 @@ def _write(path: Path, contents: StoreContents, store: Path) -> None:
 
 
 def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = LOCK_TIMEOUT_S) -> CatalogRefresh:
-    """Rebuild the catalog from the store; never raises for a catalog it could not write (says why)."""
+    """Rebuild the catalog from the store; never raises for a catalog it could not write (says why).
+
+    Files whose state the previous catalog recorded are trusted on a cheap check while unchanged; every other
+    version (new, changed, or damaged before) is verified against its checksums (:func:`scan_store`)."""
+    home = catalog_path.parent.resolve()
     try:
         catalog_path.parent.mkdir(parents=True, exist_ok=True)
-        contents = scan_store(store)
+        known = recorded_states(catalog_path) or {}
+        changed = changed_files(home, known)
+        contents = scan_store(store, home, known)
         # One writer at a time; readers never wait (they keep the file they opened).
         with FileLock(catalog_path.with_name(f".{catalog_path.name}.lock"), timeout=lock_timeout_s):
             tmp = catalog_path.with_name(f".{catalog_path.name}.{uuid.uuid4().hex}.tmp")
             try:
-                _write(tmp, contents, store)
+                _write(tmp, contents, home)
                 tmp.replace(catalog_path)
                 # A write-ahead log left by a crashed writer of an older catalog must not replay onto this one.
                 catalog_path.with_name(catalog_path.name + ".wal").unlink(missing_ok=True)
@@ -195,29 +217,111 @@ def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = 
     except (OSError, duckdb.Error) as exc:
         reason = "the disk is full" if disk_full(exc, catalog_path.parent) else str(exc).splitlines()[0]
         return CatalogRefresh(False, f"{catalog_path} not refreshed: {reason}")
-    return CatalogRefresh(True, problems=contents.problems)
+    return CatalogRefresh(True, problems=contents.problems, changed=changed)
 
 
-def catalog_store(catalog_path: Path) -> str | None:
-    """The store a catalog's views read (None when the file is missing or not a catalog)."""
+def open_catalog(
+    catalog_path: Path, store: Path, *, memory_limit: str | None = None
+) -> tuple[duckdb.DuckDBPyConnection, CatalogRefresh | None]:
+    """A read-only connection to the catalog of ``store`` that can write no file, refreshed first when it is
+    missing, damaged or of another layout, or when a file it lists changed since it was built (the refresh
+    verifies that version against its checksums and leaves it out if damaged: what it left out is returned).
+    ``memory_limit`` bounds DuckDB's memory (its default: 80 % of RAM); beyond it, DuckDB spills to
+    ``<catalog>.tmp``, which it may still write."""
+    home = catalog_path.parent.resolve()
+    opened = _connect(catalog_path, memory_limit)
+    changed = None if opened is None else changed_files(home, opened[1])
+    if opened is not None and not changed:
+        return _locked(*opened, home), None
+    if opened is not None:
+        opened[0].close()
+    refreshed = refresh_catalog(catalog_path, store)
+    if not refreshed.ok:
+        _unrefreshed(refreshed, store, home, changed)
+    opened = _connect(catalog_path, memory_limit)
+    if opened is None:  # replaced since by something that is no catalog: never read it
+        raise StoreError(f"{catalog_path} is not a catalog of {store}: run `shiftbench catalog`")
+    return _locked(*opened, home), refreshed
+
+
+def _unrefreshed(refreshed: CatalogRefresh, store: Path, home: Path, changed: list[str] | None) -> None:
+    """A catalog that could not be refreshed is read only when the files that changed are verified intact."""
+    if changed is None:  # the file there is no catalog of this layout: never read another store's
+        raise StoreError(f"{refreshed.reason}; no catalog of {store} to query")
+    damaged = damage_of(home, changed)
+    if damaged:
+        raise StoreError(
+            f"{damaged[0]} (changed since the catalog was built); {refreshed.reason}: "
+            "run `shiftbench catalog` where it can be written"
+        )
+
+
+def _connect(
+    catalog_path: Path, memory_limit: str | None
+) -> tuple[duckdb.DuckDBPyConnection, dict[str, FileState]] | None:
+    """The catalog opened read-only with the file states it recorded (None: missing, unreadable, other layout)."""
     if not catalog_path.is_file():
         return None
+    config: dict[str, str | bool | int | float | list[str]] = {}
+    if memory_limit is not None:
+        config["memory_limit"] = memory_limit
     try:
-        with duckdb.connect(str(catalog_path), read_only=True) as con:
-            row = con.execute("SELECT value FROM catalog_info WHERE key = 'store'").fetchone()
+        con = duckdb.connect(str(catalog_path), read_only=True, config=config)
     except duckdb.Error:
         return None
-    return str(row[0]) if row else None
+    states = states_in(con)
+    if states is None:
+        con.close()
+        return None
+    return con, states
 
 
-def open_catalog(catalog_path: Path, store: Path) -> tuple[duckdb.DuckDBPyConnection, CatalogRefresh | None]:
-    """A read-only connection to a catalog of ``store``, rebuilt first when missing, damaged or moved."""
-    refreshed = None
-    if catalog_store(catalog_path) != str(store.resolve()):
-        refreshed = refresh_catalog(catalog_path, store)
-        if not refreshed.ok:  # the file there is not this store's catalog: never read another store
-            raise StoreError(f"{refreshed.reason}; no catalog of {store} to query")
-    return duckdb.connect(str(catalog_path), read_only=True), refreshed
+def _locked(con: duckdb.DuckDBPyConnection, states: dict[str, FileState], home: Path) -> duckdb.DuckDBPyConnection:
+    """The views reading the store beside the catalog, DuckDB allowed to touch no file but those they list (no
+    other file, no extension, no new database), and that configuration locked."""
+    try:
+        con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])
+        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states)]])
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def left_out(con: duckdb.DuckDBPyConnection, refreshed: CatalogRefresh | None) -> list[str]:
+    """What a reader should be told the catalog leaves out: each damaged version when opening it refreshed it
+    (files had changed since it was built), else how many the catalog lists in ``catalog_problems``."""
+    said = []
+    if refreshed is not None and refreshed.changed:
+        changed = len(refreshed.changed)
+        said.append(f"{changed} listed file(s) changed or gone since the catalog was built: their versions re-checked")
+    if refreshed is not None and refreshed.problems:
+        return said + [f"left out (damaged): {problem}" for problem in refreshed.problems]
+    [(count,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
+    if count:
+        said.append(f"{count} damaged file(s) left out of the catalog: see `shiftbench check`")
+    return said
+
+
+def check_query(sql: str, parameter: str = "query") -> None:
+    """Refuse anything but queries (one line naming ``parameter``): ``shiftbench sql`` reads the catalog, it never
+    writes a file, attaches a database, loads an extension or changes a setting, whatever DuckDB would allow."""
+    try:
+        kinds = [statement.type.name for statement in duckdb.extract_statements(sql)]
+    except duckdb.Error as exc:
+        raise InputError(str(exc).splitlines()[0], parameter=parameter) from None
+    except ValueError:  # a statement type this duckdb's Python API cannot name (UPDATE EXTENSIONS in 2.0)
+        kinds = ["a statement of another kind"]
+    refused = [(number, kind) for number, kind in enumerate(kinds, 1) if kind not in QUERY_TYPES]
+    if refused:
+        number, kind = refused[0]
+        where = f"statement {number} is" if len(kinds) > 1 else "got"
+        raise InputError(
+            f"the catalog is read-only: queries only (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE); {where} {kind}",
+            parameter=parameter,
+        )
 
 
 def refresh_and_report(catalog_path: Path, store: Path) -> CatalogRefresh:
@@ -231,3 +335,22 @@ def refresh_and_report(catalog_path: Path, store: Path) -> CatalogRefresh:
     for problem in result.problems:
         progress.report(progress.Event("catalog", str(catalog_path), status="damaged", detail=problem))
     return result
+
+
+__all__ = [
+    "HOME_VARIABLE",
+    "LOCK_TIMEOUT_S",
+    "QUERY_TYPES",
+    "SQL_DIR",
+    "STORAGE_VERSION",
+    "CatalogRefresh",
+    "FileState",
+    "StoreContents",
+    "check_query",
+    "left_out",
+    "open_catalog",
+    "refresh_and_report",
+    "refresh_catalog",
+    "render_catalog_sql",
+    "scan_store",
+]

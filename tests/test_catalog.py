@@ -1,21 +1,28 @@
-"""The DuckDB catalog: views bind on an empty store, show latest vs history, and run the shipped SQL."""
+"""The DuckDB catalog: views bind on an empty store, show latest vs history, run the shipped SQL, read a moved
+or copied warehouse where it is, never serve a file changed since the refresh, and never write a file."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from shiftbench.catalog import SQL_DIR, refresh_catalog
+from pipelines.cli import main
+from shiftbench.catalog import SQL_DIR, STORAGE_VERSION, open_catalog, refresh_catalog
 from shiftbench.contracts import contracts
 from shiftbench.publishing import check_version
+from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import ToyDir, toy_tables
+from .conftest import PROJECT, ToyDir, toy_tables
 
 
 def test_views_exist_and_are_empty_on_an_empty_store(tmp_path: Path) -> None:
@@ -121,13 +128,12 @@ def test_a_damaged_version_is_left_out_and_named_not_fatal(
     assert [v.version for v in store.versions("toy")] == [v1, v2]  # versions still lists, no crash
 
 
-def test_a_moved_home_is_noticed_and_the_catalog_rebuilt(
+def test_a_moved_or_copied_home_is_read_where_it_is_without_a_rebuild(
     published_store: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    import shutil
-
-    from shiftbench.catalog import open_catalog
-
+    """The views name their files relative to the warehouse: a moved home (same file system, the files' states
+    kept) is read as it is, no rebuild; a copy (every file new to the catalog) is verified once, then read from
+    the copy even after the original is gone."""
     catalog, (_, v2) = published_store
     moved = tmp_path / "moved"
     moved.mkdir()
@@ -135,32 +141,73 @@ def test_a_moved_home_is_noticed_and_the_catalog_rebuilt(
     shutil.move(catalog, moved / "catalog.duckdb")
     con, refreshed = open_catalog(moved / "catalog.duckdb", moved / "store")
     with con:
-        assert refreshed is not None and refreshed.ok
+        assert refreshed is None  # nothing to rebuild: the views find the store beside the catalog
         assert con.execute("SELECT version FROM benchmarks WHERE benchmark = 'toy'").fetchone() == (v2,)
-        store = con.execute("SELECT value FROM catalog_info WHERE key = 'store'").fetchone()
-    assert store == (str((moved / "store").resolve()),)
+
+    copied = tmp_path / "copied"
+    shutil.copytree(moved, copied)
+    shutil.rmtree(moved)
+    con, refreshed = open_catalog(copied / "catalog.duckdb", copied / "store")
+    with con:
+        assert refreshed is not None and refreshed.ok and refreshed.changed and not refreshed.problems
+        assert con.execute("SELECT version FROM benchmarks WHERE benchmark = 'toy'").fetchone() == (v2,)
+        assert con.execute("SELECT count(*) FROM examples").fetchone() != (0,)
+    con, refreshed = open_catalog(copied / "catalog.duckdb", copied / "store")
+    con.close()
+    assert refreshed is None  # the copy's states are recorded now: the next reader only stats them
 
 
-def test_a_moved_home_whose_catalog_cannot_be_rebuilt_never_reads_the_old_store(
+def test_views_hold_no_absolute_path_and_the_file_opens_in_duckdb_1_4(
+    published_store: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    catalog, _ = published_store
+    with duckdb.connect(str(catalog), read_only=True) as con:
+        views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal").fetchall()
+        files = [name for (name,) in con.execute("SELECT path FROM catalog_files").fetchall()]
+    assert views and not any(str(tmp_path) in sql for (sql,) in views)
+    assert files and all(name.startswith("store/breeds/toy") for name in files)
+    # DuckDB's storage format number, after the magic bytes: 67 is what DuckDB 1.4 writes and reads (1.4.5 opens
+    # 64-67); DuckDB 2.x's own format would lock 1.x clients out.
+    header = catalog.read_bytes()[8:20]
+    assert header[:4] == b"DUCK" and int.from_bytes(header[4:], "little") == 67
+    # pyproject's lower bound is the DuckDB the storage version is named after: one cannot move without the other.
+    pyproject = tomllib.loads((PROJECT / "pyproject.toml").read_text())
+    [bound] = [d for d in pyproject["project"]["dependencies"] if d.startswith("duckdb")]
+    assert bound.startswith(f"duckdb>={STORAGE_VERSION.removeprefix('v').removesuffix('.0')},")
+
+
+def test_a_catalog_that_cannot_be_refreshed_is_read_only_once_its_changed_files_verify(
     published_store: tuple[Path, list[str]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import shutil
-
+    """A copied home whose catalog cannot be rewritten (a full disk, a read-only copy): its files are all new to
+    the catalog, so they are verified against their checksums and read from the copy; a damaged one stops the
+    read (never served), and a file there that is no catalog is never read as one."""
     from shiftbench import catalog as catalog_module
     from shiftbench.errors import StoreError
 
-    catalog, _ = published_store
+    catalog, (_, v2) = published_store
     moved = tmp_path / "moved"
-    moved.mkdir()
-    shutil.copytree(tmp_path / "store", moved / "store")  # the old store stays where the catalog points
+    shutil.copytree(tmp_path / "store", moved / "store")
     shutil.copy(catalog, moved / "catalog.duckdb")
+    shutil.rmtree(tmp_path / "store")  # the copy is read, not the original
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(catalog_module, "_write", full)
+    con, refreshed = open_catalog(moved / "catalog.duckdb", moved / "store")
+    with con:
+        assert refreshed is not None and not refreshed.ok
+        assert con.execute("SELECT version FROM benchmarks WHERE benchmark = 'toy'").fetchone() == (v2,)
+
+    damaged = Store(moved / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    damaged.write_bytes(_flipped(damaged.read_bytes()))
+    with pytest.raises(StoreError, match=rf"{damaged}: checksum mismatch .* the disk is full"):
+        open_catalog(moved / "catalog.duckdb", moved / "store")
+
+    (moved / "catalog.duckdb").write_bytes(b"")
     with pytest.raises(StoreError, match=r"not refreshed: the disk is full; no catalog of .*moved/store to query"):
-        catalog_module.open_catalog(moved / "catalog.duckdb", moved / "store")
+        open_catalog(moved / "catalog.duckdb", moved / "store")
 
 
 def test_a_catalog_that_cannot_be_written_says_so_and_keeps_the_old_one(
@@ -181,3 +228,176 @@ def test_a_catalog_that_cannot_be_written_says_so_and_keeps_the_old_one(
     assert not result.ok and "the disk is full" in result.reason
     assert catalog.read_bytes() == before
     assert not list(catalog.parent.glob(".catalog.duckdb.*.tmp"))
+
+
+def _flipped(data: bytes) -> bytes:
+    """The same bytes with one in the middle changed: same size, different content."""
+    middle = len(data) // 2
+    return data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
+
+
+def _same_size(path: Path) -> None:
+    path.write_bytes(_flipped(path.read_bytes()))
+
+
+def _longer(path: Path) -> None:
+    path.write_bytes(path.read_bytes() + b"\0" * 64)
+
+
+def _same_size_mtime_put_back(path: Path) -> None:
+    before = path.stat()
+    _same_size(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # only the ctime (and the content) tell now
+
+
+def _replaced_mtime_put_back(path: Path) -> None:
+    before = path.stat()
+    other = path.with_name("rewritten.tmp")
+    other.write_bytes(_flipped(path.read_bytes()))
+    os.utime(other, ns=(before.st_atime_ns, before.st_mtime_ns))
+    other.replace(path)  # a new inode under the old name, same size and mtime
+
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        (_same_size, "checksum mismatch"),
+        (_longer, "bytes, the manifest of version"),
+        (_same_size_mtime_put_back, "checksum mismatch"),
+        (_replaced_mtime_put_back, "checksum mismatch"),
+    ],
+)
+def test_data_changed_after_the_refresh_is_never_served_by_sql(
+    published_store: tuple[Path, list[str]],
+    tmp_path: Path,
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    damage: Callable[[Path], None],
+    problem: str,
+) -> None:
+    """A version's file rewritten after the catalog was built (at its old size, with its mtime put back, or
+    replaced by another file) is noticed by the next `sql`, verified against its checksum, left out and named:
+    the benchmark falls back to its intact version; later refreshes keep it out; repaired, it comes back."""
+    _, (v1, v2) = published_store
+    cli_env(SHIFTBENCH_HOME=str(tmp_path))
+    path = Store(tmp_path / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    original = path.read_bytes()
+    query = "SELECT DISTINCT version FROM examples WHERE benchmark = 'toy'"
+    damage(path)
+    assert main(["sql", query, "--csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == ["version", v1]
+    assert captured.err.splitlines() == [
+        "warning: 1 listed file(s) changed or gone since the catalog was built: their versions re-checked",
+        *[line for line in captured.err.splitlines() if line.startswith("warning: left out (damaged): ")],
+    ]
+    assert f"warning: left out (damaged): {path}: " in captured.err and problem in captured.err
+    assert main(["catalog"]) == 0  # as every publish does: the damaged version stays out, though its size is right
+    assert f"left out (damaged): {path}: " in capsys.readouterr().out
+    assert main(["sql", query, "--csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.split() == ["version", v1]
+    assert captured.err == "warning: 1 damaged file(s) left out of the catalog: see `shiftbench check`\n"
+    path.write_bytes(original)
+    assert main(["catalog"]) == 0 and main(["sql", query, "--csv"]) == 0
+    assert capsys.readouterr().out.split()[-1] == v2
+
+
+def test_a_touched_file_is_verified_once_and_still_served(
+    published_store: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    catalog, (_, v2) = published_store
+    path = Store(tmp_path / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    con, refreshed = open_catalog(catalog, tmp_path / "store")
+    with con:
+        assert refreshed is not None and refreshed.changed == [f"store/breeds/toy/versions/{v2}/examples.parquet"]
+        assert not refreshed.problems
+        assert con.execute("SELECT version FROM benchmarks WHERE benchmark = 'toy'").fetchone() == (v2,)
+    con, refreshed = open_catalog(catalog, tmp_path / "store")
+    con.close()
+    assert refreshed is None
+
+
+def _written_files(root: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in root.rglob("*")}
+
+
+@pytest.mark.parametrize(
+    ("query", "kind"),
+    [
+        ("COPY (SELECT 1) TO '{outside}/x.csv'", "got COPY"),
+        ("COPY examples TO 'store/x.parquet'", "got COPY"),
+        ("COPY (SELECT 1) TO '{store}/breeds/toy/x.csv'", "got COPY"),
+        ("EXPORT DATABASE '{outside}/export'", "got EXPORT"),
+        ("ATTACH '{outside}/new.duckdb' AS other", "got ATTACH"),
+        ("INSTALL httpfs", "got LOAD"),
+        ("LOAD httpfs", "got LOAD"),
+        ("SET enable_external_access = true", "got SET"),
+        ("SET allowed_directories = ['/']", "got SET"),
+        ("RESET lock_configuration", "got SET"),
+        ("SET VARIABLE shiftbench_home = '{outside}'", "got SET"),
+        ("CREATE TABLE t AS SELECT 1", "got CREATE"),
+        ("SELECT 1; COPY (SELECT 1) TO '{outside}/y.csv'", "statement 2 is COPY"),
+        ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{outside}/z.csv'", "got EXPLAIN"),
+        ("PRAGMA enable_profiling", "got PRAGMA"),
+        ("CALL enable_logging(storage = 'file', storage_path = '{outside}/log')", "got CALL"),
+        ("CHECKPOINT", "got CALL"),
+    ],
+)
+def test_sql_refuses_anything_but_queries_in_one_line_and_writes_nothing(
+    published_store: tuple[Path, list[str]],
+    tmp_path: Path,
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    query: str,
+    kind: str,
+) -> None:
+    from .test_cli import assert_one_line
+
+    cli_env(SHIFTBENCH_HOME=str(tmp_path))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    before = _written_files(tmp_path)
+    assert main(["sql", query.format(outside=outside, store=tmp_path / "store")]) == 2
+    err = capsys.readouterr().err
+    assert_one_line(err, "error: parameter 'query': the catalog is read-only: queries only (SELECT, FROM, WITH, ")
+    assert err.rstrip().endswith(f"); {kind}"), err
+    assert _written_files(tmp_path) == before
+
+
+def test_the_catalog_connection_itself_writes_no_file_and_still_reads(
+    published_store: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    """Below `sql`'s check, DuckDB's own controls: only the listed files can be opened, no database attached, no
+    extension loaded, no setting changed (locked); queries, spilling to the temporary directory included, work."""
+    catalog, _ = published_store
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    con, _ = open_catalog(catalog, tmp_path / "store", memory_limit="100MB")
+    before = _written_files(tmp_path / "store")
+    with con:
+        for statement in (
+            f"COPY (SELECT 1) TO '{outside}/x.csv'",
+            f"COPY (SELECT 1) TO '{tmp_path}/store/x.csv'",
+            f"EXPORT DATABASE '{outside}/export'",
+            f"ATTACH '{outside}/new.duckdb' AS other",
+            "INSTALL httpfs",
+            "LOAD httpfs",
+            "SET enable_external_access = true",
+            "SET allowed_directories = ['/']",
+            "RESET lock_configuration",
+            "SET memory_limit = '8GB'",
+            "CREATE TABLE t AS SELECT 1",
+            f"SELECT * FROM read_text('{outside}/../catalog.duckdb')",
+        ):
+            with pytest.raises(duckdb.Error):
+                con.execute(statement)
+        assert list(outside.iterdir()) == []
+        assert con.execute("SELECT count(*) > 0 FROM examples").fetchone() == (True,)
+        # A sort of ~300 MB under a 100 MB limit: DuckDB spills to <catalog>.tmp, which it may still write.
+        assert not catalog.with_name("catalog.duckdb.tmp").exists()
+        big = "SELECT count(*) FROM (SELECT i, repeat('x', 40) || i AS s FROM range(5000000) t(i) ORDER BY s DESC)"
+        assert con.execute(big).fetchone() == (5000000,)
+        assert catalog.with_name("catalog.duckdb.tmp").is_dir()
+    assert _written_files(tmp_path / "store") == before

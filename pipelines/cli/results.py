@@ -73,19 +73,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
+    """Run a query on the catalog: read-only, refreshed first when a file it lists changed (damage left out)."""
     import duckdb
 
-    from shiftbench.catalog import open_catalog
+    from shiftbench.catalog import check_query, left_out, open_catalog
 
     settings = Settings.from_env()
     if args.max_rows < 1:
         raise InputError(f"must be at least 1, got {args.max_rows}", parameter="--max-rows")
-    con, _ = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if not this store's
+    check_query(args.query)  # before anything is opened: a COPY, ATTACH, SET ... is refused, nothing written
+    con, refreshed = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if stale
     with con:
-        [(left_out,)] = con.execute("SELECT count(*) FROM catalog_problems").fetchall()
-        if left_out:
-            warning = f"warning: {left_out} damaged file(s) left out of the catalog: see `shiftbench check`"
-            print(warning, file=sys.stderr)
+        for warning in left_out(con, refreshed):
+            print(f"warning: {warning}", file=sys.stderr)
         try:
             relation = con.sql(args.query)
         except duckdb.Error as exc:

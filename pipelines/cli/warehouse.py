@@ -99,6 +99,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     result = refresh_catalog(settings.catalog_path, settings.store_dir)
+    if result.changed:
+        print(f"{len(result.changed)} listed file(s) changed or gone since the last refresh: their versions re-checked")
     for problem in result.problems:
         print(f"left out (damaged): {problem}")
     print(f"{settings.catalog_path}: {'views refreshed' if result.ok else result.reason}")

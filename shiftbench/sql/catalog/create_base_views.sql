@@ -3,6 +3,23 @@
 -- {{benchmarks}} to the union of every version's benchmarks.parquet; either becomes an empty,
 -- typed relation while the store has none, so the views always bind.
 
+-- Every view names its files relative to the warehouse, the folder that holds this catalog and store/
+-- ('store/<family>/<benchmark>/versions/<version>/<table>.parquet'), and reads them through shiftbench_files,
+-- which puts the warehouse in front when the view is bound (at each query), so a moved or copied warehouse
+-- works without a rebuild. The warehouse is, in this order:
+--   1. the variable shiftbench_home, when set (SET VARIABLE shiftbench_home = '/path/to/warehouse');
+--      shiftbench's own reader always sets it;
+--   2. else the folder of DuckDB's temporary directory, which is '<database file>.tmp' unless the client set
+--      another: the folder holding this catalog whenever a client opened the file itself;
+--   3. else nothing: the paths stay relative (to the working directory, or DuckDB's file_search_path).
+CREATE OR REPLACE MACRO shiftbench_home() AS coalesce(
+    rtrim(CAST(getvariable('shiftbench_home') AS VARCHAR), '/\') || '/',
+    nullif(regexp_extract(current_setting('temp_directory'), '^(.*[/\\])[^/\\]+\.tmp$', 1), ''),
+    ''
+);
+
+CREATE OR REPLACE MACRO shiftbench_files(files) AS list_transform(files, lambda f: shiftbench_home() || f);
+
 CREATE OR REPLACE VIEW publications AS
 SELECT family, benchmark, version, CAST(published_at AS TIMESTAMPTZ) AS published_at
 FROM {{publications}};
