@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from pipelines.cli import main
-from shiftbench.analysis import compute, provenance
+from shiftbench import analysis
 from shiftbench.erm import launch
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
@@ -194,12 +194,12 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
     monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
     shifts = analyses()["conds-accuracy-by-shift"]
     setting = _plan(warehouse, 0).run[len(CASE) + 1 :].removesuffix(".seed0")
-    table = compute(warehouse, shifts).filter(pl.col("setting") == setting)  # the fixture's runs
+    table = analysis.compute(warehouse, shifts).filter(pl.col("setting") == setting)  # the fixture's runs
     assert table.select("conds_case", "image_source", "n_seeds").sort("image_source").rows() == [
         (CASE, "sprites", 2),
         (CASE, "standin", 2),
     ]
-    assert provenance(table) == (
+    assert analysis.provenance(table) == (
         "learners marked [stand-in images] trained on generated stand-ins, not the datasets' images"
     )
     text = _figure_text(figures, monkeypatch, lambda: shifts.figure(table, "t"))
@@ -303,8 +303,8 @@ def test_provenance_notes_tags_and_standin_only_analyses() -> None:
         {"image_source": ["standin", "standin", ""], "data_tag": ["generated", None, None]},
         schema_overrides={"data_tag": pl.String},
     )
-    assert provenance(frame) == (
+    assert analysis.provenance(frame) == (
         "stand-in images only: not results on the datasets' images; splits tagged @generated: not the papers' data"
     )
     real = pl.DataFrame({"image_source": ["gqa", "predictions"], "data_tag": [None, None]})
-    assert provenance(real.with_columns(pl.col("data_tag").cast(pl.String))) == ""
+    assert analysis.provenance(real.with_columns(pl.col("data_tag").cast(pl.String))) == ""
