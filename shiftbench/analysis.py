@@ -14,6 +14,7 @@ title and the card say when stand-in images or tagged splits (not the papers' da
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,8 @@ def publish(settings: Settings, analysis: Analysis) -> tuple[PublishOutcome | No
     tables = {analysis.table: frame}
     manifest = {"analysis": {"source": analysis.source, "query": analysis.query}, "environment": environment()}
     note = provenance(frame)
-    title = f"{analysis.title}\n({note})" if note else analysis.title
+    # Under the title, wrapped: the narrowest figure (one MetaShift panel) shows about 60 characters a line.
+    title = "\n".join([analysis.title, *textwrap.wrap(f"({note})", 60)]) if note else analysis.title
     info = cards.CardInfo(
         title=analysis.title,
         shift=f"Reproduces {analysis.source} over every result in the catalog: one row per split and method "

@@ -69,6 +69,13 @@ def test_a_standin_run_is_named_apart_and_never_replaces_the_real_run(warehouse:
     assert len(store.versions(standin.run)) == 1
     runs = dict(_query(warehouse, "SELECT run, image_source FROM erm_runs WHERE seed = 0"))
     assert runs == {real.run: "sprites", standin.run: "standin"}
+    cards = {}
+    for plan in (real, standin):
+        latest = store.latest(plan.run)
+        assert latest is not None
+        cards[plan.images.kind] = (store.staged("erm", plan.run, latest.version).path / "files" / "card.md").read_text()
+    assert "(stand-in images)" in cards["standin"] and "not the split's own images" in cards["standin"]
+    assert "stand-in" not in cards["sprites"]
 
 
 @pytest.mark.slow
@@ -213,8 +220,9 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
     monkeypatch.setattr(figures, "png_bytes", lambda fig: titles.append(fig._suptitle.get_text()) or png_bytes(fig))
     assert main(["analyse", "conds-accuracy-by-shift"]) == 0
     assert "conds-accuracy-by-shift: version" in capsys.readouterr().out
-    assert titles == [f"{shifts.title}\n(learners marked [stand-in images] trained on generated stand-ins, not the "
-                      "datasets' images)"]  # fmt: skip
+    (title,) = titles
+    note = "(learners marked [stand-in images] trained on generated stand-ins, not the datasets' images)"
+    assert title.startswith(f"{shifts.title}\n") and " ".join(title.split()) == f"{shifts.title} {note}"
     latest = Store(warehouse.store_dir).latest("conds-accuracy-by-shift")
     assert latest is not None
     card = Store(warehouse.store_dir).staged("analysis", latest.benchmark, latest.version).path / "files" / "card.md"
@@ -253,8 +261,8 @@ def _grid(cases: list[tuple[str, str]], image_source: str, model: str = "resnet1
 @pytest.mark.parametrize(
     ("cases", "image_source", "here", "comparison"),
     [
-        ([("sprites-uniform", "sprites")], "sprites", "sprites (shiftbench's generated sprites)", "different datasets"),
-        ([("sprites-uniform", "sprites")], "standin", "sprites (shiftbench's generated sprites)", "different datasets"),
+        ([("sprites-uniform", "sprites")], "sprites", "sprites", "different datasets"),
+        ([("sprites-uniform", "sprites")], "standin", "sprites", "different datasets"),
         ([("celeba-uniform", "celeba")], "celeba", "CelebA", "one of the paper's datasets"),
         ([("celeba-uniform@partial", "celeba")], "celeba", "CelebA @partial", "different datasets"),
     ],
@@ -276,6 +284,8 @@ def test_the_conds_grid_names_the_data_on_each_side(
     assert set(paper_only["comparison"].to_list()) == {None}
 
     text = _figure_text(figures, monkeypatch, lambda: figures.conds_grid_vs_paper(table, "ConDS grid"))
+    if here == "sprites":  # never read as dSprites: the figure says whose sprites they are
+        here = "sprites (shiftbench's generated sprites)"
     assert f"here: {here} | the paper: {paper} | " in text["title"]
     if comparison == "different datasets":
         assert "different datasets: not a reproduction of the paper's numbers" in text["title"]
@@ -283,7 +293,9 @@ def test_the_conds_grid_names_the_data_on_each_side(
         assert "CelebA here against the paper's mean over CelebA and DeepFashion" in text["title"]
     assert f"here, mean over cases on: {here}" in text["legend"]
     assert f"the paper (Table 3), mean over: {paper}" in text["legend"]
-    assert (f"ResNet18 [stand-in images]\non {here}" in text["all"]) == (image_source == "standin")
+    short = here.split(" (")[0]
+    assert f"ResNet18{' [stand-in images]' if image_source == 'standin' else ''}\non {short}, " in text["all"]
+    assert ("[stand-in images]" in text["all"]) == (image_source == "standin")
 
 
 def test_an_analysis_without_paper_numbers_still_names_its_data(monkeypatch: pytest.MonkeyPatch) -> None:

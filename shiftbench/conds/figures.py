@@ -9,13 +9,15 @@ import polars as pl
 from shiftbench.plots import learner_label, method_label, png_bytes, pyplot
 
 # How a figure names the data on each side of a comparison: ConDS datasets here, and the paper's (Table 3).
-DATASET_NAMES = {"sprites": "sprites (shiftbench's generated sprites)", "celeba": "CelebA"}
+DATASET_NAMES = {"celeba": "CelebA"}
+DATASET_NOTES = {"sprites": "shiftbench's generated sprites"}
 
 
-def dataset_name(dataset: str, data_tag: str | None = None) -> str:
-    """A ConDS dataset as a reader should read it: ``sprites`` are shiftbench's own, a tag says the data is not the
-    paper's (``CelebA @partial``)."""
-    return DATASET_NAMES.get(dataset, dataset) + (f" @{data_tag}" if data_tag else "")
+def dataset_name(dataset: str, data_tag: str | None = None, *, long: bool = False) -> str:
+    """A ConDS dataset as a reader should read it: a tag says the data is not the paper's (``CelebA @partial``);
+    ``long`` adds what the data is where its name would mislead (``sprites``: shiftbench's own, not dSprites)."""
+    name = DATASET_NAMES.get(dataset, dataset) + (f" @{data_tag}" if data_tag else "")
+    return f"{name} ({DATASET_NOTES[dataset]})" if long and dataset in DATASET_NOTES else name
 
 
 def conds_cell_counts(cells: pl.DataFrame, title: str) -> bytes:
@@ -100,10 +102,10 @@ def conds_grid_vs_paper(table: pl.DataFrame, title: str) -> bytes:
     the data on its side (here: the ConDS dataset; the paper: the datasets its number averages), and the title
     says so when the two sides are different datasets."""
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     rows = table.sort("category", "paper_row", "setting", "image_source").to_dicts()
     labels = [_grid_label(r) for r in rows]
-    here = sorted({dataset_name(r["dataset"], r["data_tag"]) for r in rows if r["n_cases"]})
+    here = sorted({dataset_name(r["dataset"], r["data_tag"], long=True) for r in rows if r["n_cases"]})
     theirs = sorted({r["paper_datasets"] for r in rows if r["paper_datasets"]})
     positions = list(range(len(rows)))
     left.barh(positions, [r["acc_mean"] or 0.0 for r in rows], color="tab:blue",
@@ -125,21 +127,23 @@ def conds_grid_vs_paper(table: pl.DataFrame, title: str) -> bytes:
     right.set_xticks(range(4), ["0", "1", "2", "3"])
     right.set_ylim(0, 1.02)
     right.set_xlabel("concurrent shifts")
-    right.set_ylabel(f"mean test accuracy over cases (here: {'; '.join(here) or 'none'})", fontsize=7)
+    right.set_ylabel("mean test accuracy over cases (here)")
     if right.get_legend_handles_labels()[0]:
-        right.legend(fontsize=5)
+        right.legend(fontsize=5, loc="lower left")
     fig.suptitle(f"{title}\n{_grid_sides(rows, here, theirs)}", fontsize=8)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0.03, 0, 1, 1))  # room for the longest row label
     return png_bytes(fig)
 
 
 def _grid_label(row: dict[str, Any]) -> str:
     """A row of the grid: the paper's row (or the learner) over the data it was measured on here."""
-    name = row["paper_row"] or method_label(row)
     if not row["n_cases"]:
-        return f"{name}\n{row['category']}: not run here"
-    marked = " [stand-in images]" if row["image_source"] == "standin" and row["paper_row"] else ""
-    return f"{name}{marked}\non {dataset_name(row['dataset'], row['data_tag'])}, {row['setting'] or 'scored'}"
+        return f"{row['paper_row']}\n{row['category']}: not run here"
+    here = dataset_name(row["dataset"], row["data_tag"])
+    if not row["paper_row"]:  # the learner's own name: method, setting (marked on stand-ins)
+        return f"{method_label(row)}\non {here}"
+    marked = " [stand-in images]" if row["image_source"] == "standin" else ""
+    return f"{row['paper_row']}{marked}\non {here}, {row['setting'] or 'scored'}"
 
 
 def _grid_sides(rows: list[dict[str, Any]], here: list[str], theirs: list[str]) -> str:

@@ -148,7 +148,8 @@ def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
     plt = pyplot()
     # Tasks of other data (another @TAG: the generated scene sample, tags) are panels of their own, never one line.
     families = sorted({(r["task_kind"], r["classes"], r["data_tag"] or "") for r in table.iter_rows(named=True)})
-    fig, axes = plt.subplots(1, len(families), figsize=(3.6 * len(families) + 0.6, 3.2), squeeze=False)
+    width = max(5.0, 3.6 * len(families) + 0.6)  # room for the title's provenance lines (shiftbench.analysis)
+    fig, axes = plt.subplots(1, len(families), figsize=(width, 3.6), squeeze=False)
     for axis, (kind, classes, tag) in zip(axes[0], families, strict=True):
         same_data = pl.col("data_tag").fill_null("") == tag
         part = table.filter((pl.col("task_kind") == kind) & (pl.col("classes") == classes) & same_data)
