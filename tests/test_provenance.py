@@ -172,6 +172,26 @@ def test_the_cli_names_a_standin_run_apart(
     assert ".mlp.seed4@standin version " in out and "now latest" in out
 
 
+@pytest.mark.slow
+def test_scored_predictions_are_labelled_predictions_and_shown_by_default(
+    warehouse: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``shiftbench eval`` results have no images of ours: image_source 'predictions', in the real leaderboard."""
+    home = tmp_path / "home"
+    shutil.copytree(warehouse.home, home, symlinks=True)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    examples = launch.published_split(warehouse, CASE).examples
+    examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet(tmp_path / "oracle.parquet")
+    assert main(["eval", CASE, str(tmp_path / "oracle.parquet"), "--method", "oracle"]) == 0
+    capsys.readouterr()
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)})
+    rows = _query(settings, "SELECT DISTINCT image_source, setting, data_tag FROM results WHERE method = 'oracle'")
+    assert rows == [("predictions", None, None)]
+    assert main(["leaderboard", CASE]) == 0
+    oracle = [line.split() for line in capsys.readouterr().out.splitlines() if " oracle " in line]
+    assert oracle == [[CASE, "oracle", "1.0", "(1)", "1.0", "(1)"]]
+
+
 def _figure_text(module: ModuleType, monkeypatch: pytest.MonkeyPatch, draw: Callable[[], bytes]) -> dict[str, str]:
     """The strings of the figure ``draw`` makes (title, legends, axes): what a reader of the PNG reads."""
     from matplotlib.text import Text

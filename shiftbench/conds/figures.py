@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.plots import learner_label, method_label, png_bytes, pyplot
+from shiftbench.plots import STANDIN_MARK, learner_label, method_label, png_bytes, pyplot
 
 # How a figure names the data on each side of a comparison: ConDS datasets here, and the paper's (Table 3).
 DATASET_NAMES = {"celeba": "CelebA"}
@@ -142,7 +142,7 @@ def _grid_label(row: dict[str, Any]) -> str:
     here = dataset_name(row["dataset"], row["data_tag"])
     if not row["paper_row"]:  # the learner's own name: method, setting (marked on stand-ins)
         return f"{method_label(row)}\non {here}"
-    marked = " [stand-in images]" if row["image_source"] == "standin" else ""
+    marked = STANDIN_MARK if row["image_source"] == "standin" else ""
     return f"{row['paper_row']}{marked}\non {here}, {row['setting'] or 'scored'}"
 
 
