@@ -5,8 +5,8 @@
 # metashift-attributes collection from the released attribute annotations shipped with the package,
 # and the object-context collection and tasks on the generated scene sample (named NAME@generated;
 # GQA scene graphs when SHIFTBENCH_GQA_SCENE_GRAPHS is set), then the 34 ConDS cases on the generated
-# sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines.
-# About 5 minutes on 2 cores, the install included.
+# sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines, the
+# papers' analyses and the leaderboard. How long it takes, measured: BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,14 +20,17 @@ export DAGSTER_HOME=${DAGSTER_HOME:-$SHIFTBENCH_HOME/dagster_home}
 task=$(.venv/bin/shiftbench build metashift --list | awk '$1 ~ /^cat-dog-dg-cabinet-bed(@|$)/ {print $1; exit}')
 # ConDS on the generated sprites (and CelebA when SHIFTBENCH_CELEBA_DIR is set).
 .venv/bin/shiftbench build conds
-# Quick ERM baselines on CPU, about a minute each (preset quick: a small CNN with flips and quarter turns):
+# Quick ERM baselines on CPU (preset quick: a small CNN with flips and quarter turns, 600 iterations):
 # uniform training learns the shapes (ID ~0.93, test ~0.94), the spurious correlation of colour and shape does
-# not generalise (ID ~0.99, test ~0.33); and a MetaShift task of the generated scene sample (stand-in
-# images, preset smoke: a few seconds).
+# not generalise (ID ~0.99, test ~0.33). Then the MetaShift task (preset smoke: an MLP, 300 iterations): the
+# generated scene sample has no images, so it trains on generated stand-ins and is published as
+# <run>@standin, labelled image_source = standin, and left out of the leaderboard unless asked for
+# (--include-standin); on GQA's scene graphs with SHIFTBENCH_GQA_IMAGES_DIR it trains on the real images.
 .venv/bin/shiftbench train sprites-sc-object_color --preset quick
 .venv/bin/shiftbench train sprites-uniform --preset quick
 .venv/bin/shiftbench train "$task" --preset smoke
-# The papers' analyses over these results (tables, views and plots; those without results say so).
+# The papers' analyses over these results (tables, views and plots; those without results say so; an
+# analysis over stand-in runs says so in its table, image_source, and in its figure's title).
 .venv/bin/shiftbench analyse
 
 query="SELECT b.family, b.benchmark, b.version, coalesce(b.params->>'hierarchy', b.sources->>'dataset') AS source,
@@ -44,6 +47,12 @@ echo "How much each BREEDS split shifts (view shift_magnitudes; every version ha
   round(max(value) FILTER (benchmark LIKE '%-good'), 3) AS good, round(max(value) FILTER (benchmark LIKE '%-bad'), 3) AS bad
 FROM shift_magnitudes WHERE family = 'breeds' AND measure = 'subclass_distance_mean' AND scope = 'all'
 GROUP BY 1 ORDER BY 1"
+echo
+echo "Leaderboard (shiftbench leaderboard: results on real images, the mean over seeds (number of seeds)):"
+.venv/bin/shiftbench leaderboard --splits id_val,test --metrics acc_avg
+echo
+echo "With the runs on stand-in images, labelled (column images; not results on the datasets' images):"
+.venv/bin/shiftbench leaderboard --include-standin --splits id_val,test --metrics acc_avg
 cat <<MSG
 
 Outputs

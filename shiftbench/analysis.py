@@ -1,14 +1,20 @@
 """The papers' analyses over the results: versioned tables with a plot each, rebuilt when results change.
 
-Each analysis is a SQL query over the catalog's ``leaderboard`` (means over seeds on the latest split
-versions) joined with the split tables that say what shifted (``metashift_tasks``, ``conds_cases``,
+Each analysis is a SQL query over the catalog's ``leaderboard_with_standins`` (means over seeds on the latest
+split versions) joined with the split tables that say what shifted (``metashift_tasks``, ``conds_cases``,
 ``benchmarks``), published as a store entry of family ``analysis`` (stage, contract check, publish,
 like every version) with its figure attached. A family declares its analyses (``Family.analyses``: a query
 file, a contract and a plot function in its package); ``shiftbench.registry.analyses`` lists them all.
+
+Provenance travels with every analysis: its table carries each row's ``image_source`` and ``data_tag``, a
+learner on stand-in images is marked in the figure (:data:`shiftbench.plots.STANDIN_MARK`), and the figure's
+title and the card say when stand-in images or tagged splits (not the papers' data) are in it
+(:func:`provenance`).
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +65,22 @@ def compute(settings: Settings, analysis: Analysis) -> pl.DataFrame:
     return frame.select(columns).with_columns(pl.col(floats).round(12)).sort(keys, nulls_last=True)
 
 
+def provenance(frame: pl.DataFrame) -> str:
+    """What a reader of the analysis must know about its data ('' when every row is on the papers' names and
+    real images): results on generated stand-in images, splits whose ``@TAG`` says they are not the paper's."""
+    measured = frame.filter(pl.col("image_source").fill_null("") != "")  # ConDS' paper-only rows have none
+    standin = measured.filter(pl.col("image_source") == "standin").height
+    parts = []
+    if standin and standin == measured.height:
+        parts.append("stand-in images only: not results on the datasets' images")
+    elif standin:
+        parts.append("learners marked [stand-in images] trained on generated stand-ins, not the datasets' images")
+    tags = sorted({str(t) for t in frame["data_tag"].drop_nulls().to_list()})
+    if tags:
+        parts.append(f"splits tagged {', '.join('@' + t for t in tags)}: not the papers' data")
+    return "; ".join(parts)
+
+
 def publish(settings: Settings, analysis: Analysis) -> tuple[PublishOutcome | None, pl.DataFrame]:
     """Stage, check and publish the analysis when there are results for it (``None`` when there are none:
     an empty analysis is not a version worth citing)."""
@@ -67,16 +89,19 @@ def publish(settings: Settings, analysis: Analysis) -> tuple[PublishOutcome | No
         return None, frame
     tables = {analysis.table: frame}
     manifest = {"analysis": {"source": analysis.source, "query": analysis.query}, "environment": environment()}
+    note = provenance(frame)
+    # Under the title, wrapped: the narrowest figure (one MetaShift panel) shows about 60 characters a line.
+    title = "\n".join([analysis.title, *textwrap.wrap(f"({note})", 60)]) if note else analysis.title
     info = cards.CardInfo(
         title=analysis.title,
         shift=f"Reproduces {analysis.source} over every result in the catalog: one row per split and method "
-        "(means over seeds on the split's latest version).",
+        "(means over seeds on the split's latest version)." + (f" Provenance: {note}." if note else ""),
         licences=("Results: MIT (shiftbench)",),
         citation=analysis.source,
     )
 
     def attachments() -> dict[str, bytes]:
-        return {analysis.figure_file: analysis.figure(frame, analysis.title)}
+        return {analysis.figure_file: analysis.figure(frame, title)}
 
     def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
         facts = cards.Version(analysis.name, version, {**manifest, "family": FAMILY}, tables, files, figures, info)

@@ -75,5 +75,16 @@ def erm_id_vs_ood(results: pl.DataFrame, title: str) -> bytes:
     return png_bytes(fig)
 
 
+STANDIN_MARK = " [stand-in images]"  # how an analysis figure marks a learner trained on generated stand-ins
+
+
 def method_label(row: dict[str, Any]) -> str:
-    return f"{row['method']} {row['setting']}".strip()
+    """``method setting``, marked when the results are on stand-in images (the analyses' ``image_source``)."""
+    label = f"{row['method']} {row['setting']}".strip()
+    return label + STANDIN_MARK if row.get("image_source") == "standin" else label
+
+
+def learner_label() -> pl.Expr:
+    """:func:`method_label` as a polars expression over an analysis table (``learner``)."""
+    marked = pl.when(pl.col("image_source") == "standin").then(pl.lit(STANDIN_MARK)).otherwise(pl.lit(""))
+    return pl.concat_str(pl.concat_str("method", "setting", separator=" ").str.strip_chars(), marked).alias("learner")

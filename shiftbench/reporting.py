@@ -2,6 +2,8 @@
 
 A cell reads ``mean ± half-width (n)``: the mean over seeds and the half-width of the view's 95 % Student
 t interval (``±`` is left out below two seeds). ``shiftbench leaderboard --format markdown`` prints it.
+Results on generated stand-in images are left out unless asked for (``include_standin``: the view
+``leaderboard_with_standins``); then every row says where its images came from (column ``images``).
 """
 
 from __future__ import annotations
@@ -42,26 +44,35 @@ def check_request(
             raise InputError(f"no published benchmark {name!r}{suggest(name, published)}", parameter="BENCHMARK")
 
 
+def _where(benchmarks: Sequence[str], metrics: Sequence[str], splits: Sequence[str]) -> tuple[str, list[object]]:
+    where = ["metric IN (SELECT unnest(?))", "eval_split IN (SELECT unnest(?))"]
+    params: list[object] = [list(metrics), list(splits)]
+    if benchmarks:
+        where.append("benchmark IN (SELECT unnest(?))")
+        params.append(list(benchmarks))
+    return " AND ".join(where), params
+
+
 def leaderboard_table(
     con: duckdb.DuckDBPyConnection,
     benchmarks: Sequence[str] = (),
     metrics: Sequence[str] = ("acc_avg", "acc_wg"),
     splits: Sequence[str] = ("test",),
     digits: int = 3,
+    include_standin: bool = False,
 ) -> pl.DataFrame:
-    """Rows (benchmark, method, setting), columns ``<split>/<metric>``, cells ``mean ± half (n)``."""
-    where = ["metric IN (SELECT unnest(?))", "eval_split IN (SELECT unnest(?))"]
-    params: list[object] = [list(metrics), list(splits)]
-    if benchmarks:
-        where.append("benchmark IN (SELECT unnest(?))")
-        params.append(list(benchmarks))
+    """Rows (benchmark, method, setting), columns ``<split>/<metric>``, cells ``mean ± half (n)``; with
+    ``include_standin`` the stand-in rows too, each row keyed and labelled by its ``images`` as well."""
+    where, params = _where(benchmarks, metrics, splits)
+    view = "leaderboard_with_standins" if include_standin else "leaderboard"
     query = (
-        "SELECT benchmark, method, coalesce(setting, '') AS setting, eval_split, metric, n_seeds, mean, "
-        f"(ci_high - ci_low) / 2 AS half FROM leaderboard WHERE {' AND '.join(where)}"
+        "SELECT benchmark, method, coalesce(setting, '') AS setting, image_source AS images, eval_split, metric, "
+        f"n_seeds, mean, (ci_high - ci_low) / 2 AS half FROM {view} WHERE {where}"
     )
     rows = con.sql(query, params=params).pl()
+    index = ["benchmark", "method", "setting", *(["images"] if include_standin else [])]
     if rows.is_empty():
-        return pl.DataFrame(schema={"benchmark": pl.String, "method": pl.String, "setting": pl.String})
+        return pl.DataFrame(schema=dict.fromkeys(index, pl.String))
     cell = pl.format("{} ({})", pl.col("mean").round(digits), pl.col("n_seeds"))
     spread = pl.format("{} ± {} ({})", pl.col("mean").round(digits), pl.col("half").round(digits), pl.col("n_seeds"))
     rows = rows.with_columns(
@@ -69,11 +80,22 @@ def leaderboard_table(
         (pl.col("eval_split") + "/" + pl.col("metric")).alias("column"),
     )
     order = [f"{s}/{m}" for s in splits for m in metrics]
-    wide = rows.pivot(on="column", index=["benchmark", "method", "setting"], values="cell").sort(
-        "benchmark", "method", "setting"
-    )
-    table: pl.DataFrame = wide.select("benchmark", "method", "setting", *[c for c in order if c in wide.columns])
+    wide = rows.pivot(on="column", index=index, values="cell").sort(index, nulls_last=True)
+    table: pl.DataFrame = wide.select(*index, *[c for c in order if c in wide.columns])
     return table
+
+
+def hidden_standin_runs(
+    con: duckdb.DuckDBPyConnection, benchmarks: Sequence[str], metrics: Sequence[str], splits: Sequence[str]
+) -> int:
+    """How many (benchmark, method, setting) rows on stand-in images the default leaderboard leaves out."""
+    where, params = _where(benchmarks, metrics, splits)
+    query = (
+        "SELECT count(DISTINCT (benchmark, method, setting)) FROM leaderboard_with_standins "
+        f"WHERE image_source = 'standin' AND {where}"
+    )
+    row = con.execute(query, params).fetchone()
+    return int(row[0]) if row else 0
 
 
 def to_markdown(table: pl.DataFrame) -> str:

@@ -32,14 +32,19 @@ def _run(query: str, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
     return con.sql(query).pl()
 
 
-def _board(rows: list[tuple[str, str, str, str, int, float, float | None]]) -> pl.DataFrame:
+def _board(
+    rows: list[tuple[str, str, str | None, str, int, float, float | None]], image_source: str = "sprites"
+) -> pl.DataFrame:
+    """Rows of ``leaderboard_with_standins`` (what the analyses read); scored predictions ('predictions') have
+    no setting; ``data_tag`` is the name's @TAG, as the view computes it."""
     return pl.DataFrame(
         [
-            {"benchmark": b, "split_version": "v1", "method": m, "setting": s, "eval_split": e, "metric": "acc_avg",
-             "n_seeds": n, "mean": mean, "std": std}
+            {"benchmark": b, "data_tag": b.split("@")[1] if "@" in b else None, "split_version": "v1", "method": m,
+             "setting": s, "image_source": image_source if s is not None else "predictions", "eval_split": e,
+             "metric": "acc_avg", "n_seeds": n, "mean": mean, "std": std}
             for b, m, s, e, n, mean, std in rows
         ],
-        schema_overrides={"setting": pl.String, "std": pl.Float64},
+        schema_overrides={"setting": pl.String, "std": pl.Float64, "data_tag": pl.String},
     )  # fmt: skip
 
 
@@ -60,7 +65,8 @@ def test_metashift_accuracy_vs_distance_joins_each_task_with_its_distance() -> N
             ("other", "erm", "x", "test", 1, 0.1, None),  # not a MetaShift task
         ]
     )
-    got = _run(analyses()["metashift-accuracy-vs-distance"].sql(), {"leaderboard": board, "metashift_tasks": tasks})
+    tables = {"leaderboard_with_standins": board, "metashift_tasks": tasks}
+    got = _run(analyses()["metashift-accuracy-vs-distance"].sql(), tables)
     assert got.select("task", "distance", "method", "setting", "acc_mean").rows() == [
         ("cat-dog-a", 0.4, "erm", "domainbed.resnet18", 0.8),
         ("cat-dog-b", 0.9, "erm", "domainbed.resnet18", 0.6),
@@ -83,7 +89,8 @@ def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
             ("sprites", "erm", "s", "test", 1, 0.3, None),
         ]
     )
-    got = _run(analyses()["breeds-source-vs-target"].sql(), {"leaderboard": board, "benchmarks": benchmarks})
+    tables = {"leaderboard_with_standins": board, "benchmarks": benchmarks}
+    got = _run(analyses()["breeds-source-vs-target"].sql(), tables)
     rows = {r["task"]: r for r in got.iter_rows(named=True)}
     assert set(rows) == {"living17", "entity13"}
     assert rows["living17"]["source_split"] == "id_test" and rows["living17"]["relative_acc"] == pytest.approx(0.5)
@@ -112,10 +119,11 @@ def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases(
     )
     runs = pl.DataFrame(
         {"benchmark": ["u", "sc"], "run": ["u.conds_controlled.resnet18.seed0", "sc.conds_controlled.resnet18.seed2"],
-         "family": ["conds"] * 2, "method": ["erm"] * 2, "model": ["resnet18"] * 2,
+         "family": ["conds"] * 2, "method": ["erm"] * 2, "model": ["resnet18"] * 2, "image_source": ["sprites"] * 2,
          "config": ['{"augment": "none", "init_checkpoint": null}'] * 2}
     )  # fmt: skip
-    got = _run(analyses()["conds-grid-vs-paper"].sql(), {"leaderboard": board, "conds_cases": cases, "erm_runs": runs})
+    tables = {"leaderboard_with_standins": board, "conds_cases": cases, "erm_runs": runs}
+    got = _run(analyses()["conds-grid-vs-paper"].sql(), tables)
     rows = {(r["method"], r["paper_row"]): r for r in got.iter_rows(named=True)}
     ours = rows[("erm", "ResNet18")]
     assert (ours["dataset"], ours["category"], ours["setting"]) == (

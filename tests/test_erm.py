@@ -300,6 +300,7 @@ def test_cli_trains_with_progress_and_exports_an_imagefolder(
 def test_standin_images_train_any_split_and_are_labelled_as_such(warehouse: Settings) -> None:
     plan = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=6, overrides=FAST, image_root="standin")
     assert plan.images.kind == "standin" and plan.images.template == "{}.png"
+    assert plan.run.endswith(".mlp.seed6@standin")  # never the name of the run on the split's images
     assert len(list(plan.images.root.glob("*.png"))) == len(
         launch.published_split(warehouse, "sprites-uniform").examples
     )

@@ -7,8 +7,9 @@ local subprocess or in a GPU pod. This module imports no torch.
 
 Results take the path every table takes: staged as a content-addressed version of the *run*
 ``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``; ``<preset>-<hash>`` when its training
-parameters depart from the preset's), checked against the contracts of
-``erm_results``, ``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the
+parameters depart from the preset's; ``...seed<N>@standin`` when it trained on generated stand-in
+images, so such a run never shares a name, a version lineage or an aggregate with a real one), checked
+against the contracts of ``erm_results``, ``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the
 store, which refuses an unchecked or failed version. The run's tables carry the split's
 ``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot are
 attached to the version (``files/``) and listed with checksums in its manifest.
@@ -38,6 +39,7 @@ from shiftbench.errors import ContractViolation, InputError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
+from shiftbench.naming import tagged
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.spec_files import merge_named, spec_document, spec_texts
@@ -175,17 +177,22 @@ def plan_run(
         else None
     )
     images = resolve_images(settings, split, image_root, path_template)
-    run = run_name(benchmark, name, config, resolve_config({**preset_values, "seed": seed}, n_train))
+    preset_config = resolve_config({**preset_values, "seed": seed}, n_train)
+    run = run_name(benchmark, name, config, preset_config, images.kind)
     return RunPlan(
         run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train,
         checkpoint,
     )  # fmt: skip
 
 
-def run_name(benchmark: str, preset: str, config: Mapping[str, Any], preset_config: Mapping[str, Any]) -> str:
+def run_name(
+    benchmark: str, preset: str, config: Mapping[str, Any], preset_config: Mapping[str, Any], image_source: str
+) -> str:
     """``<benchmark>.<preset>.<model>.seed<N>`` (``<model>.<method>`` for methods beside ERM); a run that
     departs from its preset in anything it learns from is not that preset's run, so its name carries a
-    hash of the changes: ``<preset>-<hash>``."""
+    hash of the changes: ``<preset>-<hash>``. A run on generated stand-in images is not a result on the
+    split's images: its name is tagged ``...seed<N>@standin`` (``NAME@TAG``, as :mod:`shiftbench.naming` tags
+    benchmarks), so it never becomes the latest of, or is averaged with, the run on real images."""
     changed = {
         key: value
         for key, value in config.items()
@@ -194,7 +201,8 @@ def run_name(benchmark: str, preset: str, config: Mapping[str, Any], preset_conf
     protocol = f"{preset}-{sha256_json(changed)[:8]}" if changed else preset
     method = config.get("method", "erm")
     learner = config["model"] if method == "erm" else f"{config['model']}.{method}"
-    return check_benchmark_name(f"{benchmark}.{protocol}.{learner}.seed{config['seed']}", "benchmark")
+    name = f"{benchmark}.{protocol}.{learner}.seed{config['seed']}"
+    return check_benchmark_name(tagged(name, STANDIN if image_source == STANDIN else None), "benchmark")
 
 
 @dataclass(frozen=True)
@@ -343,10 +351,17 @@ def stage_run(
     }
     store = Store(settings.store_dir)
     described = cards.with_split_magnitudes(tables, plan.split_dir)
+    standin = (
+        " Trained and evaluated on generated stand-in images (shiftbench.erm.standin), not the split's own "
+        "images: these accuracies say nothing about the real dataset."
+        if plan.images.kind == STANDIN
+        else ""
+    )
     info = CardInfo(
-        title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}",
+        title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}"
+        + (" (stand-in images)" if standin else ""),
         shift=f"Results of one training run on the split {plan.benchmark} (version {plan.split_version}); the shift "
-        "magnitudes below are that split's (table shift_magnitudes of the split version).",
+        f"magnitudes below are that split's (table shift_magnitudes of the split version).{standin}",
         licences=("Model weights and results: MIT (shiftbench); the training images keep their own licence",),
         citation="Koh, Sagawa et al. WILDS: A Benchmark of in-the-Wild Distribution Shifts. ICML 2021 (evaluation).",
     )

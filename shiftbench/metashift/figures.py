@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.plots import png_bytes, pyplot
+from shiftbench.plots import learner_label, png_bytes, pyplot
 
 
 def _component_grid_layout(graph: Any, seed: int) -> dict[int, Any]:
@@ -143,19 +143,24 @@ def task_distances(communities: pl.DataFrame, title: str) -> bytes:
 
 
 def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
-    """MetaShift: test accuracy against d, one panel per task family, one line per method and setting."""
+    """MetaShift: test accuracy against d, one panel per task family and data tag, one line per learner (method,
+    setting; marked when on stand-in images)."""
     plt = pyplot()
-    families = sorted({(r["task_kind"], r["classes"]) for r in table.iter_rows(named=True)})
-    fig, axes = plt.subplots(1, len(families), figsize=(3.6 * len(families) + 0.6, 3.2), squeeze=False)
-    for axis, (kind, classes) in zip(axes[0], families, strict=True):
-        part = table.filter((pl.col("task_kind") == kind) & (pl.col("classes") == classes)).drop_nulls("distance")
-        for label, rows in sorted(part.group_by(pl.concat_str("method", "setting", separator=" ")), key=str):
+    # Tasks of other data (another @TAG: the generated scene sample, tags) are panels of their own, never one line.
+    families = sorted({(r["task_kind"], r["classes"], r["data_tag"] or "") for r in table.iter_rows(named=True)})
+    width = max(5.0, 3.6 * len(families) + 0.6)  # room for the title's provenance lines (shiftbench.analysis)
+    fig, axes = plt.subplots(1, len(families), figsize=(width, 3.6), squeeze=False)
+    for axis, (kind, classes, tag) in zip(axes[0], families, strict=True):
+        same_data = pl.col("data_tag").fill_null("") == tag
+        part = table.filter((pl.col("task_kind") == kind) & (pl.col("classes") == classes) & same_data)
+        part = part.drop_nulls("distance")
+        for label, rows in sorted(part.with_columns(learner_label()).group_by("learner"), key=str):
             rows = rows.sort("distance")
             axis.errorbar(
                 rows["distance"].to_list(), rows["acc_mean"].to_list(), yerr=rows["acc_std"].fill_null(0).to_list(),
-                marker="o", markersize=4, linewidth=1.2, capsize=2, label=str(label[0]).strip(),
+                marker="o", markersize=4, linewidth=1.2, capsize=2, label=str(label[0]),
             )  # fmt: skip
-        axis.set_title(f"{kind}: {classes}", fontsize=8)
+        axis.set_title(f"{kind}: {classes}" + (f" (@{tag} data)" if tag else ""), fontsize=8)
         axis.set_xlabel("distance d (train vs test subsets)")
         axis.set_ylabel("test accuracy")
         axis.set_ylim(0, 1.02)

@@ -1,15 +1,26 @@
 -- One results vocabulary for every method (created after the table views): the baselines trained
 -- here (ERM, reweighting, GroupDRO, IRM, CORAL: erm_results.method, 'erm' in runs older than the column)
 -- next to predictions scored by `shiftbench eval` (the method they were submitted as). `results` shows only results on the latest version of their split (is_current), like its parts.
--- `setting` tells runs of one method apart: for trained runs the run's name without benchmark and seed
--- ('smoke.mlp', 'smoke.mlp.groupdro', or 'smoke-<hash>.small_cnn' for a run that departed from its preset), NULL for scored predictions.
+-- `setting` tells runs of one method apart: for trained runs the run's name without benchmark, seed and
+-- stand-in tag ('smoke.mlp', 'smoke.mlp.groupdro', or 'smoke-<hash>.small_cnn' for a run that departed from
+-- its preset), NULL for scored predictions.
+-- Provenance: `image_source` is where a trained run's images came from, as its erm_runs row records it
+-- (imagenet | gqa | celeba | sprites | user, or standin: generated stand-ins, not the dataset's images;
+-- read from erm_runs, so runs published by older versions under a real run's name are labelled too),
+-- 'predictions' for scored predictions (their images were never ours to see); `data_tag` is the `@TAG`
+-- of the split's name (shiftbench/naming.py: 'generated', 'wordnet-default', ...; NULL for the papers'
+-- names and the user's own).
 
 CREATE OR REPLACE VIEW results_history AS
-SELECT benchmark, split_version, family, coalesce(method, 'erm') AS method, regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+$', '') AS setting, seed, run, version,
-       eval_split, metric, "group", value, is_current
-FROM erm_results_history
+SELECT r.benchmark, nullif(split_part(r.benchmark, '@', 2), '') AS data_tag, r.split_version, r.family,
+       coalesce(r.method, 'erm') AS method,
+       regexp_replace(r.run[length(r.benchmark) + 2:], '\.seed[0-9]+(@standin)?$', '') AS setting,
+       u.image_source, r.seed, r.run, r.version, r.eval_split, r.metric, r."group", r.value, r.is_current
+FROM erm_results_history AS r
+LEFT JOIN erm_runs_history AS u ON u.run = r.run AND u.version = r.version
 UNION ALL
-SELECT benchmark, split_version, family, method, NULL AS setting, seed, run, version, eval_split, metric, "group", value,
+SELECT benchmark, nullif(split_part(benchmark, '@', 2), '') AS data_tag, split_version, family, method,
+       NULL AS setting, 'predictions' AS image_source, seed, run, version, eval_split, metric, "group", value,
        is_current
 FROM eval_results_history;
 
@@ -19,13 +30,16 @@ FROM results_history AS h
 SEMI JOIN latest_versions AS l ON l.benchmark = h.run AND l.version = h.version
 WHERE h.is_current;
 
--- Per (benchmark, method, setting, eval_split, metric) over the seeds of the latest split version: mean, sample
--- standard deviation (ddof 1) and a 95 % Student t interval over seeds (mean ± t(0.975, n-1) · s / √n;
--- NULL below two seeds). Every metric but the per-group ones (acc_group:<g>, count_group:<g>: groups may
--- differ between submissions); acc_wg is aggregated as a number, whichever group was worst.
-CREATE OR REPLACE VIEW leaderboard AS
+-- Per (benchmark, method, setting, image_source, eval_split, metric) over the seeds of the latest split
+-- version: mean, sample standard deviation (ddof 1) and a 95 % Student t interval over seeds
+-- (mean ± t(0.975, n-1) · s / √n; NULL below two seeds). Every metric but the per-group ones
+-- (acc_group:<g>, count_group:<g>: groups may differ between submissions); acc_wg is aggregated as a
+-- number, whichever group was worst. image_source is part of the key: seeds on stand-in images are never
+-- averaged with seeds on real ones. `leaderboard_with_standins` holds every row; `leaderboard`, the one a
+-- reader quotes, leaves the stand-in rows out (docs/results.md#leaderboard says why).
+CREATE OR REPLACE VIEW leaderboard_with_standins AS
 WITH per_seed AS (
-    SELECT benchmark, split_version, method, setting, eval_split, metric, seed, value
+    SELECT benchmark, data_tag, split_version, method, setting, image_source, eval_split, metric, seed, value
     FROM results
     WHERE metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'
 ),
@@ -36,15 +50,21 @@ t AS (
         (60, 2.000), (120, 1.980)) AS v(df, t975)
 ),
 stats AS (
-    SELECT benchmark, split_version, method, setting, eval_split, metric, count(value) AS n_seeds, avg(value) AS mean,
-           stddev_samp(value) AS std
+    SELECT benchmark, data_tag, split_version, method, setting, image_source, eval_split, metric,
+           count(value) AS n_seeds, avg(value) AS mean, stddev_samp(value) AS std
     FROM per_seed
     GROUP BY ALL
 )
-SELECT s.benchmark, s.split_version, s.method, s.setting, s.eval_split, s.metric, s.n_seeds, s.mean, s.std,
+SELECT s.benchmark, s.data_tag, s.split_version, s.method, s.setting, s.image_source, s.eval_split, s.metric,
+       s.n_seeds, s.mean, s.std,
        s.mean - q.t975 * s.std / sqrt(s.n_seeds) AS ci_low,
        s.mean + q.t975 * s.std / sqrt(s.n_seeds) AS ci_high
 FROM stats AS s
 -- t(0.975, n-1) from the table, at the largest tabulated df <= n-1 (conservative between rows).
 LEFT JOIN (SELECT df, t975, lead(df, 1, 1000000) OVER (ORDER BY df) AS next_df FROM t) AS q
     ON s.n_seeds - 1 >= q.df AND s.n_seeds - 1 < q.next_df;
+
+CREATE OR REPLACE VIEW leaderboard AS
+SELECT *
+FROM leaderboard_with_standins
+WHERE image_source IS DISTINCT FROM 'standin';
