@@ -137,12 +137,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
     )
     def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> Iterator[Any]:
         resolved = settings.get()
-        # Record what was read: the raw sources' versions now, so that their next observation (nightly)
-        # sees no change unless the files did change.
-        for name in item.sources:
-            source = next(s for s in family.raw_sources if s.name == name)
-            version = source.fingerprint(resolved)
-            yield dg.AssetObservation(asset_key=dg.AssetKey(["raw", name]), tags=data_version_tags(version))
+        yield from _observe_sources_read(context, family, item, resolved)
         upstream = {name: load_input(context.instance, family.input(name)) for name in item.inputs}
         progress.report(progress.Event("input", item.name, status="start"))
         artifact = item.build(resolved, upstream)
@@ -157,6 +152,25 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         )
 
     return _build
+
+
+def _observe_sources_read(
+    context: dg.AssetExecutionContext, family: Family, item: Input, settings: Settings
+) -> Iterator[dg.AssetObservation]:
+    """Observe the raw sources the input reads, now, and make its materialization's provenance record them.
+
+    Dagster reads the versions of a step's upstream assets when the step starts, before this observation: without
+    the refresh below, the first build of an input records ``INITIAL`` (or the last nightly observation) as the
+    version it read, and the observation made here then shows the input as stale ("has a new dependency data
+    version") right after it was built from exactly those files. Each observation is stored before the step goes
+    on, so dropping the cached version makes Dagster read this one when it records the materialization.
+    """
+    step = context.get_step_execution_context()  # Dagster's documented way through to the step's context
+    for name in item.sources:
+        source = next(s for s in family.raw_sources if s.name == name)
+        key = dg.AssetKey(["raw", name])
+        yield dg.AssetObservation(asset_key=key, tags=data_version_tags(source.fingerprint(settings)))
+        step.wipe_input_asset_version_info(key)
 
 
 # -- benchmarks -------------------------------------------------------------------------------------
@@ -328,6 +342,7 @@ def _build_kind(
     stage = staged_key in context.selected_asset_keys
     publish_selected = publish_key in context.selected_asset_keys
     errors: list[str] = []
+    bugs: dict[str, str] = {}  # the failures of shiftbench itself: their tracebacks, for the report
     targets = _targets(settings, kind, keys, errors)
     needed = kind.inputs_needed(settings, [target.spec for _, target in targets])
     inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
@@ -340,6 +355,8 @@ def _build_kind(
             published |= outcome.publication is not None
             if outcome.error is not None:
                 errors.append(f"{outcome.benchmark}: {outcome.error}")
+            if outcome.traceback is not None:
+                bugs[outcome.benchmark] = outcome.traceback
     finally:  # whatever stopped the loop, what was published reaches the catalog
         if published:
             catalog = refresh_and_report(settings.catalog_path, settings.store_dir)
@@ -352,6 +369,7 @@ def _build_kind(
     if errors:
         raise dg.Failure(
             description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),
+            metadata={f"traceback {name}": dg.MetadataValue.text(text) for name, text in bugs.items()},
             allow_retries=False,
         )
 
@@ -361,8 +379,12 @@ def _events(
 ) -> Iterator[Any]:
     staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
     name = outcome.benchmark
+    if outcome.traceback is not None:  # a bug: the run's log keeps its traceback beside the one line
+        said = outcome.error or (outcome.description.summary if outcome.description is not None else "")
+        context.log.error(f"{name}: {said}; a failure of shiftbench itself, its traceback:\n{outcome.traceback}")
     if outcome.staged is None:
-        context.log.error(f"{name}: {outcome.error}")
+        if outcome.traceback is None:
+            context.log.error(f"{name}: {outcome.error}")
         return
     if staged_here and outcome.target is not None:
         # The spec this build read, as the partition sensor would observe it: no spurious "change" later.
@@ -397,7 +419,7 @@ def _events(
             tags=data_version_tags(outcome.staged.version),
         )
         context.log.info(f"published {name} version {outcome.staged.version} ({description.summary})")
-    elif outcome.error is not None:
+    elif outcome.error is not None and outcome.traceback is None:  # a bug's line was logged with its traceback
         context.log.error(f"{name}: {outcome.error}")
 
 

@@ -19,8 +19,9 @@ from dagster._core.execution.api import create_execution_plan, execute_run
 from dagster._core.remote_origin import ManagedGrpcPythonEnvCodeLocationOrigin, RemoteRepositoryOrigin
 from dagster._core.storage.dagster_run import DagsterRun
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._utils.error import SerializableErrorInfo
 
-from shiftbench.errors import disk_full
+from shiftbench.errors import ShiftbenchError, disk_full
 
 PROJECT = Path(__file__).resolve().parents[1]
 MODULE = "pipelines.definitions"
@@ -30,6 +31,8 @@ RANGE_START = "dagster/asset_partition_range_start"
 RANGE_END = "dagster/asset_partition_range_end"
 # Only the run's own event log keeps Dagster's messages; the terminal shows shiftbench's.
 SILENT: dict[str, Any] = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+# Errors that stop a run without being a failure of shiftbench (Ctrl-C, a terminated run).
+STOPPED = ("KeyboardInterrupt", "DagsterExecutionInterruptedError")
 
 
 def repository_origin() -> RemoteRepositoryOrigin:
@@ -84,6 +87,9 @@ def run_job(
     execute_run(recon_job, run, instance)
     finished = instance.get_run_by_id(run.run_id)
     assert finished is not None
+    for text in bug_tracebacks(instance, finished):  # the CLI's rule (pipelines/cli/app.py): a bug keeps its traceback
+        header = f"a failure of shiftbench itself in run {run.run_id} ({job_name}): its traceback, also in its log"
+        print(f"{header}:\n{text.rstrip()}", file=sys.stderr, flush=True)
     return finished
 
 
@@ -100,26 +106,72 @@ def contiguous_blocks(selected: Sequence[str], order: Sequence[str]) -> list[lis
     return blocks
 
 
+def _innermost(error: SerializableErrorInfo | None) -> SerializableErrorInfo | None:
+    """The error Dagster's wrappers were raised from (what the user's code raised)."""
+    while error is not None and error.cause is not None:
+        error = error.cause
+    return error
+
+
+def _one_line(error: SerializableErrorInfo) -> tuple[str, bool]:
+    """An error as one line, and whether it is a bad input (:class:`InputError`, or a run failed on purpose)."""
+    message = error.message.strip()
+    for prefix in ("shiftbench.errors.InputError: ", "dagster._core.definitions.events.Failure: "):
+        message = message.removeprefix(prefix)
+    if error.cls_name in {"InputError", "Failure"}:
+        return message, True
+    if disk_full(Exception(message)):
+        return f"the disk is full ({message.splitlines()[0]})", False
+    return f"{error.cls_name}: {message}", False
+
+
+def _failures(instance: dg.DagsterInstance, run: DagsterRun) -> list[tuple[str | None, Any]]:
+    """(step key, Dagster event) of each step or run failure the run recorded, in order."""
+    records = instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE})
+    return [(record.step_key, record.dagster_event) for record in records]
+
+
 def run_error(instance: dg.DagsterInstance, run: DagsterRun) -> tuple[str, bool]:
     """The innermost error of a failed run (the user's message, not Dagster's wrapper), and
     whether it is a bad input (:class:`InputError`) rather than a failure of shiftbench."""
-    records = instance.all_logs(run.run_id, of_type={dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE})
-    for record in records:
-        event = record.dagster_event
-        data = event.event_specific_data if event is not None else None
-        error = getattr(data, "error", None)
-        while error is not None and error.cause is not None:
-            error = error.cause
+    for _, event in _failures(instance, run):
+        error = _innermost(getattr(getattr(event, "event_specific_data", None), "error", None))
         if error is not None:
-            message = error.message.strip()
-            for prefix in ("shiftbench.errors.InputError: ", "dagster._core.definitions.events.Failure: "):
-                message = message.removeprefix(prefix)
-            if error.cls_name in {"InputError", "Failure"}:
-                return message, True
-            if disk_full(Exception(message)):
-                return f"the disk is full ({message.splitlines()[0]})", False
-            return f"{error.cls_name}: {message}", False
+            return _one_line(error)
         message = getattr(event, "message", None)
         if message:
             return str(message), False
     return "run failed", False
+
+
+def failed_steps(instance: dg.DagsterInstance, run: DagsterRun) -> dict[str, str]:
+    """The run's failed steps (step key: the op's name) and each one's error in one line."""
+    found = {}
+    for step, event in _failures(instance, run):
+        error = _innermost(getattr(getattr(event, "event_specific_data", None), "error", None))
+        if step is not None and error is not None:
+            found[step] = _one_line(error)[0]
+    return found
+
+
+def bug_tracebacks(instance: dg.DagsterInstance, run: DagsterRun) -> list[str]:
+    """The tracebacks of the run's failures of shiftbench itself (bugs): not a bad input, a failed contract, a
+    damaged store, a full disk or a stop, which are said in one line. Dagster keeps them in the run's log."""
+    found = []
+    expected = {cls.__name__ for cls in _subclasses(ShiftbenchError)} | {"Failure", *STOPPED}
+    for _, event in _failures(instance, run):
+        error = getattr(getattr(event, "event_specific_data", None), "error", None)
+        innermost = _innermost(error)
+        if error is None or innermost is None or innermost.cls_name in expected:
+            continue
+        if disk_full(Exception(innermost.message)) or "database is locked" in innermost.message:
+            continue
+        found.append(error.to_string())
+    return found
+
+
+def _subclasses(cls: type[Exception]) -> set[type[Exception]]:
+    found = {cls}
+    for child in cls.__subclasses__():
+        found |= _subclasses(child)
+    return found

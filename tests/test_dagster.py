@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -577,3 +578,111 @@ def test_observing_a_spec_partition_reports_the_sensors_data_version(
     assert result.success
     tags = result.asset_observations_for_node(source.op.name)[0].tags
     assert tags["dagster/data_version"] == by_sensor.asset_observation.tags["dagster/data_version"]  # type: ignore[union-attr]
+
+
+# -- what the UI shows, and failures that keep their evidence -------------------------------------------------
+UI_ASSETS = """{ assetNodes { assetKey { path } isPartitioned partitionKeys staleStatus
+  staleCauses { key { path } reason dependency { path } }
+  assetMaterializations(limit: 1) { metadataEntries { label ... on TextMetadataEntry { text }
+    ... on IntMetadataEntry { intValue } ... on MarkdownMetadataEntry { mdStr } } } } }"""
+UI_PARTITIONS = """query ($key: AssetKeyInput!, $partitions: [String!]!) { assetNodeOrError(assetKey: $key) {
+  ... on AssetNode { staleStatusByPartition(partitions: $partitions)
+    staleCausesByPartition(partitions: $partitions) { key { path } reason dependency { path } } } } }"""
+
+
+@contextmanager
+def ui(instance: dg.DagsterInstance) -> Iterator[Callable[..., Any]]:
+    """Queries answered as the UI's own GraphQL endpoint answers them, over the code location as `dagster dev`
+    loads it (location ``shiftbench``, built for the current environment)."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    target = LoadableTargetOrigin(
+        module_name="pipelines.definitions", attribute="build_definitions", working_directory=str(PROJECT)
+    )
+    origin = InProcessCodeLocationOrigin(target, location_name="shiftbench")
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
+
+        def query(text: str, variables: dict[str, Any] | None = None) -> Any:
+            return execute_dagster_graphql(process.create_request_context(), text, variables).data
+
+        yield query
+
+
+def ui_stale(instance: dg.DagsterInstance) -> dict[str, list[tuple[str, str]]]:
+    """Every asset (and partition) the UI shows as stale, with its causes (what, why)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    with ui(instance) as query:
+        for node in query(UI_ASSETS)["assetNodes"]:
+            name = "/".join(node["assetKey"]["path"])
+            if node["staleStatus"] == "STALE":
+                found[name] = [("/".join(c["key"]["path"]), c["reason"]) for c in node["staleCauses"]]
+            if not (node["isPartitioned"] and node["partitionKeys"]):
+                continue
+            answer = query(UI_PARTITIONS, {"key": node["assetKey"], "partitions": node["partitionKeys"]})
+            by_partition = answer["assetNodeOrError"]
+            statuses = zip(node["partitionKeys"], by_partition["staleStatusByPartition"], strict=True)
+            for (partition, status), why in zip(statuses, by_partition["staleCausesByPartition"], strict=True):
+                if status == "STALE":
+                    found[f"{name}[{partition}]"] = [("/".join(c["key"]["path"]), c["reason"]) for c in why]
+    return found
+
+
+def _score_every_example(settings: Settings, benchmark: str, path: Path) -> None:
+    """A predictions file right on every example of the benchmark's latest version (results outside Dagster)."""
+    import polars as pl
+
+    store = Store(settings.store_dir)
+    latest = store.latest(benchmark)
+    assert latest is not None
+    examples = pl.read_parquet(store.staged("conds", benchmark, latest.version).table_path("examples"))
+    examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet(path)
+
+
+@pytest.mark.slow
+def test_after_a_fresh_cli_build_the_ui_shows_the_published_analyses_and_nothing_stale(
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from pipelines import runs
+    from pipelines.cli import main
+
+    settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
+    assert main(["build", "conds", "--benchmark", "sprites-uniform"]) == 0  # inputs, stage, check, publish
+    _score_every_example(settings, "sprites-uniform", tmp_path / "predictions.parquet")
+    assert main(["eval", "sprites-uniform", str(tmp_path / "predictions.parquet"), "--method", "oracle"]) == 0
+    capsys.readouterr()
+    assert main(["analyse"]) == 0
+    out = capsys.readouterr().out
+    instance = dg.DagsterInstance.get()  # the CLI's instance, which `dagster dev` shows
+
+    with ui(instance) as query:
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in query(UI_ASSETS)["assetNodes"]}
+    store, shown = Store(settings.store_dir), 0
+    for name, analysis in registry.analyses().items():
+        node = nodes["analysis/" + name.replace("-", "_")]
+        latest = store.latest(name) if store.benchmark_dir("analysis", name).is_dir() else None
+        if latest is None:  # nothing published: "Never materialized" is the truth
+            assert node["assetMaterializations"] == [] and node["staleStatus"] == "MISSING"
+            assert f"{name}: no results yet" in out
+            continue
+        assert node["assetMaterializations"], f"{name} published {latest.version}; the UI says never materialized"
+        entries = {e["label"]: e for e in node["assetMaterializations"][0]["metadataEntries"]}
+        assert entries["version"]["text"] == latest.version  # what the store published, as the asset records it
+        assert entries["rows"]["intValue"] > 0 and f"{name}: version {latest.version}" in out
+        assert entries["plot"]["mdStr"].startswith(f"![{analysis.title}](data:image/png;base64,")
+        assert {"table", "duckdb_query", "path"} <= set(entries)
+        shown += 1
+    assert shown == 2  # the two ConDS analyses have results (the BREEDS and MetaShift ones have none)
+    assert ui_stale(instance) == {}  # nothing stale right after the build (the inputs' sources were)
+
+    # A raw source that really changed shows: other sprites (a new generator seed), observed as at the nightly
+    # tick or by "Observe sources", make the input built from the old ones stale, and only it.
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_SEED", "1")
+    assert runs.run_job(instance, "observe_sources").is_success
+    assert ui_stale(instance) == {"conds/attribute_tables": [("raw/conds_attribute_sources", "has a new data version")]}
