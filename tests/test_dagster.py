@@ -686,3 +686,100 @@ def test_after_a_fresh_cli_build_the_ui_shows_the_published_analyses_and_nothing
     monkeypatch.setenv("SHIFTBENCH_SPRITES_SEED", "1")
     assert runs.run_job(instance, "observe_sources").is_success
     assert ui_stale(instance) == {"conds/attribute_tables": [("raw/conds_attribute_sources", "has a new data version")]}
+
+
+def _run_log(instance: dg.DagsterInstance) -> tuple[list[str], dict[str, str], str]:
+    """The last run's logged messages, the metadata of its step failure (as text) and its error with the stack."""
+    run = instance.get_runs(limit=1)[0]
+    entries = instance.all_logs(run.run_id)
+    failures = [
+        e.dagster_event.step_failure_data for e in entries if e.dagster_event and e.dagster_event.is_step_failure
+    ]
+    metadata = {
+        k: str(v.value) for f in failures if f.user_failure_data for k, v in f.user_failure_data.metadata.items()
+    }
+    errors = "\n".join(f.error.to_string() for f in failures if f.error is not None)
+    return [e.user_message for e in entries], metadata, errors
+
+
+@pytest.mark.slow
+def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI's rule (pipelines/cli/app.py): a failure of shiftbench itself is one line for the user, and its
+    traceback is kept for the report, in the run's log and on the terminal: inside one benchmark's build (the
+    others still publish), in an analysis and in a training run."""
+    from pipelines.cli import main
+    from shiftbench.conds import build as conds_build
+
+    settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
+    original = conds_build.case_tables
+
+    def case_tables_with_a_bug(case: Any, *args: Any) -> Any:
+        if case.name == "sprites-sc-object_color":
+            return {}["a key a builder forgot"]
+        return original(case, *args)
+
+    monkeypatch.setattr(conds_build, "case_tables", case_tables_with_a_bug)
+    assert main(["build", "conds", "--benchmark", "sprites-uniform", "--benchmark", "sprites-sc-object_color"]) == 1
+    out, err = capsys.readouterr()
+    assert "[2/2] sprites-sc-object_color: error: KeyError: 'a key a builder forgot'; nothing published" in err
+    assert "[1/2] sprites-uniform: version" in out and "1 of 2 published" in out  # the others go on
+    traceback = err[err.index("Traceback (most recent call last)") : err.index("[2/2] sprites-sc-object_color")]
+    assert "case_tables_with_a_bug" in traceback and traceback.rstrip().endswith("KeyError: 'a key a builder forgot'")
+    messages, failure, _ = _run_log(dg.DagsterInstance.get())
+    assert any("case_tables_with_a_bug" in m and "sprites-sc-object_color" in m for m in messages)  # the run's log
+    assert "case_tables_with_a_bug" in failure["traceback sprites-sc-object_color"]  # on the run's failure, in the UI
+
+    # An analysis whose code fails: the run fails, the terminal shows the traceback and one line.
+    import assets.analysis
+
+    def publish_with_a_bug(*args: Any) -> Any:
+        raise ZeroDivisionError("an analysis divided by zero")
+
+    monkeypatch.setattr(assets.analysis, "publish_analysis", publish_with_a_bug)
+    assert main(["analyse", "conds-accuracy-by-shift"]) == 1
+    err = capsys.readouterr().err
+    assert "conds-accuracy-by-shift: error: ZeroDivisionError: an analysis divided by zero; nothing published" in err
+    assert "Traceback" in err and "publish_with_a_bug" in err
+    _, _, error = _run_log(dg.DagsterInstance.get())
+    assert "publish_with_a_bug" in error and "ZeroDivisionError" in error  # Dagster keeps the stack in the run's log
+    assert Store(settings.store_dir).benchmark_dir("analysis", "conds-accuracy-by-shift").is_dir() is False
+
+    # A training run (in process here; through Pipes the job's own process prints its traceback).
+    import shiftbench.erm.job
+
+    def training_with_a_bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the training loop")
+
+    monkeypatch.setattr(shiftbench.erm.job, "run_job", training_with_a_bug)
+    assert main(["train", "sprites-uniform", "--preset", "smoke", "--in-process"]) == 1
+    err = capsys.readouterr().err
+    assert "error: RuntimeError: a bug in the training loop; nothing was published" in err
+    assert "training_with_a_bug" in err[: err.index("error: RuntimeError")]  # the traceback, then the line
+    assert "training_with_a_bug" in _run_log(dg.DagsterInstance.get())[2]
+
+
+def test_a_bad_setting_keeps_every_asset_and_fails_the_runs_that_read_it(
+    make_settings: Callable[..., Settings], instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad value is not an unset one: the code location offers the same graph (every family's ERM assets where
+    their images are configured, the same jobs), and each run that reads the settings fails with its one line."""
+    settings = make_settings(SHIFTBENCH_IMAGENET_DIR="/srv/imagenet")  # BREEDS trains here: its ERM asset exists
+    good = location(monkeypatch, settings)
+    for variable, value in [("SHIFTBENCH_SPRITES_PER_COMBINATION", "many"), ("SHIFTBENCH_OFFLINE", "maybe")]:
+        monkeypatch.setenv(variable, value)
+        bad = build_definitions()
+        assert graph_summary(bad) == graph_summary(good)
+        assert {"erm/breeds_benchmark_baseline", "erm/conds_case_baseline"} <= set(graph_summary(bad)["assets"])
+        expected = f"parameter '{variable}': must be a valid"
+        job = bad.resolve_job_def("conds_inputs")
+        result = job.execute_in_process(instance=instance, run_config=QUIET, raise_on_error=False)
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        error = failure.event_specific_data.error  # type: ignore[union-attr]
+        while error.cause is not None:
+            error = error.cause
+        assert error.cls_name == "InputError" and error.message.startswith(f"shiftbench.errors.InputError: {expected}")
+        monkeypatch.delenv(variable)
+    assert not instance.get_latest_materialization_event(dg.AssetKey(["conds", "attribute_tables"]))
