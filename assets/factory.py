@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DEFAULT_DATA_VERSION,
+    NULL_EVENT_POINTER,
+    extract_data_version_from_entry,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+)
 from pydantic import Field, create_model
 
 from assets.automation import observe_nightly, publish, rebuild
@@ -163,9 +171,11 @@ def _observe_sources_read(
     the refresh below, the first build of an input records ``INITIAL`` (or the last nightly observation) as the
     version it read, and the observation made here then shows the input as stale ("has a new dependency data
     version") right after it was built from exactly those files. Each observation is stored before the step goes
-    on, so dropping the cached version makes Dagster read this one when it records the materialization.
+    on, so dropping the cached version makes Dagster read this one when it records the materialization. Dagster
+    internals (the step context's version cache, which Dagster itself clears this way for an asset materialized
+    within a step), guarded by the test that nothing shows stale after a fresh build (tests/test_dagster.py).
     """
-    step = context.get_step_execution_context()  # Dagster's documented way through to the step's context
+    step = context.get_step_execution_context()  # the step's own context ("for framework authors")
     for name in item.sources:
         source = next(s for s in family.raw_sources if s.name == name)
         key = dg.AssetKey(["raw", name])
@@ -397,7 +407,7 @@ def _events(
             asset_key=staged_key,
             partition=name,
             metadata=staged_metadata(outcome.staged, outcome.rules, len(outcome.failed_rules)),
-            tags=data_version_tags(outcome.staged.version),
+            tags={**data_version_tags(outcome.staged.version), **_provenance(context.instance, kind, name)},
         )
         yield from contract_evaluations(staged_key, name, kind.tables, outcome.results)
         context.log.info(
@@ -421,6 +431,29 @@ def _events(
         context.log.info(f"published {name} version {outcome.staged.version} ({description.summary})")
     elif outcome.error is not None and outcome.traceback is None:  # a bug's line was logged with its traceback
         context.log.error(f"{name}: {outcome.error}")
+
+
+def _provenance(instance: dg.DagsterInstance, kind: Kind, partition: str) -> dict[str, str]:
+    """What a staged version was built from, in the tags Dagster writes on the materializations it computes
+    itself: the kind's code version and the version of each asset the staged asset reads (its spec's partition,
+    as observed just before; the inputs' latest builds, which this run loaded).
+
+    The staged materialization is a runtime event, so without them the UI compares times, not versions: an input
+    rebuilt with the same content (any later build of one benchmark) marked every other benchmark of the kind
+    stale, and a changed spec or code marked none. Dagster internals (its tag names), guarded by the staleness
+    test in tests/test_dagster.py.
+    """
+    tags = {CODE_VERSION_TAG: kind.code_version}
+    family = registry.family(kind.family)
+    reads = [(spec_source_key(kind), partition), *((dg.AssetKey(list(family.input(n).key)), None) for n in kind.inputs)]
+    for key, part in reads:
+        wanted = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[part] if part is not None else None)
+        fetch = instance.fetch_observations if part is not None else instance.fetch_materializations
+        records = fetch(wanted, limit=1).records
+        version = extract_data_version_from_entry(records[0].event_log_entry) if records else None
+        tags[get_input_data_version_tag(key)] = (version or DEFAULT_DATA_VERSION).value
+        tags[get_input_event_pointer_tag(key)] = str(records[0].storage_id) if records else NULL_EVENT_POINTER
+    return tags
 
 
 @dataclass(frozen=True)

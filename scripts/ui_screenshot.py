@@ -6,8 +6,10 @@ Usage: python scripts/ui_screenshot.py URL OUT.png [TEXT_TO_CLICK ...]   (apt-ge
 
 import base64
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -16,6 +18,11 @@ from typing import Any
 import websocket  # websocket-client, installed with dagster's dependencies
 
 PORT = 9333
+# Headless, and offline: no update checks, sync or first-run pages (the machine may have no network at all).
+QUIET_BROWSER = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--no-first-run",
+)  # fmt: skip
 CLICK = """(() => {{
   const found = [...document.querySelectorAll('button, a, span, div')].filter(e => e.textContent.trim() === {text});
   if (found.length) {{ found[found.length - 1].click(); return true; }}
@@ -24,7 +31,8 @@ CLICK = """(() => {{
 
 
 def main(url: str, out: Path, clicks: list[str]) -> None:
-    browser = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--remote-debugging-port={PORT}"]
+    profile = tempfile.mkdtemp(prefix="ui-screenshot-")  # a fresh profile: nothing of a previous session shows
+    browser = ["chromium", *QUIET_BROWSER, f"--user-data-dir={profile}", f"--remote-debugging-port={PORT}"]
     proc = subprocess.Popen([*browser, "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         tabs: list[dict[str, Any]] = []
@@ -57,6 +65,8 @@ def main(url: str, out: Path, clicks: list[str]) -> None:
         out.write_bytes(base64.b64decode(call("Page.captureScreenshot", format="png")["data"]))
     finally:
         proc.kill()
+        proc.wait()
+        shutil.rmtree(profile, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -704,7 +704,10 @@ def _run_log(instance: dg.DagsterInstance) -> tuple[list[str], dict[str, str], s
 
 @pytest.mark.slow
 def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
-    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """The CLI's rule (pipelines/cli/app.py): a failure of shiftbench itself is one line for the user, and its
     traceback is kept for the report, in the run's log and on the terminal: inside one benchmark's build (the
@@ -759,6 +762,27 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     assert "training_with_a_bug" in err[: err.index("error: RuntimeError")]  # the traceback, then the line
     assert "training_with_a_bug" in _run_log(dg.DagsterInstance.get())[2]
 
+    # Through Pipes (the default): a bug in the training job's own process. Its process prints the traceback and
+    # Pipes records it in the run's log; the CLI's line is what the job raised, not "External execution ... failed".
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import shiftbench.erm.train as t\n"
+        "def train_with_a_bug(*args, **kwargs):\n    raise RuntimeError('a bug in the training job')\n"
+        "t.train = train_with_a_bug\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))  # read by the job's process only
+    assert main(["train", "sprites-uniform", "--preset", "smoke"]) == 1
+    err = capsys.readouterr().err
+    assert "error: RuntimeError: a bug in the training job; nothing was published" in err
+    assert "External execution" not in err
+    assert "train_with_a_bug" in err[: err.index("error: RuntimeError")]  # printed by the job's process
+    instance = dg.DagsterInstance.get()
+    run = instance.get_runs(limit=1)[0]
+    recorded = [e.dagster_event.engine_event_data.error for e in instance.all_logs(run.run_id) if e.dagster_event
+                and e.dagster_event.is_engine_event and e.dagster_event.engine_event_data.error]  # fmt: skip
+    assert any("train_with_a_bug" in "".join(error.stack) for error in recorded)  # kept by Pipes in the run's log
+
 
 def test_a_bad_setting_keeps_every_asset_and_fails_the_runs_that_read_it(
     make_settings: Callable[..., Settings], instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
@@ -783,3 +807,29 @@ def test_a_bad_setting_keeps_every_asset_and_fails_the_runs_that_read_it(
         assert error.cls_name == "InputError" and error.message.startswith(f"shiftbench.errors.InputError: {expected}")
         monkeypatch.delenv(variable)
     assert not instance.get_latest_materialization_event(dg.AssetKey(["conds", "attribute_tables"]))
+
+
+@pytest.mark.slow
+def test_a_staged_benchmark_goes_stale_on_a_changed_spec_not_on_an_input_rebuilt_the_same(
+    cli_env: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Staged versions record what they were built from as Dagster's provenance: building another benchmark
+    materializes the inputs again (same content) and leaves the first fresh; a changed spec, observed by the
+    partition sensor, makes exactly its benchmark stale."""
+    from pipelines.cli import main
+
+    spec_file = tmp_path / "mine.yaml"
+    spec = "family: breeds\nbenchmarks:\n  {name}:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"
+    spec_file.write_text(spec.format(name="mine") + spec.format(name="yours").split("benchmarks:\n")[1])
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    assert main(["build", "breeds", "--benchmark", "mine"]) == 0
+    assert main(["build", "breeds", "--benchmark", "yours"]) == 0  # the inputs again, after mine was staged
+    instance = dg.DagsterInstance.get()
+    cursor = sync(instance, settings)  # the partition sensor's first tick (`dagster dev` starting)
+    assert ui_stale(instance) == {}
+
+    spec_file.write_text(spec_file.read_text().replace("n_subclasses: 4\n", "n_subclasses: 4\n    seed: 3\n", 1))
+    sync(instance, settings, cursor)
+    assert ui_stale(instance) == {
+        "breeds/staged_benchmark[mine]": [("raw/breeds_benchmark_specs", "has a new data version")]
+    }
