@@ -705,7 +705,7 @@ def _run_log(instance: dg.DagsterInstance) -> tuple[list[str], dict[str, str], s
 @pytest.mark.slow
 def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     cli_env: Callable[..., Settings],
-    capsys: pytest.CaptureFixture[str],
+    capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
@@ -725,7 +725,7 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
 
     monkeypatch.setattr(conds_build, "case_tables", case_tables_with_a_bug)
     assert main(["build", "conds", "--benchmark", "sprites-uniform", "--benchmark", "sprites-sc-object_color"]) == 1
-    out, err = capsys.readouterr()
+    out, err = capfd.readouterr()
     assert "[2/2] sprites-sc-object_color: error: KeyError: 'a key a builder forgot'; nothing published" in err
     assert "[1/2] sprites-uniform: version" in out and "1 of 2 published" in out  # the others go on
     traceback = err[err.index("Traceback (most recent call last)") : err.index("[2/2] sprites-sc-object_color")]
@@ -742,7 +742,7 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
 
     monkeypatch.setattr(assets.analysis, "publish_analysis", publish_with_a_bug)
     assert main(["analyse", "conds-accuracy-by-shift"]) == 1
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "conds-accuracy-by-shift: error: ZeroDivisionError: an analysis divided by zero; nothing published" in err
     assert "Traceback" in err and "publish_with_a_bug" in err
     _, _, error = _run_log(dg.DagsterInstance.get())
@@ -757,7 +757,7 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
 
     monkeypatch.setattr(shiftbench.erm.job, "run_job", training_with_a_bug)
     assert main(["train", "sprites-uniform", "--preset", "smoke", "--in-process"]) == 1
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "error: RuntimeError: a bug in the training loop; nothing was published" in err
     assert "training_with_a_bug" in err[: err.index("error: RuntimeError")]  # the traceback, then the line
     assert "training_with_a_bug" in _run_log(dg.DagsterInstance.get())[2]
@@ -773,7 +773,7 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     )
     monkeypatch.setenv("PYTHONPATH", str(site))  # read by the job's process only
     assert main(["train", "sprites-uniform", "--preset", "smoke"]) == 1
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert "error: RuntimeError: a bug in the training job; nothing was published" in err
     assert "External execution" not in err
     assert "train_with_a_bug" in err[: err.index("error: RuntimeError")]  # printed by the job's process
