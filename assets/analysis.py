@@ -2,10 +2,13 @@
 
 Each depends on its family's published splits and ERM baselines and is rebuilt by the automation
 whenever one of them publishes; results scored with ``shiftbench eval`` (outside Dagster) join at
-the next rebuild, or at once with ``shiftbench analyse``. The figure and the table show on the
-materialization.
+the next rebuild, or at once with ``shiftbench analyse``, which runs these assets (job ``analyses``)
+on the same instance. The figure and the table show on the materialization. An analysis without
+results publishes nothing and so records no materialization: the UI says "Never materialized"
+exactly while the store holds no version of it.
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -19,6 +22,9 @@ from shiftbench.analysis import Analysis
 from shiftbench.analysis import publish as publish_analysis
 from shiftbench.family import Kind
 from shiftbench.plots import png_markdown
+
+JOB = "analyses"
+NO_RESULTS = "no results yet"
 
 
 def analysis_key(analysis: Analysis) -> dg.AssetKey:
@@ -36,19 +42,22 @@ def analysis_asset(analysis: Analysis, trained: list[Kind]) -> dg.AssetsDefiniti
         group_name="analysis",
         kinds={"duckdb", "parquet"},
         automation_condition=reanalyse(),
+        output_required=False,  # no results: nothing published, nothing materialized
         description=f"{analysis.title} ({analysis.source}): table {analysis.table} over the leaderboard, "
         "published as a version with its plot.",
     )
-    def _analysis(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> dg.MaterializeResult[Any]:
-        config = settings.get()
-        outcome, frame = publish_analysis(config, analysis)
+    def _analysis(
+        context: dg.AssetExecutionContext, settings: ShiftbenchSettings
+    ) -> Iterator[dg.MaterializeResult[Any]]:
+        outcome, frame = publish_analysis(settings.get(), analysis)
         if outcome is None:
-            context.log.info(f"{analysis.name}: no results yet")
-            return dg.MaterializeResult(metadata={"rows": 0, "note": "no results yet: train or score a model"})
+            context.log.info(f"{analysis.name}: {NO_RESULTS} (train or score a model); nothing published")
+            return
         figure = (outcome.staged.path / "files" / analysis.figure_file).read_bytes()
-        return dg.MaterializeResult(
+        yield dg.MaterializeResult(
             metadata={
                 "version": outcome.staged.version,
+                "became_latest": outcome.publication.changed_latest,
                 "rows": frame.height,
                 "plot": dg.MetadataValue.md(png_markdown(figure, analysis.title)),
                 "table": metadata_table(frame.head(100)),
@@ -63,3 +72,12 @@ def analysis_asset(analysis: Analysis, trained: list[Kind]) -> dg.AssetsDefiniti
 
 def analysis_assets(trained: list[Kind]) -> list[dg.AssetsDefinition]:
     return [analysis_asset(a, trained) for a in registry.analyses().values()]
+
+
+def analyses_job() -> Any:
+    """What ``shiftbench analyse`` runs (a subset of it for named analyses), and the UI can launch."""
+    return dg.define_asset_job(
+        JOB,
+        selection=dg.AssetSelection.assets(*[analysis_key(a) for a in registry.analyses().values()]),
+        description="Rebuild the papers' analyses from the results in the catalog; publish those with results.",
+    )

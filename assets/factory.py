@@ -25,6 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from dagster._core.definitions.data_version import (
+    CODE_VERSION_TAG,
+    DEFAULT_DATA_VERSION,
+    NULL_EVENT_POINTER,
+    extract_data_version_from_entry,
+    get_input_data_version_tag,
+    get_input_event_pointer_tag,
+)
 from pydantic import Field, create_model
 
 from assets.automation import observe_nightly, publish, rebuild
@@ -137,12 +145,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
     )
     def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> Iterator[Any]:
         resolved = settings.get()
-        # Record what was read: the raw sources' versions now, so that their next observation (nightly)
-        # sees no change unless the files did change.
-        for name in item.sources:
-            source = next(s for s in family.raw_sources if s.name == name)
-            version = source.fingerprint(resolved)
-            yield dg.AssetObservation(asset_key=dg.AssetKey(["raw", name]), tags=data_version_tags(version))
+        yield from _observe_sources_read(context, family, item, resolved)
         upstream = {name: load_input(context.instance, family.input(name)) for name in item.inputs}
         progress.report(progress.Event("input", item.name, status="start"))
         artifact = item.build(resolved, upstream)
@@ -157,6 +160,27 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         )
 
     return _build
+
+
+def _observe_sources_read(
+    context: dg.AssetExecutionContext, family: Family, item: Input, settings: Settings
+) -> Iterator[dg.AssetObservation]:
+    """Observe the raw sources the input reads, now, and make its materialization's provenance record them.
+
+    Dagster reads the versions of a step's upstream assets when the step starts, before this observation: without
+    the refresh below, the first build of an input records ``INITIAL`` (or the last nightly observation) as the
+    version it read, and the observation made here then shows the input as stale ("has a new dependency data
+    version") right after it was built from exactly those files. Each observation is stored before the step goes
+    on, so dropping the cached version makes Dagster read this one when it records the materialization. Dagster
+    internals (the step context's version cache, which Dagster itself clears this way for an asset materialized
+    within a step), guarded by the test that nothing shows stale after a fresh build (tests/test_dagster.py).
+    """
+    step = context.get_step_execution_context()  # the step's own context ("for framework authors")
+    for name in item.sources:
+        source = next(s for s in family.raw_sources if s.name == name)
+        key = dg.AssetKey(["raw", name])
+        yield dg.AssetObservation(asset_key=key, tags=data_version_tags(source.fingerprint(settings)))
+        step.wipe_input_asset_version_info(key)
 
 
 # -- benchmarks -------------------------------------------------------------------------------------
@@ -328,6 +352,7 @@ def _build_kind(
     stage = staged_key in context.selected_asset_keys
     publish_selected = publish_key in context.selected_asset_keys
     errors: list[str] = []
+    bugs: dict[str, str] = {}  # the failures of shiftbench itself: their tracebacks, for the report
     targets = _targets(settings, kind, keys, errors)
     needed = kind.inputs_needed(settings, [target.spec for _, target in targets])
     inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
@@ -340,6 +365,8 @@ def _build_kind(
             published |= outcome.publication is not None
             if outcome.error is not None:
                 errors.append(f"{outcome.benchmark}: {outcome.error}")
+            if outcome.traceback is not None:
+                bugs[outcome.benchmark] = outcome.traceback
     finally:  # whatever stopped the loop, what was published reaches the catalog
         if published:
             catalog = refresh_and_report(settings.catalog_path, settings.store_dir)
@@ -352,6 +379,7 @@ def _build_kind(
     if errors:
         raise dg.Failure(
             description=f"{len(errors)} of {len(keys)} {kind.plural} failed:\n" + "\n".join(errors),
+            metadata={f"traceback {name}": dg.MetadataValue.text(text) for name, text in bugs.items()},
             allow_retries=False,
         )
 
@@ -361,8 +389,12 @@ def _events(
 ) -> Iterator[Any]:
     staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
     name = outcome.benchmark
+    if outcome.traceback is not None:  # a bug: the run's log keeps its traceback beside the one line
+        said = outcome.error or (outcome.description.summary if outcome.description is not None else "")
+        context.log.error(f"{name}: {said}; a failure of shiftbench itself, its traceback:\n{outcome.traceback}")
     if outcome.staged is None:
-        context.log.error(f"{name}: {outcome.error}")
+        if outcome.traceback is None:
+            context.log.error(f"{name}: {outcome.error}")
         return
     if staged_here and outcome.target is not None:
         # The spec this build read, as the partition sensor would observe it: no spurious "change" later.
@@ -375,7 +407,7 @@ def _events(
             asset_key=staged_key,
             partition=name,
             metadata=staged_metadata(outcome.staged, outcome.rules, len(outcome.failed_rules)),
-            tags=data_version_tags(outcome.staged.version),
+            tags={**data_version_tags(outcome.staged.version), **_provenance(context.instance, kind, name)},
         )
         yield from contract_evaluations(staged_key, name, kind.tables, outcome.results)
         context.log.info(
@@ -397,8 +429,31 @@ def _events(
             tags=data_version_tags(outcome.staged.version),
         )
         context.log.info(f"published {name} version {outcome.staged.version} ({description.summary})")
-    elif outcome.error is not None:
+    elif outcome.error is not None and outcome.traceback is None:  # a bug's line was logged with its traceback
         context.log.error(f"{name}: {outcome.error}")
+
+
+def _provenance(instance: dg.DagsterInstance, kind: Kind, partition: str) -> dict[str, str]:
+    """What a staged version was built from, in the tags Dagster writes on the materializations it computes
+    itself: the kind's code version and the version of each asset the staged asset reads (its spec's partition,
+    as observed just before; the inputs' latest builds, which this run loaded).
+
+    The staged materialization is a runtime event, so without them the UI compares times, not versions: an input
+    rebuilt with the same content (any later build of one benchmark) marked every other benchmark of the kind
+    stale, and a changed spec or code marked none. Dagster internals (its tag names), guarded by the staleness
+    test in tests/test_dagster.py.
+    """
+    tags = {CODE_VERSION_TAG: kind.code_version}
+    family = registry.family(kind.family)
+    reads = [(spec_source_key(kind), partition), *((dg.AssetKey(list(family.input(n).key)), None) for n in kind.inputs)]
+    for key, part in reads:
+        wanted = dg.AssetRecordsFilter(asset_key=key, asset_partitions=[part] if part is not None else None)
+        fetch = instance.fetch_observations if part is not None else instance.fetch_materializations
+        records = fetch(wanted, limit=1).records
+        version = extract_data_version_from_entry(records[0].event_log_entry) if records else None
+        tags[get_input_data_version_tag(key)] = (version or DEFAULT_DATA_VERSION).value
+        tags[get_input_event_pointer_tag(key)] = str(records[0].storage_id) if records else NULL_EVENT_POINTER
+    return tags
 
 
 @dataclass(frozen=True)

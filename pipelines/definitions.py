@@ -9,16 +9,20 @@
 - ``erm_<family>_<kinds>``: one ERM baseline per (benchmark, seed), under its split in the lineage,
   the job launched through Dagster Pipes; only for families whose images are configured.
 - ``analysis/<name>``: the papers' analyses (MetaShift accuracy vs distance, BREEDS source vs target,
-  ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes.
+  ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes; job ``analyses``
+  (what ``shiftbench analyse`` runs).
 - ``observe_sources``: observe the raw source files now (the automation does it nightly).
 - Sensors: ``shiftbench_partitions`` (benchmark partitions = buildable specs and named variants;
   observes spec changes) and ``shiftbench_automation`` (the declarative automation conditions of
   ``assets/automation.py``), both running by default.
 
-Importing this module imports no torch: the training job runs in its own process.
+Importing this module imports no torch: the training job runs in its own process. A bad ``SHIFTBENCH_*`` value
+changes nothing here (:func:`graph_settings`); the runs that read the settings fail with its message.
 """
 
+import os
 import warnings
+from typing import Any
 
 import dagster as dg
 
@@ -26,22 +30,45 @@ import dagster as dg
 # in 1.13 but are the documented way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 
-from assets.analysis import analysis_assets  # noqa: E402
+from assets.analysis import analyses_job, analysis_assets  # noqa: E402
 from assets.erm import baseline_assets, trainable_kinds  # noqa: E402
 from assets.factory import family_assets  # noqa: E402
 from assets.fanout import fanout_job  # noqa: E402
 from assets.resources import settings_from_environment  # noqa: E402
 from pipelines.sensors import partitions_sensor  # noqa: E402
 from shiftbench import registry  # noqa: E402
+from shiftbench.errors import InputError  # noqa: E402
 from shiftbench.registry import FAMILIES  # noqa: E402
-from shiftbench.settings import Settings  # noqa: E402
+from shiftbench.settings import ENV_PREFIX, Settings  # noqa: E402
 
 
-def _load_settings() -> Settings | None:
-    try:
-        return Settings.from_env()
-    except Exception:  # a bad setting fails the runs that use it, with its message, not the code location
-        return None
+def graph_settings() -> Settings:
+    """The settings the asset graph is decided from (which families train here, the fan-out executor): those of
+    the environment with every value that does not parse left out (a shared setting then takes its default).
+
+    A bad value must never change the graph (it once removed every ERM asset): the location offers the graph it
+    would offer without that value, and every run that reads the settings (each one, through the ``settings``
+    resource) fails with the value's one-line message. A bad value is not an unset one: a family's images are
+    configured when their variable is set, and a path always parses, so a bad value elsewhere leaves them so.
+    """
+    values: dict[str, Any] = {
+        key.removeprefix(ENV_PREFIX).lower(): value
+        for key, value in os.environ.items()
+        if key.startswith(ENV_PREFIX) and value.strip()
+    }
+    left_out: set[str] = set()
+    while True:
+        try:
+            return Settings.parse(values)
+        except InputError as exc:
+            name = (exc.parameter or "").removeprefix(ENV_PREFIX).lower()
+            if name in left_out or name not in values:  # not a value of the environment: nothing to leave out
+                raise
+            left_out.add(name)
+            if name in Settings.model_fields:  # its default, over the environment (which pydantic reads too)
+                values[name] = Settings.model_fields[name].default
+            else:
+                del values[name]
 
 
 def build_definitions() -> dg.Definitions:
@@ -51,12 +78,8 @@ def build_definitions() -> dg.Definitions:
     always sees the environment it was started in.
     """
     families = {name: family_assets(family) for name, family in FAMILIES.items()}
-    settings = _load_settings()
-    trained = [
-        kind
-        for family in FAMILIES.values()
-        for kind in (trainable_kinds(family, settings) if settings is not None else [])
-    ]
+    settings = graph_settings()
+    trained = [kind for family in FAMILIES.values() for kind in trainable_kinds(family, settings)]
     erm = [baseline_assets(registry.family(kind.family), kind) for kind in trained]
     observe_sources_job = dg.define_asset_job(
         "observe_sources",
@@ -84,6 +107,7 @@ def build_definitions() -> dg.Definitions:
                 if (job := fanout_job(family, kind, settings)) is not None
             ],
             *[job for _, job in erm],
+            analyses_job(),
             observe_sources_job,
         ],
         sensors=[partitions_sensor, automation_sensor],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -111,6 +112,7 @@ class Outcome:
     publication: Publication | None = None
     error: str | None = None  # one line: the file and line or parameter at fault, or what failed
     user_error: bool = True  # the error is the input's (exit code 2), not a failure of shiftbench (1)
+    traceback: str | None = None  # a failure of shiftbench itself (a bug): its traceback, for the report
     seconds: float = 0.0
     description: Description | None = None  # how the staged version reads (set once it is staged)
 
@@ -159,6 +161,7 @@ def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapp
     except Exception as exc:  # a failure of shiftbench itself: still only this benchmark's, and said so
         outcome.error = f"{type(exc).__name__}: {exc}"
         outcome.user_error = False
+        outcome.traceback = traceback.format_exc()  # one line for the user, the traceback for the report
     else:
         outcome.results = results
         outcome.rules = sum(len(r) for r in results.values())
@@ -279,6 +282,7 @@ def iter_build(
                 outcome.description = describe(kind, outcome.staged)
             except Exception as exc:  # describing is for people: it never costs a published version
                 outcome.description = Description({}, f"(not described: {type(exc).__name__}: {exc})")
+                outcome.traceback = traceback.format_exc()  # but it is a bug: its report needs the traceback
         detail = (
             outcome.error
             or "; ".join(outcome.failed_rules[:3])

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import warnings
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -577,3 +578,258 @@ def test_observing_a_spec_partition_reports_the_sensors_data_version(
     assert result.success
     tags = result.asset_observations_for_node(source.op.name)[0].tags
     assert tags["dagster/data_version"] == by_sensor.asset_observation.tags["dagster/data_version"]  # type: ignore[union-attr]
+
+
+# -- what the UI shows, and failures that keep their evidence -------------------------------------------------
+UI_ASSETS = """{ assetNodes { assetKey { path } isPartitioned partitionKeys staleStatus
+  staleCauses { key { path } reason dependency { path } }
+  assetMaterializations(limit: 1) { metadataEntries { label ... on TextMetadataEntry { text }
+    ... on IntMetadataEntry { intValue } ... on MarkdownMetadataEntry { mdStr } } } } }"""
+UI_PARTITIONS = """query ($key: AssetKeyInput!, $partitions: [String!]!) { assetNodeOrError(assetKey: $key) {
+  ... on AssetNode { staleStatusByPartition(partitions: $partitions)
+    staleCausesByPartition(partitions: $partitions) { key { path } reason dependency { path } } } } }"""
+
+
+@contextmanager
+def ui(instance: dg.DagsterInstance) -> Iterator[Callable[..., Any]]:
+    """Queries answered as the UI's own GraphQL endpoint answers them, over the code location as `dagster dev`
+    loads it (location ``shiftbench``, built for the current environment)."""
+    from dagster._core.remote_origin import InProcessCodeLocationOrigin
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    target = LoadableTargetOrigin(
+        module_name="pipelines.definitions", attribute="build_definitions", working_directory=str(PROJECT)
+    )
+    origin = InProcessCodeLocationOrigin(target, location_name="shiftbench")
+    with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
+
+        def query(text: str, variables: dict[str, Any] | None = None) -> Any:
+            return execute_dagster_graphql(process.create_request_context(), text, variables).data
+
+        yield query
+
+
+def ui_stale(instance: dg.DagsterInstance) -> dict[str, list[tuple[str, str]]]:
+    """Every asset (and partition) the UI shows as stale, with its causes (what, why)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    with ui(instance) as query:
+        for node in query(UI_ASSETS)["assetNodes"]:
+            name = "/".join(node["assetKey"]["path"])
+            if node["staleStatus"] == "STALE":
+                found[name] = [("/".join(c["key"]["path"]), c["reason"]) for c in node["staleCauses"]]
+            if not (node["isPartitioned"] and node["partitionKeys"]):
+                continue
+            answer = query(UI_PARTITIONS, {"key": node["assetKey"], "partitions": node["partitionKeys"]})
+            by_partition = answer["assetNodeOrError"]
+            statuses = zip(node["partitionKeys"], by_partition["staleStatusByPartition"], strict=True)
+            for (partition, status), why in zip(statuses, by_partition["staleCausesByPartition"], strict=True):
+                if status == "STALE":
+                    found[f"{name}[{partition}]"] = [("/".join(c["key"]["path"]), c["reason"]) for c in why]
+    return found
+
+
+def _score_every_example(settings: Settings, benchmark: str, path: Path) -> None:
+    """A predictions file right on every example of the benchmark's latest version (results outside Dagster)."""
+    import polars as pl
+
+    store = Store(settings.store_dir)
+    latest = store.latest(benchmark)
+    assert latest is not None
+    examples = pl.read_parquet(store.staged("conds", benchmark, latest.version).table_path("examples"))
+    examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet(path)
+
+
+@pytest.mark.slow
+def test_after_a_fresh_cli_build_the_ui_shows_the_published_analyses_and_nothing_stale(
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    from pipelines import runs
+    from pipelines.cli import main
+
+    settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
+    assert main(["build", "conds", "--benchmark", "sprites-uniform"]) == 0  # inputs, stage, check, publish
+    _score_every_example(settings, "sprites-uniform", tmp_path / "predictions.parquet")
+    assert main(["eval", "sprites-uniform", str(tmp_path / "predictions.parquet"), "--method", "oracle"]) == 0
+    capsys.readouterr()
+    assert main(["analyse"]) == 0
+    out = capsys.readouterr().out
+    instance = dg.DagsterInstance.get()  # the CLI's instance, which `dagster dev` shows
+
+    with ui(instance) as query:
+        nodes = {"/".join(n["assetKey"]["path"]): n for n in query(UI_ASSETS)["assetNodes"]}
+    store, shown = Store(settings.store_dir), 0
+    for name, analysis in registry.analyses().items():
+        node = nodes["analysis/" + name.replace("-", "_")]
+        latest = store.latest(name) if store.benchmark_dir("analysis", name).is_dir() else None
+        if latest is None:  # nothing published: "Never materialized" is the truth
+            assert node["assetMaterializations"] == [] and node["staleStatus"] == "MISSING"
+            assert f"{name}: no results yet" in out
+            continue
+        assert node["assetMaterializations"], f"{name} published {latest.version}; the UI says never materialized"
+        entries = {e["label"]: e for e in node["assetMaterializations"][0]["metadataEntries"]}
+        assert entries["version"]["text"] == latest.version  # what the store published, as the asset records it
+        assert entries["rows"]["intValue"] > 0 and f"{name}: version {latest.version}" in out
+        assert entries["plot"]["mdStr"].startswith(f"![{analysis.title}](data:image/png;base64,")
+        assert {"table", "duckdb_query", "path"} <= set(entries)
+        shown += 1
+    assert shown == 2  # the two ConDS analyses have results (the BREEDS and MetaShift ones have none)
+    assert ui_stale(instance) == {}  # nothing stale right after the build (the inputs' sources were)
+
+    # A raw source that really changed shows: other sprites (a new generator seed), observed as at the nightly
+    # tick or by "Observe sources", make the input built from the old ones stale, and only it.
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_SEED", "1")
+    assert runs.run_job(instance, "observe_sources").is_success
+    assert ui_stale(instance) == {"conds/attribute_tables": [("raw/conds_attribute_sources", "has a new data version")]}
+
+
+def _run_log(instance: dg.DagsterInstance) -> tuple[list[str], dict[str, str], str]:
+    """The last run's logged messages, the metadata of its step failure (as text) and its error with the stack."""
+    run = instance.get_runs(limit=1)[0]
+    entries = instance.all_logs(run.run_id)
+    failures = [
+        e.dagster_event.step_failure_data for e in entries if e.dagster_event and e.dagster_event.is_step_failure
+    ]
+    metadata = {
+        k: str(v.value) for f in failures if f.user_failure_data for k, v in f.user_failure_data.metadata.items()
+    }
+    errors = "\n".join(f.error.to_string() for f in failures if f.error is not None)
+    return [e.user_message for e in entries], metadata, errors
+
+
+@pytest.mark.slow
+def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
+    cli_env: Callable[..., Settings],
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The CLI's rule (pipelines/cli/app.py): a failure of shiftbench itself is one line for the user, and its
+    traceback is kept for the report, in the run's log and on the terminal: inside one benchmark's build (the
+    others still publish), in an analysis and in a training run."""
+    from pipelines.cli import main
+    from shiftbench.conds import build as conds_build
+
+    settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
+    original = conds_build.case_tables
+
+    def case_tables_with_a_bug(case: Any, *args: Any) -> Any:
+        if case.name == "sprites-sc-object_color":
+            return {}["a key a builder forgot"]
+        return original(case, *args)
+
+    monkeypatch.setattr(conds_build, "case_tables", case_tables_with_a_bug)
+    assert main(["build", "conds", "--benchmark", "sprites-uniform", "--benchmark", "sprites-sc-object_color"]) == 1
+    out, err = capfd.readouterr()
+    assert "[2/2] sprites-sc-object_color: error: KeyError: 'a key a builder forgot'; nothing published" in err
+    assert "[1/2] sprites-uniform: version" in out and "1 of 2 published" in out  # the others go on
+    traceback = err[err.index("Traceback (most recent call last)") : err.index("[2/2] sprites-sc-object_color")]
+    assert "case_tables_with_a_bug" in traceback and traceback.rstrip().endswith("KeyError: 'a key a builder forgot'")
+    messages, failure, _ = _run_log(dg.DagsterInstance.get())
+    assert any("case_tables_with_a_bug" in m and "sprites-sc-object_color" in m for m in messages)  # the run's log
+    assert "case_tables_with_a_bug" in failure["traceback sprites-sc-object_color"]  # on the run's failure, in the UI
+
+    # An analysis whose code fails: the run fails, the terminal shows the traceback and one line.
+    import assets.analysis
+
+    def publish_with_a_bug(*args: Any) -> Any:
+        raise ZeroDivisionError("an analysis divided by zero")
+
+    monkeypatch.setattr(assets.analysis, "publish_analysis", publish_with_a_bug)
+    assert main(["analyse", "conds-accuracy-by-shift"]) == 1
+    err = capfd.readouterr().err
+    assert "conds-accuracy-by-shift: error: ZeroDivisionError: an analysis divided by zero; nothing published" in err
+    assert "Traceback" in err and "publish_with_a_bug" in err
+    _, _, error = _run_log(dg.DagsterInstance.get())
+    assert "publish_with_a_bug" in error and "ZeroDivisionError" in error  # Dagster keeps the stack in the run's log
+    assert Store(settings.store_dir).benchmark_dir("analysis", "conds-accuracy-by-shift").is_dir() is False
+
+    # A training run (in process here; through Pipes the job's own process prints its traceback).
+    import shiftbench.erm.job
+
+    def training_with_a_bug(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("a bug in the training loop")
+
+    monkeypatch.setattr(shiftbench.erm.job, "run_job", training_with_a_bug)
+    assert main(["train", "sprites-uniform", "--preset", "smoke", "--in-process"]) == 1
+    err = capfd.readouterr().err
+    assert "error: RuntimeError: a bug in the training loop; nothing was published" in err
+    assert "training_with_a_bug" in err[: err.index("error: RuntimeError")]  # the traceback, then the line
+    assert "training_with_a_bug" in _run_log(dg.DagsterInstance.get())[2]
+
+    # Through Pipes (the default): a bug in the training job's own process. Its process prints the traceback and
+    # Pipes records it in the run's log; the CLI's line is what the job raised, not "External execution ... failed".
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import shiftbench.erm.train as t\n"
+        "def train_with_a_bug(*args, **kwargs):\n    raise RuntimeError('a bug in the training job')\n"
+        "t.train = train_with_a_bug\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(site))  # read by the job's process only
+    assert main(["train", "sprites-uniform", "--preset", "smoke"]) == 1
+    err = capfd.readouterr().err
+    assert "error: RuntimeError: a bug in the training job; nothing was published" in err
+    assert "External execution" not in err
+    assert "train_with_a_bug" in err[: err.index("error: RuntimeError")]  # printed by the job's process
+    instance = dg.DagsterInstance.get()
+    run = instance.get_runs(limit=1)[0]
+    recorded = [e.dagster_event.engine_event_data.error for e in instance.all_logs(run.run_id) if e.dagster_event
+                and e.dagster_event.is_engine_event and e.dagster_event.engine_event_data.error]  # fmt: skip
+    assert any("train_with_a_bug" in "".join(error.stack) for error in recorded)  # kept by Pipes in the run's log
+
+
+def test_a_bad_setting_keeps_every_asset_and_fails_the_runs_that_read_it(
+    make_settings: Callable[..., Settings], instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bad value is not an unset one: the code location offers the same graph (every family's ERM assets where
+    their images are configured, the same jobs), and each run that reads the settings fails with its one line."""
+    settings = make_settings(SHIFTBENCH_IMAGENET_DIR="/srv/imagenet")  # BREEDS trains here: its ERM asset exists
+    good = location(monkeypatch, settings)
+    for variable, value in [("SHIFTBENCH_SPRITES_PER_COMBINATION", "many"), ("SHIFTBENCH_OFFLINE", "maybe")]:
+        monkeypatch.setenv(variable, value)
+        bad = build_definitions()
+        assert graph_summary(bad) == graph_summary(good)
+        assert {"erm/breeds_benchmark_baseline", "erm/conds_case_baseline"} <= set(graph_summary(bad)["assets"])
+        expected = f"parameter '{variable}': must be a valid"
+        job = bad.resolve_job_def("conds_inputs")
+        result = job.execute_in_process(instance=instance, run_config=QUIET, raise_on_error=False)
+        assert not result.success
+        (failure,) = [e for e in result.all_events if e.is_step_failure]
+        error = failure.event_specific_data.error  # type: ignore[union-attr]
+        while error.cause is not None:
+            error = error.cause
+        assert error.cls_name == "InputError" and error.message.startswith(f"shiftbench.errors.InputError: {expected}")
+        monkeypatch.delenv(variable)
+    assert not instance.get_latest_materialization_event(dg.AssetKey(["conds", "attribute_tables"]))
+
+
+@pytest.mark.slow
+def test_a_staged_benchmark_goes_stale_on_a_changed_spec_not_on_an_input_rebuilt_the_same(
+    cli_env: Callable[..., Settings], tmp_path: Path
+) -> None:
+    """Staged versions record what they were built from as Dagster's provenance: building another benchmark
+    materializes the inputs again (same content) and leaves the first fresh; a changed spec, observed by the
+    partition sensor, makes exactly its benchmark stale."""
+    from pipelines.cli import main
+
+    spec_file = tmp_path / "mine.yaml"
+    spec = "family: breeds\nbenchmarks:\n  {name}:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"
+    spec_file.write_text(spec.format(name="mine") + spec.format(name="yours").split("benchmarks:\n")[1])
+    settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
+    assert main(["build", "breeds", "--benchmark", "mine"]) == 0
+    assert main(["build", "breeds", "--benchmark", "yours"]) == 0  # the inputs again, after mine was staged
+    instance = dg.DagsterInstance.get()
+    cursor = sync(instance, settings)  # the partition sensor's first tick (`dagster dev` starting)
+    assert ui_stale(instance) == {}
+
+    spec_file.write_text(spec_file.read_text().replace("n_subclasses: 4\n", "n_subclasses: 4\n    seed: 3\n", 1))
+    sync(instance, settings, cursor)
+    assert ui_stale(instance) == {
+        "breeds/staged_benchmark[mine]": [("raw/breeds_benchmark_specs", "has a new data version")]
+    }

@@ -13,6 +13,7 @@ from typing import NoReturn
 
 from pipelines.cli import build, export, generate, results, train, warehouse
 from pipelines.cli.common import OneLineParser, Subcommands
+from shiftbench import progress
 from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes
 
 # The subcommands, in the order `shiftbench --help` lists them.
@@ -47,7 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help (0), or a bad command line, said in one line (OneLineParser): 2
             return exc.code if isinstance(exc.code, int) else 2
-        code: int = args.func(args)
+        with progress.listening(_print_traceback):
+            code: int = args.func(args)
     except BrokenPipeError:  # `shiftbench ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -63,6 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise  # a bug: its traceback is what a report needs
         return stopped
     return code
+
+
+def _print_traceback(event: progress.Event) -> None:
+    """A failure of shiftbench inside a build is that benchmark's outcome (its one line, exit code 1) and the
+    others go on; being a bug, its traceback is printed too, just before that line (the run's log keeps it as
+    well). A bug that stops a run is printed by :func:`pipelines.runs.run_job`; one outside any run, by Python."""
+    traceback = getattr(event.outcome, "traceback", None)
+    if traceback:
+        print(f"{event.name}: a failure of shiftbench itself; its traceback, also in the run's log:\n"
+              f"{traceback.rstrip()}", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def _stopped(exc: Exception) -> int | None:

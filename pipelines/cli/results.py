@@ -137,21 +137,36 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
 
 
 def cmd_analyse(args: argparse.Namespace) -> int:
-    """Rebuild the papers' analyses from the results in the catalog and publish the ones with data."""
+    """Rebuild the papers' analyses from the results in the catalog and publish the ones with data: a run of their
+    assets (job ``analyses``) on the instance the UI reads, so each published analysis shows materialized there."""
+    import dagster as dg
+
+    from assets.analysis import JOB, NO_RESULTS, analysis_key
+    from pipelines import runs
+    from pipelines.cli.common import dagster_instance
     from shiftbench import registry
-    from shiftbench.analysis import publish
 
     analyses = registry.analyses()
-
     settings = Settings.from_env()
     unknown = [n for n in args.analysis if n not in analyses]
     if unknown:
         raise InputError(f"unknown analysis {unknown[0]!r}; known: {', '.join(analyses)}", parameter="analysis")
-    for name in args.analysis or list(analyses):
-        outcome, frame = publish(settings, analyses[name])
-        if outcome is None:
-            print(f"{name}: no results yet (shiftbench train, shiftbench eval)")
-            continue
-        figure = outcome.staged.path / "files" / analyses[name].figure_file
-        print(f"{name}: version {outcome.staged.version}, {frame.height} rows; table {analyses[name].table}; {figure}")
-    return 0
+    keys = {name: analysis_key(analyses[name]) for name in args.analysis or list(analyses)}
+    instance = dagster_instance(settings)
+    run = runs.run_job(instance, JOB, assets=list(keys.values()))
+    records = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION)
+    materialized = {m.asset_key: m for r in records if (m := r.asset_materialization) is not None}
+    failed = runs.failed_steps(instance, run)
+    for name, key in keys.items():
+        if key in materialized:
+            meta = {k: v.value for k, v in materialized[key].metadata.items()}
+            figure = Path(str(meta["path"])) / "files" / analyses[name].figure_file
+            print(f"{name}: version {meta['version']}, {meta['rows']} rows; table {analyses[name].table}; {figure}")
+        elif key.to_python_identifier() in failed:
+            print(f"{name}: error: {failed[key.to_python_identifier()]}; nothing published", file=sys.stderr)
+        else:
+            print(f"{name}: {NO_RESULTS} (shiftbench train, shiftbench eval)")
+    if run.is_success:
+        return 0
+    _, is_input = runs.run_error(instance, run)
+    return 2 if is_input else 1
