@@ -51,23 +51,23 @@ from shiftbench.store_layout import (
     LOG_HEAD,
     MAX_NAME_LENGTH,
     REMOVED_FILE,
+    SCHEMA_VERSION,
+    VERSION_ID_LENGTH,
     StagedVersion,
     StoreLayout,
     benchmark_name_problem,
     check_benchmark_name,
+    version_id,
     write_atomic,
 )
 from shiftbench.store_publications import Publication, PublicationLog, VersionInfo
 from shiftbench.store_retention import Retention
 from shiftbench.store_writing import (
-    SCHEMA_VERSION,
     STREAMED_ROW_GROUP,
-    VERSION_ID_LENGTH,
     Attachments,
     Documents,
     VersionWriter,
     WhileAttaching,
-    version_id,
     write_table,
 )
 from shiftbench.streamed import StreamedTable
@@ -115,7 +115,7 @@ class Store:
         self.layout = StoreLayout(root, write=_write_atomic)
         self.checks = VersionChecks(self.layout, contracts=_contracts_now)
         self.log = PublicationLog(self.layout, self.checks, self.problems)
-        self.retention = Retention(self.layout, self.log)
+        self.retention = Retention(self.layout, self.log, self.checks)
 
     # -- layout ---------------------------------------------------------------------------
     def benchmark_dir(self, family: str, benchmark: str) -> Path:
@@ -230,9 +230,12 @@ class Store:
     # -- retention ----------------------------------------------------------------------------
     def garbage_collect(self, keep: int = 1, dry_run: bool = False) -> list[Path]:
         """Remove versions older than the ``keep`` most recent published ones, and unpublished ones
-        (:meth:`Retention.garbage_collect <shiftbench.store_retention.Retention.garbage_collect>` says which stay).
+        (:meth:`Retention.garbage_collect <shiftbench.store_retention.Retention.garbage_collect>` says which stay);
+        why a benchmark kept everything goes to :attr:`problems`.
         """
-        return self.retention.garbage_collect(keep, dry_run)
+        collection = self.retention.garbage_collect(keep, dry_run)
+        self.problems.update(collection.kept)
+        return collection.removed
 
     def retire(self, family: str, benchmark: str) -> Path:
         """Move a whole benchmark aside (``.retired/``): every view stops showing it, nothing is deleted."""
