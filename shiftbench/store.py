@@ -28,6 +28,10 @@ Publishing is guarded here, whoever calls it (a Dagster asset, the CLI, a user's
 version becomes latest only if a passing contract check is recorded for it, computed on files
 with exactly the checksums in its manifest and with the contracts in force now.
 
+A table's content hash is of Arrow IPC bytes; the few of them a Parquet file does not keep (under NULLs, after a
+bitmap's last bit) are recorded in the manifest as the table's ``layout`` (:mod:`~shiftbench.store_content`), so
+that ``shiftbench check`` (:mod:`shiftbench.store_audit`) can recompute every table's content hash from its rows.
+
 Every family uses this module unchanged: it knows nothing about BREEDS or MetaShift.
 
 :class:`Store` is the one face of the store; its work is done in rooms, each readable at once:

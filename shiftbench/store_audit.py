@@ -17,20 +17,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import pyarrow as pa
 
 from shiftbench.errors import InputError
 from shiftbench.publishing import check_staged, check_version
 from shiftbench.store import StagedVersion, Store
 from shiftbench.store_checks import damage
-from shiftbench.store_content import (
-    LayoutMismatch,
-    UnsupportedLayout,
-    legacy_content_matches,
-    stored_content_sha256,
-)
+from shiftbench.store_content import content_findings
 from shiftbench.store_layout import LOG_HEAD
 
 Say = Callable[[str], None]
@@ -62,7 +54,7 @@ def check_store(store: Store, names: Sequence[str] = (), say: Say = print) -> Au
         (f, b): [*reading.problems, *filter(None, [store.layout.staged_problem(f, b)])]
         for (f, b), reading in readings.items()
     }
-    present = {b for key, reading in readings.items() if reading.events or problems[key] for b in [key[1]]}
+    present = {b for (f, b), reading in readings.items() if reading.events or problems[f, b]}
     missing = [name for name in dict.fromkeys(names) if name not in present]
     if missing:
         raise InputError(f"{missing[0]!r} has no published version", parameter="BENCHMARK")
@@ -83,7 +75,7 @@ def _check_latest(store: Store, family: str, benchmark: str, version: str, audit
         audit.found(f"{name}: DAMAGED: {problem}{repair}")
         return
     tables = staged.manifest()["tables"]
-    verified, notes, rewritten = _content(staged, tables)
+    verified, notes, rewritten = content_findings(staged)
     for line in rewritten:
         audit.found(f"{name}: DAMAGED: {line}")
     record_problem = store.checks.damaged_record(staged)
@@ -103,48 +95,6 @@ def _check_latest(store: Store, family: str, benchmark: str, version: str, audit
         audit.found(f"  {rule.line()}")
     for note in notes:
         audit.ok(f"  note: {note}")
-
-
-def _content(staged: StagedVersion, tables: dict[str, Any]) -> tuple[int, list[str], list[str]]:
-    """(tables whose rows hash to their recorded content hash, notes on those that cannot be recomputed, damage)."""
-    verified, notes, rewritten = 0, list[str](), list[str]()
-    for _, entry in sorted(tables.items()):
-        outcome, line = _table_content(staged, entry)
-        verified += outcome == "verified"
-        if outcome == "note":
-            notes.append(line)
-        elif outcome == "damaged":
-            rewritten.append(line)
-    return verified, notes, rewritten
-
-
-def _table_content(staged: StagedVersion, entry: dict[str, Any]) -> tuple[str, str]:
-    """("verified" | "note" | "damaged", the line saying so) for one table of ``staged``."""
-    path = staged.path / str(entry["file"])
-    expected = entry["content_sha256"]
-    try:
-        if "layout" not in entry:  # staged before layouts were recorded
-            if legacy_content_matches(path, expected):
-                return "verified", ""
-            return "note", (
-                f"{path}: content hash not recomputed: staged before shiftbench recorded what the hash holds beyond "
-                "the rows (bytes under NULLs); its checksum and contracts are checked"
-            )
-        if entry["layout"] is None:
-            return "note", f"{path}: content hash not recomputed: no layout could be recorded at staging"
-        if stored_content_sha256(path, entry["layout"]) == expected:
-            return "verified", ""
-        why = ""
-    except LayoutMismatch as exc:
-        why = f" ({exc})"
-    except UnsupportedLayout as exc:
-        return "note", f"{path}: content hash not recomputed: {exc}"
-    except (pa.ArrowException, OSError) as exc:
-        return "damaged", f"{path}: not readable as Parquet ({type(exc).__name__})"
-    return "damaged", (
-        f"{path}: its rows do not hash to the content hash version {staged.version} was made from "
-        f"(rewritten after staging){why}"
-    )
 
 
 def _head(store: Store, family: str, benchmark: str) -> str:

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from shiftbench.batches import arrow_batch, rebatch
 from shiftbench.fingerprint import BATCH_ROWS, sha256_batches
+from shiftbench.store_layout import StagedVersion
 
 Node = dict[str, Any]  # one array's bytes beyond its rows: "validity", "values", "data" (hex), "nulls", "child"
 Layout = list[list[Any]]  # [[batch number, {column: Node}], ...] for the batches that have any
@@ -371,3 +372,52 @@ def legacy_content_matches(path: Path, expected: str) -> bool:
         return False
     masks = range(1, 1 << counted.seen)
     return any(_rebuilt_sha256(batches[0].schema, batches, [], Padding(mask)) == expected for mask in masks)
+
+
+def content_findings(staged: StagedVersion) -> tuple[int, list[str], list[str]]:
+    """(tables of ``staged`` whose rows hash to their recorded content hash, notes on those whose hash cannot be
+    recomputed, lines naming each table whose rows are not the version's). Call once its files match their
+    manifest (:func:`shiftbench.store_checks.damage`)."""
+    verified, notes, rewritten = 0, list[str](), list[str]()
+    tables = staged.manifest()["tables"]
+    recorded = any("layout" in entry for entry in tables.values())  # staged since layouts are: every table has one
+    for _, entry in sorted(tables.items()):
+        if recorded and "layout" not in entry:
+            rewritten.append(f"{staged.path / str(entry['file'])}: its manifest entry lost its layout (edited)")
+            continue
+        outcome, line = _table_content(staged, entry)
+        verified += outcome == "verified"
+        if outcome == "note":
+            notes.append(line)
+        elif outcome == "damaged":
+            rewritten.append(line)
+    return verified, notes, rewritten
+
+
+def _table_content(staged: StagedVersion, entry: dict[str, Any]) -> tuple[str, str]:
+    """("verified" | "note" | "damaged", the line saying so) for one table of ``staged``."""
+    path = staged.path / str(entry["file"])
+    expected = entry["content_sha256"]
+    try:
+        if "layout" not in entry:  # staged before layouts were recorded
+            if legacy_content_matches(path, expected):
+                return "verified", ""
+            return "note", (
+                f"{path}: content hash not recomputed: staged before shiftbench recorded what the hash holds beyond "
+                "the rows (bytes under NULLs); its checksum and contracts are checked"
+            )
+        if entry["layout"] is None:
+            return "note", f"{path}: content hash not recomputed: no layout could be recorded at staging"
+        if stored_content_sha256(path, entry["layout"]) == expected:
+            return "verified", ""
+        why = ""
+    except LayoutMismatch as exc:
+        why = f" ({exc})"
+    except UnsupportedLayout as exc:
+        return "note", f"{path}: content hash not recomputed: {exc}"
+    except (pa.ArrowException, OSError) as exc:
+        return "damaged", f"{path}: not readable as Parquet ({type(exc).__name__})"
+    return "damaged", (
+        f"{path}: its rows do not hash to the content hash version {staged.version} was made from "
+        f"(rewritten after staging){why}"
+    )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from shiftbench.errors import InputError
 from shiftbench.store_checks import VersionChecks, damage
+from shiftbench.store_content import content_findings
 from shiftbench.store_layout import StagedVersion, StoreLayout
 from shiftbench.store_publications import PublicationLog
 
@@ -105,7 +106,7 @@ class Retention:
         published version when none is intact. Why more than ``keep`` stay goes to ``collection``."""
         keep_set = set(recent[:keep])
         damaged: list[str] = []
-        for version in recent:
+        for version in recent if len(recent) > keep else []:  # else no published version can go
             problem = self._damage(family, benchmark, version)
             if problem is None:
                 keep_set.add(version)
@@ -123,6 +124,8 @@ class Retention:
         return keep_set
 
     def _damage(self, family: str, benchmark: str, version: str) -> str | None:
-        """What is wrong with a version (a file against its checksum, its check record), or None: intact."""
+        """What is wrong with a version (a file against its checksum, a table's rows against its content hash, its
+        check record), or None: intact."""
         staged = StagedVersion(family, benchmark, version, self.layout.version_dir(family, benchmark, version), False)
-        return damage(staged) or self.checks.damaged_record(staged)
+        problem = damage(staged) or self.checks.damaged_record(staged)
+        return problem or next(iter(content_findings(staged)[2]), None)

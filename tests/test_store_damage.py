@@ -200,6 +200,15 @@ def _rewrite_rows(home: Home) -> tuple[Path, str]:
     return path, "its rows do not hash to the content hash version"
 
 
+def _rewrite_rows_and_drop_the_layout(home: Home) -> tuple[Path, str]:
+    """As above, the table's layout removed too, as if the version had been staged before layouts were recorded."""
+    path, _ = _rewrite_rows(home)
+    manifest = json.loads((home.latest / "manifest.json").read_text())
+    del manifest["tables"]["shift_magnitudes"]["layout"]
+    (home.latest / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    return path, "its manifest entry lost its layout (edited)"
+
+
 Damage = Callable[[Home], tuple[Path, str]]
 DAMAGE: dict[str, Damage] = {
     "data file": _flip_a_byte,
@@ -215,6 +224,7 @@ DAMAGE: dict[str, Damage] = {
     "removed.json damaged": _damage_removed_list,
     "staged.json damaged": _damage_staged_pointer,
     "rows rewritten, manifest updated": _rewrite_rows,
+    "rows rewritten, layout dropped": _rewrite_rows_and_drop_the_layout,
 }
 FORMS = {"check": [], "check B": [BENCH], "check B OTHER": [BENCH, OTHER]}
 
