@@ -98,7 +98,8 @@ def _fixed_node(array: pa.Array, null_rows: np.ndarray) -> Node:
     if written > needed:
         node["values"] = raw[start + needed : start + written].tobytes().hex()
     cells = raw[start : start + needed].reshape(length, width)[null_rows]
-    nulls = {str(row): cell.tobytes().hex() for row, cell in zip(null_rows, cells, strict=True) if cell.any()}
+    held = cells.any(axis=1)  # the rows to record (a Python loop over those only: usually none)
+    nulls = {str(row): cell.tobytes().hex() for row, cell in zip(null_rows[held], cells[held], strict=True)}
     if nulls:
         node["nulls"] = nulls
     return node
@@ -131,11 +132,8 @@ def _string_node(array: pa.Array, null_rows: np.ndarray) -> Node:
     written = min(len(raw) - first, _padded(needed))
     if written > needed:
         node["data"] = raw[first + needed : first + written].tobytes().hex()
-    payloads = {
-        str(row): raw[offsets[row] : offsets[row + 1]].tobytes().hex()
-        for row in null_rows
-        if offsets[row + 1] > offsets[row]
-    }
+    held = null_rows[offsets[null_rows + 1] > offsets[null_rows]]
+    payloads = {str(row): raw[offsets[row] : offsets[row + 1]].tobytes().hex() for row in held}
     if payloads:
         node["nulls"] = payloads
     return node
@@ -143,7 +141,7 @@ def _string_node(array: pa.Array, null_rows: np.ndarray) -> Node:
 
 def _list_node(array: pa.Array, null_rows: np.ndarray) -> Node:
     offsets = _offsets(array)
-    if any(offsets[r + 1] > offsets[r] for r in null_rows):
+    if np.any(offsets[null_rows + 1] > offsets[null_rows]):
         raise UnsupportedLayout("a NULL list with values under it")
     needed = int(offsets[-1] - offsets[0])
     if needed == 0:  # the writer then writes the whole child array: only an empty one is the rows'
@@ -407,7 +405,11 @@ def _table_content(staged: StagedVersion, entry: dict[str, Any]) -> tuple[str, s
                 "the rows (bytes under NULLs); its checksum and contracts are checked"
             )
         if entry["layout"] is None:
-            return "note", f"{path}: content hash not recomputed: no layout could be recorded at staging"
+            return "note", (
+                f"{path}: content hash not recomputed: staging recorded no layout (more than {MAX_LAYOUT_BYTES >> 20} "
+                "MiB of bytes under NULLs, or a column of a type store_content does not describe); its checksum and "
+                "contracts are checked"
+            )
         if stored_content_sha256(path, entry["layout"]) == expected:
             return "verified", ""
         why = ""

@@ -445,3 +445,23 @@ def test_a_table_staged_before_layouts_is_verified_when_its_hash_can_be_found_ag
         recorder = LayoutRecorder()
         assert sha256_batches(rows.schema, [rows], recorder) == expected
         assert recorder.layout and stored_content_sha256(path, recorder.layout) == expected
+
+
+@pytest.mark.slow
+def test_every_table_of_a_collection_with_streamed_distances_hashes_again_from_its_file(tmp_path: Path) -> None:
+    """A MetaShift collection with ``store_distances``: its distance table is streamed (hashed batch by batch from
+    codes, never a frame) and its other tables are frames; staged, each hashes again from its Parquet file and the
+    layout staging recorded, to the content hash its version id was made of."""
+    from shiftbench.metashift import collection
+    from shiftbench.metashift.specs import load_specs
+    from shiftbench.sources.generated_scenes import generate_scene_tables
+    from shiftbench.store_content import content_findings
+
+    specs = load_specs()
+    objects, images, _ = generate_scene_tables()
+    spec = specs.collections["metashift"].with_overrides({"store_distances": True})
+    tables, _, _ = collection.build_collection(spec, objects, images, specs.general_contexts, {})
+    staged = Store(tmp_path / "store").stage("metashift", "streamed", tables)
+    verified, notes, rewritten = content_findings(staged)
+    assert (verified, notes, rewritten) == (len(staged.manifest()["tables"]), [], [])
+    assert "metashift_distances" in staged.manifest()["tables"]
