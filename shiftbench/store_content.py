@@ -4,14 +4,16 @@ A version id hashes each table's Arrow IPC stream (:func:`shiftbench.fingerprint
 some that Parquet does not keep: the bits after the last value of a bitmap (validity, booleans), what lies under a
 NULL (a string's bytes, a number) and bytes after a buffer's last value that the IPC writer writes when the buffer
 is at most its padded size. They depend on how the build made the columns, so the same rows read back from the
-file can hash otherwise (11 of the 427 tables of the README's warehouse). Staging records them, the table's
-*layout* (:func:`LayoutRecorder`, a few bytes per column with NULLs, in the manifest), and :func:`stored_content_sha256`
-rebuilds the stream from the file's rows and that layout. A layout only fills bytes no reader sees (it is refused
-where it would change a row), so a table whose rows changed never hashes to the recorded value.
+file can hash otherwise (12 of the 427 tables of the README's warehouse). Staging records them, the table's
+*layout* (:class:`LayoutRecorder`, a few bytes per column with NULLs, in the manifest), and
+:func:`stored_content_sha256` rebuilds the stream from the file's rows and that layout. A layout only fills bytes
+no reader sees (it is refused where it would change a row), so a table whose rows changed never hashes to the
+recorded value.
 
 The rules of what the writer writes are Arrow's (``GetTruncatedBitmap`` and the slicing of value, offset and data
-buffers in ``arrow/ipc/writer.cc``); ``tests/test_store_content.py`` holds them against the installed pyarrow
-with arrays of every kind the contracts declare, sliced, padded and with bytes under NULLs.
+buffers in ``arrow/ipc/writer.cc``), as measured on the installed pyarrow:
+``tests/test_store.py::test_a_recorded_layout_rebuilds_exactly_the_bytes_the_content_hash_was_made_of`` holds
+them with arrays of every kind the contracts declare, sliced, padded and with bytes under NULLs.
 """
 
 from __future__ import annotations
