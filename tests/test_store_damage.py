@@ -357,6 +357,18 @@ def test_a_truncated_event_the_chain_cannot_prove_says_so_and_a_restored_copy_re
 
 
 @pytest.mark.slow
+def test_a_damaged_staged_pointer_is_rewritten_by_the_next_build(
+    copy: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pointer, _ = _damage_staged_pointer(copy)
+    assert _run(["check", BENCH], capsys)[0] == 1
+    code, lines = _run(["build", "breeds", "--benchmark", BENCH], capsys)
+    assert code == 0, lines
+    assert json.loads(pointer.read_text())["version"] == copy.latest.name
+    assert _run(["check", BENCH], capsys)[0] == 0
+
+
+@pytest.mark.slow
 def test_a_check_recorded_under_older_contracts_is_checked_again_not_refused(
     copy: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
