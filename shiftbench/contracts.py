@@ -11,8 +11,10 @@ rules that run as SQL over the staged Parquet files:
   order) form a unique key; ``unique`` properties have no duplicates; ``enum`` lists the
   allowed values;
 - ``quality`` entries: ODCS library metrics (``nullValues``, ``invalidValues`` with
-  ``arguments.validValues``, ``duplicateValues`` with ``arguments.properties``, ``rowCount``)
-  and ``type: sql`` rules whose ``query`` returns one number compared with
+  ``arguments.validValues``, ``duplicateValues`` with ``arguments.properties``, ``rowCount``),
+  shiftbench's own library metric ``nonFiniteValues`` (on a ``DOUBLE`` or ``DOUBLE[]`` column: the rows
+  holding NaN or an infinity, which SQL's comparisons let through and which no float column may hold: an
+  undefined value is NULL) and ``type: sql`` rules whose ``query`` returns one number compared with
   ``mustBe``/``mustBeGreaterThan``/... . In a query ``${object}`` names the contract's table;
   the other tables of the same version are visible under their own names;
 - ``type: custom`` rules with ``engine: shiftbench`` and ``implementation: shiftbench.<module>:<function>``:
@@ -56,6 +58,8 @@ CONTRACTS_DIR = PACKAGE_DIR / "data_contracts"
 # libyaml's parser where PyYAML was built with it: the same documents, 10x faster (the 34 contracts: 0.2 -> 0.02 s)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CUSTOM_ENGINE = "shiftbench"  # the engine of type: custom rules (functions of this package)
+NON_FINITE = "nonFiniteValues"  # shiftbench's library metric: rows holding NaN or an infinity
+_FLOAT_TYPES = {"DOUBLE", "FLOAT", "REAL", "FLOAT8", "FLOAT4"}
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "mustBe": lambda v, t: v == t,
     "mustNotBe": lambda v, t: v != t,
@@ -332,6 +336,19 @@ class _Checker:
             for quality in prop.quality or []:
                 self.quality(quality, str(prop.name))
 
+    def non_finite(self, column: str, rule: str) -> str:
+        """The SQL condition of a row whose ``column`` holds NaN or an infinity (a list: in any element; the largest
+        element is NaN when any is, as DuckDB orders NaN above every number)."""
+        kind = self.contract.columns.get(column, "").upper()
+        quoted = _quote(column)
+        if kind in _FLOAT_TYPES:
+            return f"NOT isfinite({quoted})"
+        if kind.endswith("[]") and kind[:-2] in _FLOAT_TYPES:
+            return f"NOT isfinite(list_max({quoted})) OR NOT isfinite(list_min({quoted}))"
+        raise InputError(
+            f"quality rule {rule!r}: {NON_FINITE} needs a DOUBLE or DOUBLE[] column", path=self.contract.path
+        )
+
     def quality(self, quality: DataQuality, column: str | None) -> None:
         comparison = _compare(quality)
         name = quality.name or quality.metric or quality.rule or "quality"
@@ -367,6 +384,8 @@ class _Checker:
             )
         elif metric == "rowCount":
             observed = self.scalar(f"SELECT count(*) FROM {self.table}")
+        elif metric == NON_FINITE and column:
+            observed = self.scalar(f"SELECT count(*) FROM {self.table} WHERE {self.non_finite(column, rule)}")
         else:
             raise InputError(f"unsupported quality rule {rule!r} (type {quality.type!r})", path=self.contract.path)
         self.add(rule, observed, operator, threshold, description)

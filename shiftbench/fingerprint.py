@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ from shiftbench.memory import release_freed_memory
 from shiftbench.streamed import StreamedTable
 
 _CHUNK = 1 << 20
+# Called with each record batch as it is written into a fingerprint (the store records what of its bytes a
+# Parquet file cannot keep: shiftbench.store_content).
+Observer = Callable[[pa.Table], None]
 # Rows per IPC record batch in a table's fingerprint. Tables up to this size (every table of the
 # fixtures and defaults) hash exactly as they did when the whole table was one batch.
 BATCH_ROWS = 1 << 21
@@ -79,14 +82,18 @@ class _HashSink:
         self.closed = True
 
 
-def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
+def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table], observe: Observer | None = None) -> str:
     """Hash of the IPC stream of ``batches`` (each written as one record batch; batches without rows are left
-    out), written straight into sha256."""
+    out), written straight into sha256; ``observe`` sees each batch exactly as it is written."""
     sink = _HashSink()
     with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema) as writer:
         for batch in batches:
             if batch.num_rows:
-                writer.write_table(batch.combine_chunks())
+                combined = batch.combine_chunks()
+                if observe is not None:
+                    observe(combined)
+                writer.write_table(combined)
+                del combined
             # Dropped, and its pages given back, before the next batch is made: a batch of the GQA-scale distance
             # table is ~240 MB of strings.
             del batch
@@ -94,21 +101,21 @@ def sha256_batches(schema: pa.Schema, batches: Iterable[pa.Table]) -> str:
     return sink.digest.hexdigest()
 
 
-def sha256_frames(frames: Iterable[pl.DataFrame]) -> str:
+def sha256_frames(frames: Iterable[pl.DataFrame], observe: Observer | None = None) -> str:
     """Fingerprint of the table made of ``frames`` (already in canonical row order), as :func:`sha256_table`
     gives it: the IPC stream of its :data:`BATCH_ROWS`-row batches, each converted on its own (so that its
     buffers hold exactly its rows; an empty table is its schema alone)."""
     batches = (arrow_batch(frame) for frame in rebatch(frames, BATCH_ROWS))
     first = next(batches)
-    return sha256_batches(first.schema, itertools.chain([first], batches) if first.num_rows else [])
+    return sha256_batches(first.schema, itertools.chain([first], batches) if first.num_rows else [], observe)
 
 
-def sha256_streamed(table: StreamedTable) -> str:
+def sha256_streamed(table: StreamedTable, observe: Observer | None = None) -> str:
     """Fingerprint of a streamed table (made in canonical order, in batches of :data:`BATCH_ROWS` rows), as
     :func:`sha256_table` gives it for the same rows held as a data frame."""
     # Made on this thread, one batch at a time: made ahead on a worker (as for writing) it saved 0.3-0.5 s of the
     # distance table's 3 s at GQA scale but held a second 240 MB batch.
-    return sha256_batches(table.arrow_schema, table.batches(BATCH_ROWS))
+    return sha256_batches(table.arrow_schema, table.batches(BATCH_ROWS), observe)
 
 
 def sort_keys(frame: pl.DataFrame) -> list[str]:
@@ -124,10 +131,10 @@ def sort_keys(frame: pl.DataFrame) -> list[str]:
     return varying or frame.columns[:1]
 
 
-def sha256_table(frame: pl.DataFrame) -> str:
+def sha256_table(frame: pl.DataFrame, observe: Observer | None = None) -> str:
     """Order-independent content hash of a table (schema included)."""
     ordered = frame.sort(sort_keys(frame), nulls_last=True) if frame.height else frame
-    return sha256_frames([ordered])
+    return sha256_frames([ordered], observe)
 
 
 def sha256_text(text: str) -> str:

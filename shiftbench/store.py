@@ -28,6 +28,10 @@ Publishing is guarded here, whoever calls it (a Dagster asset, the CLI, a user's
 version becomes latest only if a passing contract check is recorded for it, computed on files
 with exactly the checksums in its manifest and with the contracts in force now.
 
+A table's content hash is of Arrow IPC bytes; the few of them a Parquet file does not keep (under NULLs, after a
+bitmap's last bit) are recorded in the manifest as the table's ``layout`` (:mod:`~shiftbench.store_content`), so
+that ``shiftbench check`` (:mod:`shiftbench.store_audit`) can recompute every table's content hash from its rows.
+
 Every family uses this module unchanged: it knows nothing about BREEDS or MetaShift.
 
 :class:`Store` is the one face of the store; its work is done in rooms, each readable at once:
@@ -51,23 +55,23 @@ from shiftbench.store_layout import (
     LOG_HEAD,
     MAX_NAME_LENGTH,
     REMOVED_FILE,
+    SCHEMA_VERSION,
+    VERSION_ID_LENGTH,
     StagedVersion,
     StoreLayout,
     benchmark_name_problem,
     check_benchmark_name,
+    version_id,
     write_atomic,
 )
 from shiftbench.store_publications import Publication, PublicationLog, VersionInfo
 from shiftbench.store_retention import Retention
 from shiftbench.store_writing import (
-    SCHEMA_VERSION,
     STREAMED_ROW_GROUP,
-    VERSION_ID_LENGTH,
     Attachments,
     Documents,
     VersionWriter,
     WhileAttaching,
-    version_id,
     write_table,
 )
 from shiftbench.streamed import StreamedTable
@@ -115,7 +119,7 @@ class Store:
         self.layout = StoreLayout(root, write=_write_atomic)
         self.checks = VersionChecks(self.layout, contracts=_contracts_now)
         self.log = PublicationLog(self.layout, self.checks, self.problems)
-        self.retention = Retention(self.layout, self.log)
+        self.retention = Retention(self.layout, self.log, self.checks)
 
     # -- layout ---------------------------------------------------------------------------
     def benchmark_dir(self, family: str, benchmark: str) -> Path:
@@ -230,9 +234,12 @@ class Store:
     # -- retention ----------------------------------------------------------------------------
     def garbage_collect(self, keep: int = 1, dry_run: bool = False) -> list[Path]:
         """Remove versions older than the ``keep`` most recent published ones, and unpublished ones
-        (:meth:`Retention.garbage_collect <shiftbench.store_retention.Retention.garbage_collect>` says which stay).
+        (:meth:`Retention.garbage_collect <shiftbench.store_retention.Retention.garbage_collect>` says which stay);
+        why a benchmark kept everything goes to :attr:`problems`.
         """
-        return self.retention.garbage_collect(keep, dry_run)
+        collection = self.retention.garbage_collect(keep, dry_run)
+        self.problems.update(collection.kept)
+        return collection.removed
 
     def retire(self, family: str, benchmark: str) -> Path:
         """Move a whole benchmark aside (``.retired/``): every view stops showing it, nothing is deleted."""

@@ -9,15 +9,17 @@ now. Both questions are answered here, so that publishing (:mod:`shiftbench.stor
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, StoreError
 from shiftbench.fingerprint import sha256_file
-from shiftbench.store_layout import StagedVersion, StoreLayout
+from shiftbench.store_layout import StagedVersion, StoreLayout, version_id
 
 ContractsFingerprint = Callable[[list[str]], str]
 
@@ -39,28 +41,77 @@ class CheckRecord:
 def damage(staged: StagedVersion, *, checksums: bool = True) -> str | None:
     """What is wrong with a version's files (naming the file), or None when they match the manifest.
 
-    Without ``checksums`` only what is cheap is compared (the manifest parses, files exist with
-    the recorded size): enough to keep a truncated file out of the catalog.
+    Always compared (cheap: the catalog asks this of every version): the manifest parses and names this version,
+    whose id its tables' content hashes give; every table and attachment it lists is there with its recorded
+    size; no other table file lies beside them. With ``checksums``, every file's SHA-256 too.
     """
     manifest_path = staged.path / "manifest.json"
     try:
         manifest = json.loads(manifest_path.read_text("utf-8"))
         tables = dict(manifest["tables"])
+        attachments = dict(manifest.get("attachments") or {})
     except FileNotFoundError:
+        if not staged.path.is_dir():
+            return f"{staged.path}: missing (version {staged.version} is not in the store)"
         return f"{manifest_path}: incomplete version (no manifest)"
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return f"{manifest_path}: damaged manifest ({type(exc).__name__})"
+    if not all(isinstance(entry, dict) for entry in [*tables.values(), *attachments.values()]):
+        return f"{manifest_path}: damaged manifest (an entry that is not a mapping)"
+    return (
+        _identity_problem(staged, manifest, tables)
+        or _tables_problem(staged, tables, checksums)
+        or _attachments_problem(staged, attachments, checksums)
+    )
+
+
+def _identity_problem(staged: StagedVersion, manifest: dict[str, Any], tables: dict[str, Any]) -> str | None:
+    """Whether the manifest describes this folder's version: its names, and the id its content hashes make."""
+    manifest_path = staged.path / "manifest.json"
+    named = (manifest.get("family"), manifest.get("benchmark"), manifest.get("version"))
+    if named != (staged.family, staged.benchmark, staged.version):
+        return f"{manifest_path}: describes {'/'.join(map(str, named))}, not this folder's version"
+    try:
+        made = version_id(staged.family, staged.benchmark, {name: e["content_sha256"] for name, e in tables.items()})
+    except (KeyError, TypeError):
+        return f"{manifest_path}: damaged manifest (a table without its content hash)"
+    if made != staged.version:
+        return f"{manifest_path}: its tables' content hashes make version {made}, not {staged.version} (edited)"
+    return None
+
+
+def _tables_problem(staged: StagedVersion, tables: dict[str, Any], checksums: bool) -> str | None:
+    manifest_path = staged.path / "manifest.json"
     for name, entry in sorted(tables.items()):
         path = staged.path / str(entry.get("file", ""))
-        if name != path.stem:
+        if name != path.stem or path.parent != staged.path:
             return f"{manifest_path}: table {name} points at {entry.get('file')}"
-        if not path.is_file():
-            return f"{path}: missing (listed in the manifest of version {staged.version})"
-        size = entry.get("bytes")
-        if size is not None and path.stat().st_size != size:
-            return f"{path}: {path.stat().st_size} bytes, the manifest of version {staged.version} says {size}"
-        if checksums and sha256_file(path) != entry.get("sha256"):
-            return f"{path}: checksum mismatch with the manifest of version {staged.version}"
+        problem = _file_problem(staged, path, entry, checksums)
+        if problem is not None:
+            return problem
+    listed = {f"{name}.parquet" for name in tables}
+    extra = sorted(p for p in staged.path.glob("*.parquet") if p.name not in listed)
+    if extra:
+        return f"{extra[0]}: not in the manifest of version {staged.version} (a table file added after staging)"
+    return None
+
+
+def _attachments_problem(staged: StagedVersion, attachments: dict[str, Any], checksums: bool) -> str | None:
+    for _, entry in sorted(attachments.items()):
+        problem = _file_problem(staged, staged.path / str(entry.get("file", "")), entry, checksums)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _file_problem(staged: StagedVersion, path: Path, entry: dict[str, Any], checksums: bool) -> str | None:
+    if not path.is_file():
+        return f"{path}: missing (listed in the manifest of version {staged.version})"
+    size = entry.get("bytes")
+    if size is not None and path.stat().st_size != size:
+        return f"{path}: {path.stat().st_size} bytes, the manifest of version {staged.version} says {size}"
+    if checksums and sha256_file(path) != entry.get("sha256"):
+        return f"{path}: checksum mismatch with the manifest of version {staged.version}"
     return None
 
 
@@ -108,14 +159,27 @@ class VersionChecks:
         path = self.layout.check_path(staged.family, staged.benchmark, staged.version)
         path.parent.mkdir(parents=True, exist_ok=True)
         with self.layout.lock(staged.family, staged.benchmark):  # never between a publish's check and its event
+            if self.damaged_record(staged) is not None:  # kept for inspection, as a damaged version is
+                path.rename(path.with_name(f".damaged-{path.stem}-{uuid.uuid4().hex[:8]}.json"))
             self.layout.write(path, json.dumps(asdict(record), indent=2, sort_keys=True))
         return record
 
     def check_record(self, staged: StagedVersion) -> CheckRecord | None:
+        """The recorded check of ``staged``; None when there is none or it is damaged (:meth:`damaged_record`)."""
         path = self.layout.check_path(staged.family, staged.benchmark, staged.version)
-        if not path.is_file():
+        try:
+            record = CheckRecord(**json.loads(path.read_text("utf-8")))
+        except (OSError, ValueError, TypeError):
             return None
-        return CheckRecord(**json.loads(path.read_text("utf-8")))
+        well_formed = isinstance(record.files, dict) and isinstance(record.failed, list)
+        return record if well_formed and isinstance(record.results, dict) else None
+
+    def damaged_record(self, staged: StagedVersion) -> str | None:
+        """What is wrong with the version's check record, naming it (None: absent or readable)."""
+        path = self.layout.check_path(staged.family, staged.benchmark, staged.version)
+        if path.is_file() and self.check_record(staged) is None:
+            return f"{path}: damaged check record (checking the version again records it anew; the damaged one is kept)"
+        return None
 
     def valid_check(self, staged: StagedVersion) -> CheckRecord | None:
         """The recorded *passing* check if it still describes exactly these files under today's contracts.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,15 +20,28 @@ from typing import Any
 from filelock import FileLock
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import canonical_json
+from shiftbench.fingerprint import canonical_json, sha256_json
 
 # '@' only appears in names shiftbench gives (NAME@TAG, shiftbench.naming); specs and --name refuse it.
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.@")
 MAX_NAME_LENGTH = 100  # names become directories (and parts of run names): keep them well under NAME_MAX
 LOG_HEAD = "HEAD"  # in publications/: the newest event's sequence number, file name and hash
 REMOVED_FILE = "removed.json"
+SCHEMA_VERSION = 1
+VERSION_ID_LENGTH = 16
 
 AtomicWrite = Callable[[Path, str | bytes], None]
+
+
+def version_id(family: str, benchmark: str, table_hashes: Mapping[str, str]) -> str:
+    """A version's id (its folder's name): the hash of its tables' content hashes (``content_sha256``)."""
+    identity = {
+        "schema_version": SCHEMA_VERSION,
+        "family": family,
+        "benchmark": benchmark,
+        "tables": table_hashes,
+    }
+    return sha256_json(identity)[:VERSION_ID_LENGTH]
 
 
 def benchmark_name_problem(name: str) -> str | None:
@@ -167,10 +180,24 @@ class StoreLayout:
         return staged
 
     def latest_staged(self, family: str, benchmark: str) -> StagedVersion | None:
-        """The version staged last (checked or not), if it is still in the store."""
-        pointer = self.staged_pointer(family, benchmark)
-        if not pointer.is_file():
+        """The version staged last (checked or not), if it is still in the store (None too when the pointer is
+        damaged: :meth:`staged_problem` says so)."""
+        version = self._staged_version(family, benchmark)
+        if version is None:
             return None
-        version = str(json.loads(pointer.read_text("utf-8"))["version"])
         path = self.version_dir(family, benchmark, version)
         return StagedVersion(family, benchmark, version, path, created=False) if path.is_dir() else None
+
+    def staged_problem(self, family: str, benchmark: str) -> str | None:
+        """What is wrong with the pointer to the version staged last, naming it (None: absent or readable)."""
+        pointer = self.staged_pointer(family, benchmark)
+        if pointer.is_file() and self._staged_version(family, benchmark) is None:
+            return f"{pointer}: damaged pointer to the version staged last (building {benchmark} again rewrites it)"
+        return None
+
+    def _staged_version(self, family: str, benchmark: str) -> str | None:
+        try:
+            version = json.loads(self.staged_pointer(family, benchmark).read_text("utf-8"))["version"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return version if isinstance(version, str) and benchmark_name_problem(version) is None else None

@@ -8,7 +8,6 @@ reading it also finds a missing, edited or forged event; what it finds goes to t
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import time
@@ -18,6 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from shiftbench.errors import StoreError
 from shiftbench.fingerprint import canonical_json
 from shiftbench.store_checks import VersionChecks, verify
 from shiftbench.store_layout import LOG_HEAD, StagedVersion, StoreLayout
@@ -30,6 +30,13 @@ class Publication:
     version: str
     published_at: str
     changed_latest: bool
+
+
+@dataclass(frozen=True)
+class LogReading:
+    events: list[dict[str, Any]]  # readable, oldest first
+    problems: list[str]  # each names its file
+    proven: dict[Path, bytes]  # damaged events and the bytes the chain proves they had (publishing rewrites them)
 
 
 @dataclass(frozen=True)
@@ -62,11 +69,17 @@ class PublicationLog:
         with self.layout.lock(staged.family, staged.benchmark):  # the check cannot change between these lines
             verify(staged)
             self.checks.require_passing_check(staged)
+            self._repair(staged.family, staged.benchmark)
             current = self.latest(staged.benchmark, family=staged.family)
             if current is not None and current.version == staged.version:
                 return Publication(staged.family, staged.benchmark, staged.version, current.published_at, False)
             published_at = self._append(staged)
         return Publication(staged.family, staged.benchmark, staged.version, published_at, True)
+
+    def _repair(self, family: str, benchmark: str) -> None:
+        """Rewrite the damaged events whose bytes the chain proves (:func:`_proven`), before a new one follows."""
+        for path, data in self.read(family, benchmark).proven.items():
+            self.layout.write(path, data)
 
     def _append(self, staged: StagedVersion) -> str:
         """Write the event publishing ``staged``, then the log's head naming it; its time of publication."""
@@ -90,63 +103,83 @@ class PublicationLog:
         self.layout.write(directory / LOG_HEAD, canonical_json(head))
         return published_at
 
-    def events(self, family: str, benchmark: str) -> list[dict[str, Any]]:
-        """The readable publication events, oldest first; a damaged one is skipped, and it and any break in the
-        chain (a missing, edited or forged event, a removed newest one) are reported in :attr:`problems`."""
+    def read(self, family: str, benchmark: str) -> LogReading:
+        """The benchmark's log as it stands: its readable events, oldest first, and what is wrong with it (a
+        damaged event is skipped; it and any break in the chain, a missing, edited or forged event or a removed
+        newest one, are named), and the damaged events whose bytes the chain proves."""
         directory = self.layout.publications_dir(family, benchmark)
+        removed, removed_problem = self._removed(family, benchmark)
+        problems = [removed_problem] if removed_problem else []
         if not directory.is_dir():
-            return []
-        removed = self.removed_versions(family, benchmark)
-        events = []
-        previous: tuple[Path, str] | None = None  # the last readable event and the hash of its bytes
-        chained = False
-        damaged: set[Path] = set()
+            return LogReading([], problems, {})
         paths = sorted(directory.glob("*.json"))  # zero-padded ns timestamps: sorted == chronological
-        for position, path in enumerate(paths, start=1):
-            try:
-                data = path.read_bytes()
-            except OSError:
-                data = b""
-            event = _read_event(data)
+        datas = [_read_bytes(path) for path in paths]
+        parsed = [_read_event(data) for data in datas]
+        head = _read_head(directory)
+        proven = _proven(family, benchmark, paths, datas, parsed, head)
+        events = []
+        previous: tuple[Path, str] | None = None  # the last event and the hash of its (proven) bytes
+        chained = False
+        for position, (path, data, event) in enumerate(zip(paths, datas, parsed, strict=True), start=1):
             if event is None:
-                self.problems.add(f"{path}: damaged publication event (ignored; publish again to repair)")
-                damaged.add(path)
-                previous = None
+                problems.append(_damaged_event(path, benchmark, path in proven))
+                previous = (path, hashlib.sha256(proven[path]).hexdigest()) if path in proven else None
                 continue
             problem = _chain_problem(event, position, previous, chained)
             if problem is not None:
-                self.problems.add(f"{path}: {problem}")
+                problems.append(f"{path}: {problem}")
             chained = chained or "sequence" in event
             version = str(event["version"])
-            if version not in removed and not self.layout.version_dir(family, benchmark, version).is_dir():
-                self.problems.add(f"{path}: publishes version {version}, which is not in the store")
+            gone = version in removed or removed_problem is not None  # a damaged list: gc may have removed it
+            if not gone and not self.layout.version_dir(family, benchmark, version).is_dir():
+                problems.append(f"{path}: publishes version {version}, which is not in the store")
             events.append(event)
             previous = (path, hashlib.sha256(data).hexdigest())
-        head_problem = _head_problem(directory, paths, events, damaged)
+        head_problem = _head_problem(
+            directory, paths, events, head, set(paths) - {p for p, e in zip(paths, parsed, strict=True) if e}
+        )
         if head_problem is not None:
-            self.problems.add(head_problem)
-        return events
+            problems.append(head_problem)
+        return LogReading(events, problems, proven)
+
+    def events(self, family: str, benchmark: str) -> list[dict[str, Any]]:
+        """The readable publication events, oldest first; what :meth:`read` finds wrong goes to :attr:`problems`."""
+        reading = self.read(family, benchmark)
+        self.problems.update(reading.problems)
+        return reading.events
 
     def removed_versions(self, family: str, benchmark: str) -> set[str]:
         """Versions ``gc`` deleted: their events stay in the log, and they are no longer listed."""
+        removed, problem = self._removed(family, benchmark)
+        if problem is not None:
+            self.problems.add(problem)
+        return removed
+
+    def _removed(self, family: str, benchmark: str) -> tuple[set[str], str | None]:
         path = self.layout.removed_path(family, benchmark)
         try:
-            return set(json.loads(path.read_text("utf-8")).get("removed", {}))
+            listed = json.loads(path.read_text("utf-8")).get("removed", {})
+            if not isinstance(listed, dict):
+                raise ValueError(listed)
         except FileNotFoundError:
-            return set()
+            return set(), None
         except (OSError, ValueError, AttributeError):
-            self.problems.add(f"{path}: damaged list of removed versions")
-            return set()
+            return set(), (
+                f"{path}: damaged list of removed versions (kept as it is: gc removes nothing of {benchmark} until "
+                "it is restored)"
+            )
+        return set(listed), None
 
     def record_removed(self, family: str, benchmark: str, version: str) -> None:
-        """Note that ``gc`` deleted a version published once (its events stay: the log is a chain)."""
+        """Note that ``gc`` deleted a version published once (its events stay: the log is a chain). A damaged list
+        is never replaced: it may be the only record of what gc deleted."""
         path = self.layout.removed_path(family, benchmark)
-        listed = {}
-        if path.is_file():
-            with contextlib.suppress(OSError, ValueError, AttributeError):
-                listed = dict(json.loads(path.read_text("utf-8")).get("removed", {}))
-        listed[version] = datetime.now(UTC).isoformat(timespec="seconds")
-        self.layout.write(path, canonical_json({"removed": dict(sorted(listed.items()))}))
+        listed, problem = self._removed(family, benchmark)
+        if problem is not None:
+            raise StoreError(problem)
+        stamped = dict(json.loads(path.read_text("utf-8"))["removed"]) if listed else {}
+        stamped[version] = datetime.now(UTC).isoformat(timespec="seconds")
+        self.layout.write(path, canonical_json({"removed": dict(sorted(stamped.items()))}))
 
     def latest(self, benchmark: str, family: str | None = None) -> VersionInfo | None:
         family = family or self.layout.family_of(benchmark)
@@ -170,8 +203,9 @@ class PublicationLog:
             latest = events[-1]["version"]
             removed = self.removed_versions(family, name)
             first_seen: dict[str, str] = {}
-            for event in events:
-                if event["version"] not in removed:
+            for event in events:  # a version not in the store is not listed (reading the log named its event)
+                there = self.layout.version_dir(family, name, event["version"]).is_dir()
+                if event["version"] not in removed and there:
                     first_seen.setdefault(event["version"], event["published_at"])
             for version, published_at in first_seen.items():
                 result.append(self._info(family, name, version, published_at, version == latest))
@@ -197,6 +231,13 @@ class PublicationLog:
         )
 
 
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
+
+
 def _read_event(data: bytes) -> dict[str, Any] | None:
     """A publication event, or None when the file is damaged (truncated, not JSON, fields missing)."""
     try:
@@ -206,6 +247,64 @@ def _read_event(data: bytes) -> dict[str, Any] | None:
     if not isinstance(event, dict) or not all(isinstance(event.get(k), str) for k in ("version", "published_at")):
         return None
     return event
+
+
+def _read_head(directory: Path) -> dict[str, Any] | None:
+    """The log's head record (sequence, event, sha256), or None when it is missing or damaged."""
+    try:
+        head = json.loads((directory / LOG_HEAD).read_text("utf-8"))
+        return {"sequence": int(head["sequence"]), "event": str(head["event"]), "sha256": str(head["sha256"])}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _damaged_event(path: Path, benchmark: str, proven: bool) -> str:
+    if proven:
+        repair = f"publishing {benchmark} again rewrites it: its name and the chain prove its bytes"
+    else:
+        repair = "the chain does not prove its bytes: restore the file from a backup"
+    return f"{path}: damaged publication event (ignored; {repair})"
+
+
+def _candidates(family: str, benchmark: str, path: Path, sequence: int, previous: str | None) -> list[bytes]:
+    """The bytes a publication event had, made again from its file's name (when it was published, and what) and its
+    place in the chain: as ``_append`` writes it, and as events were written before the chain existed."""
+    stamp, _, version = path.stem.partition("-")
+    if not stamp.isdigit() or not version:
+        return []
+    published_at = datetime.fromtimestamp(int(stamp) / 1e9, UTC).isoformat(timespec="microseconds")
+    plain = {"family": family, "benchmark": benchmark, "version": version, "published_at": published_at}
+    chained = {**plain, "sequence": sequence, "previous": previous}
+    return [canonical_json(chained).encode(), canonical_json(plain).encode()]
+
+
+def _proven(
+    family: str,
+    benchmark: str,
+    paths: list[Path],
+    datas: list[bytes],
+    parsed: list[dict[str, Any] | None],
+    head: dict[str, Any] | None,
+) -> dict[Path, bytes]:
+    """The damaged events whose bytes the chain proves: made again from the file's name and place, they hash to what
+    the event after records as its predecessor's hash (or, for the newest, what ``HEAD`` records)."""
+    proven: dict[Path, bytes] = {}
+    for k, path in enumerate(paths):
+        if parsed[k] is not None:
+            continue
+        if k + 1 < len(paths):
+            after = parsed[k + 1]
+            target = after.get("previous") if after is not None else None
+        else:
+            target = head["sha256"] if head is not None and head["event"] == path.name else None
+        before = datas[k - 1] if k and parsed[k - 1] is not None else proven.get(paths[k - 1]) if k else None
+        if target is None or (k and before is None):
+            continue
+        previous = hashlib.sha256(before).hexdigest() if before is not None else None
+        for candidate in _candidates(family, benchmark, path, k + 1, previous):
+            if hashlib.sha256(candidate).hexdigest() == target:
+                proven[path] = candidate
+    return proven
 
 
 def _chain_problem(
@@ -224,17 +323,21 @@ def _chain_problem(
     return None
 
 
-def _head_problem(directory: Path, paths: list[Path], events: list[dict[str, Any]], damaged: set[Path]) -> str | None:
+def _head_problem(
+    directory: Path,
+    paths: list[Path],
+    events: list[dict[str, Any]],
+    head: dict[str, Any] | None,
+    damaged: set[Path],
+) -> str | None:
     """Whether the log's newest events are all there: ``HEAD`` names the newest event by number and hash."""
     head_path = directory / LOG_HEAD
     chained = any("sequence" in event for event in events)
     if not head_path.is_file():
         return f"{head_path}: missing (the log's head record)" if chained else None
-    try:
-        head = json.loads(head_path.read_text("utf-8"))
-        sequence, name, digest = int(head["sequence"]), str(head["event"]), str(head["sha256"])
-    except (OSError, ValueError, KeyError, TypeError):
+    if head is None:
         return f"{head_path}: damaged (the log's head record)"
+    sequence, name, digest = head["sequence"], head["event"], head["sha256"]
     if sequence > len(paths):
         return f"{directory / name}: missing: the log's head names it (the newest publication event was removed)"
     newest = paths[sequence - 1] if sequence >= 1 else None

@@ -27,14 +27,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file, sha256_json, sha256_streamed, sha256_table, sort_keys
+from shiftbench.fingerprint import sha256_file, sha256_streamed, sha256_table, sort_keys
 from shiftbench.memory import release_freed_memory
 from shiftbench.store_checks import damage
-from shiftbench.store_layout import StagedVersion, StoreLayout, check_benchmark_name, fsync_dir
+from shiftbench.store_content import Layout, LayoutRecorder
+from shiftbench.store_layout import (
+    SCHEMA_VERSION,
+    StagedVersion,
+    StoreLayout,
+    check_benchmark_name,
+    fsync_dir,
+    version_id,
+)
 from shiftbench.streamed import StreamedTable, constant_strings, prefetched
 
-SCHEMA_VERSION = 1
-VERSION_ID_LENGTH = 16
 _STALE_STAGING_S = 24 * 3600
 # Rows per Parquet row group of a streamed table (at GQA scale 100 row groups of distances): 8x smaller batches
 # than the fingerprint's keep the write pass's memory small, and readers prune sorted row groups finer.
@@ -45,16 +51,6 @@ Attachments = Mapping[str, bytes] | Callable[[], Mapping[str, bytes]]
 Documents = Callable[[str, Mapping[str, Mapping[str, Any]], list[str]], Mapping[str, bytes]]
 WhileAttaching = Callable[[Mapping[str, Path]], None]
 TableWriter = Callable[[pl.DataFrame, Path], None]
-
-
-def version_id(family: str, benchmark: str, table_hashes: Mapping[str, str]) -> str:
-    identity = {
-        "schema_version": SCHEMA_VERSION,
-        "family": family,
-        "benchmark": benchmark,
-        "tables": table_hashes,
-    }
-    return sha256_json(identity)[:VERSION_ID_LENGTH]
 
 
 def canonical(frame: Table, benchmark: str) -> Table:
@@ -117,6 +113,7 @@ class _Draft:
     version: str
     tables: dict[str, Table]  # emptied as each table is written: a canonical copy is let go once on disk
     hashes: dict[str, str]
+    layouts: dict[str, Layout | None]  # what of each hashed stream its Parquet file cannot keep (store_content)
 
 
 @dataclass(frozen=True)
@@ -132,6 +129,7 @@ class _Extras:
 def _prepare(family: str, benchmark: str, tables: Mapping[str, Table], consume: bool) -> _Draft:
     prepared: dict[str, Table] = {}
     hashes = {}
+    layouts: dict[str, Layout | None] = {}
     for name in sorted(tables):
         # Each table is put in canonical order when its turn comes (not all first): a sorted copy of a large
         # frame does not wait in memory while a large streamed table is hashed.
@@ -140,9 +138,14 @@ def _prepare(family: str, benchmark: str, tables: Mapping[str, Table], consume: 
         del table
         # sha256_table sorts the canonical frame again: the same rows, but bitmaps rebuilt the way every id so far
         # was hashed (their unused bits enter the bytes; see SceneTables.from_frames)
-        hashes[name] = sha256_streamed(frame) if isinstance(frame, StreamedTable) else sha256_table(frame)
+        recorder = LayoutRecorder()
+        if isinstance(frame, StreamedTable):
+            hashes[name] = sha256_streamed(frame, recorder)
+        else:
+            hashes[name] = sha256_table(frame, recorder)
+        layouts[name] = recorder.layout
         release_freed_memory()  # a large table's batches, before the next table's
-    return _Draft(family, benchmark, version_id(family, benchmark, hashes), prepared, hashes)
+    return _Draft(family, benchmark, version_id(family, benchmark, hashes), prepared, hashes, layouts)
 
 
 class VersionWriter:
@@ -232,6 +235,7 @@ class VersionWriter:
                 "rows": rows,
                 "sha256": sha256_file(path),
                 "content_sha256": draft.hashes[name],
+                "layout": draft.layouts[name],
             }
         return files
 

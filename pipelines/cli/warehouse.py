@@ -4,7 +4,6 @@ import argparse
 import sys
 
 from pipelines.cli.common import Subcommands
-from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
 
@@ -15,7 +14,9 @@ def add_versions(sub: Subcommands) -> None:
 
 
 def add_check(sub: Subcommands) -> None:
-    check = sub.add_parser("check", help="re-check the latest versions against their contracts")
+    check = sub.add_parser(
+        "check", help="verify the store: records, and the latest versions' files, content hashes and contracts"
+    )
     check.add_argument("benchmark", nargs="*")
     check.set_defaults(func=cmd_check)
 
@@ -61,37 +62,14 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Re-verify the latest versions: every file against the manifest's checksums, then every contract."""
-    from shiftbench.publishing import check_version
+    """Check every benchmark (or those named): its records, and its latest version's files, content hashes and
+    contracts (shiftbench.store_audit); damage is named file by file, exit 1."""
     from shiftbench.store import Store
+    from shiftbench.store_audit import check_store
 
     settings = Settings.from_env()
-    store = Store(settings.store_dir)
-    latest = [v for v in store.versions() if v.is_latest and (not args.benchmark or v.benchmark in args.benchmark)]
-    unpublished = sorted(set(args.benchmark or []) - {v.benchmark for v in latest})
-    if unpublished:
-        raise InputError(f"{unpublished[0]!r} has no published version", parameter="BENCHMARK")
-    bad = 0
-    for info in latest:
-        staged = store.staged(info.family, info.benchmark, info.version)
-        damage = store.damage(staged)
-        if damage is not None:  # name the damaged file; the other versions are still checked
-            print(f"{info.benchmark} {info.version}: DAMAGED: {damage} (rebuild it to repair)")
-            bad += 1
-            continue
-        results = check_version(store, staged, reuse=False)
-        failed = [r for rules in results.values() for r in rules if not r.passed]
-        total = sum(len(r) for r in results.values())
-        files = len(staged.manifest()["tables"])
-        held = f"{total - len(failed)}/{total} rules hold"
-        print(f"{info.benchmark} {info.version}: {files} files match their checksums, {held}")
-        for rule in failed:
-            print(f"  {rule.line()}")
-        bad += bool(failed)
-    for problem in sorted(store.problems):
-        print(f"DAMAGED: {problem}")
-        bad += 1
-    return 1 if bad else 0
+    audit = check_store(Store(settings.store_dir), args.benchmark)
+    return 1 if audit.findings else 0
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
@@ -108,15 +86,19 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
+    """Delete old versions; a benchmark whose records are damaged keeps everything, and says which file (exit 1)."""
     from shiftbench.catalog import refresh_and_report
     from shiftbench.store import Store
 
     settings = Settings.from_env()
-    removed = Store(settings.store_dir).garbage_collect(keep=args.keep, dry_run=args.dry_run)
+    store = Store(settings.store_dir)
+    removed = store.garbage_collect(keep=args.keep, dry_run=args.dry_run)
     for path in removed:
         print(("would remove " if args.dry_run else "removed ") + str(path))
-    if not removed:
+    for problem in sorted(store.problems):
+        print(problem)
+    if not removed and not store.problems:
         print(f"nothing to delete: every benchmark has at most {args.keep} published version(s) and nothing stale")
     if not args.dry_run and removed:
         refresh_and_report(settings.catalog_path, settings.store_dir)
-    return 0
+    return 1 if store.problems else 0
