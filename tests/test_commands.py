@@ -180,6 +180,11 @@ BUILD = [
       "metashift@generated"], "is already a benchmark spec (a metashift collection spec)"),
     (["build", "--benchmark", "spr", "--set", "seed=1"], "needs --name NEW"),
     (["build", "--nonsense"], "unrecognized arguments: --nonsense"),
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "99999999999999999999"],
+     "parameter '--units': must be in 1..2,147,483,647"),  # not an OverflowError from deep in the plan
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "2147483648"],
+     "parameter '--units': must be in 1..2,147,483,647"),
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "0"], "parameter '--units'"),
 ]  # fmt: skip
 OTHERS = [
     (["gc", "--keep", "0"], "parameter 'keep'"),

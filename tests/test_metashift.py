@@ -807,3 +807,23 @@ def test_the_fanout_job_runs_units_as_steps_and_publishes_the_same_version(
     assert f"version {version} (already latest" in again, again
     assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated", "--units", "2"]) == 2
     assert "metashift tasks are built in one piece" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_more_units_than_classes_is_one_line_never_fewer_steps(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A unit builds whole classes: `--units 3` on a two-class collection is refused in one line (exit 2, nothing
+    published, the name left free), not a two-step run, nor the long run a huge count planned."""
+    from pipelines.cli import main
+    from shiftbench.variants import load_variants
+
+    settings = cli_env()
+    two = ["--benchmark", "metashift@generated", "--set", "classes=cat,dog", "--name", "two"]
+    assert main(["build", "metashift", *two, "--units", "3"]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in (out + err).splitlines() if "error" in line]
+    assert len(errors) == 1, errors
+    assert "parameter 'units': 3 units for the 2 classes of two@generated" in errors[0] and "1..2" in errors[0]
+    assert "Traceback" not in out + err and not (settings.store_dir / "metashift" / "two@generated").exists()
+    assert "two@generated" not in load_variants(settings)

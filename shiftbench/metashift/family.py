@@ -338,10 +338,16 @@ def plan_collection(
 ) -> list[str]:
     """Write the index and the plan into ``work`` and split the classes into ``n_units`` buckets (their names)."""
     plan, index = _prepare_collection(settings, target, inputs)
+    if not 1 <= n_units <= len(index.classes):  # a unit builds whole classes: never fewer steps than asked, silently
+        raise InputError(
+            f"{n_units} units for the {len(index.classes)} classes of {target.benchmark}: a unit builds whole classes, "
+            f"so 1..{len(index.classes)}",
+            parameter="units",
+        )
+    groups = collection.buckets(index, n_units)
     work.mkdir(parents=True, exist_ok=True)
     index.save(work / "index")
     (work / "plan.pickle").write_bytes(pickle.dumps(plan))
-    groups = collection.buckets(index, max(n_units, 1))
     units = {str(k): group for k, group in enumerate(groups)}
     (work / "units.json").write_text(json.dumps(units), "utf-8")
     return list(units)
