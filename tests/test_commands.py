@@ -142,6 +142,7 @@ TRAIN = [
     (["train", CASE, "--image-root", "{tmp}", "--path-template", "{x}"], "must hold exactly one {}"),
     (["train", CASE, "--seed", "12"], "parameter '--seed'"),
     (["train", CASE, "--set", "init_checkpoint={tmp}/nothing.pt"], "checkpoint not found"),
+    (["train", CASE, "--set", "init_checkpoint={torn}"], "torn.pt, parameter 'init_checkpoint': torn or corrupt"),
     (["train", CASE, "--seeds", "0,x"], "parameter '--seeds': 'x' is not a seed or a range like 0-2"),
     (["train", CASE, "--seeds", "3-1"], "parameter '--seeds': seeds are partitions 0..9, got '3-1'"),
     (["train", CASE, "--seeds", "0-12"], "parameter '--seeds': seeds are partitions 0..9"),
@@ -212,6 +213,7 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
     predictions.with_columns(pl.col("y_pred").cast(pl.Float64)).write_parquet(tmp_path / "floats.parquet")
     predictions.with_columns(pl.col("y_pred").cast(pl.Boolean)).write_parquet(tmp_path / "bools.parquet")
     (tmp_path / "float.csv").write_text("example_id,y_pred\n" + "".join(f"{i},1.0\n" for i in ids))
+    (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04" + bytes(60))  # the start of torch.save's zip, cut short
     return {
         "tmp": str(tmp_path),
         "file": str(file),
@@ -221,6 +223,7 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
         "floats": str(tmp_path / "floats.parquet"),
         "bools": str(tmp_path / "bools.parquet"),
         "csv_float": str(tmp_path / "float.csv"),
+        "torn": str(tmp_path / "torn.pt"),
     }
 
 
