@@ -168,6 +168,29 @@ def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
     return column.cast(pl.Int64, strict=False)
 
 
+def _covered_splits(split: PublishedSplit, joined: pl.DataFrame, predictions: Predictions) -> list[str]:
+    """The splits the predictions cover whole (a split not covered at all is not scored; one covered in part is
+    refused)."""
+    covered = []
+    for name in sorted(joined["split"].unique().to_list()):
+        part = joined.filter(pl.col("split") == name)
+        missing = part.filter(pl.col("y_pred").is_null())
+        if missing.height == part.height:
+            continue
+        if missing.height:
+            raise InputError(
+                f"split {name!r} is covered only in part: example {missing['example_id'].sort()[0]!r} and "
+                f"{missing.height - 1} more of its {part.height} have no prediction",
+                path=predictions.path,
+            )
+        covered.append(name)
+    if not covered:
+        raise InputError(
+            f"no prediction for any example of {split.benchmark} version {split.version}", path=predictions.path
+        )
+    return covered
+
+
 def _require_classes(predictions: Predictions, n_classes: int) -> None:
     """Every ``y_pred`` a class in 0..K-1, whoever made the frame: a label outside is refused, never scored 0."""
     outside = predictions.frame.filter((pl.col("y_pred") < 0) | (pl.col("y_pred") >= n_classes)).sort("row")
@@ -229,23 +252,7 @@ def score(
             **predictions.where(row["row"]),
         )
     joined = examples.join(frame, on="example_id", how="left")
-    covered = []
-    for name in sorted(joined["split"].unique().to_list()):
-        part = joined.filter(pl.col("split") == name)
-        missing = part.filter(pl.col("y_pred").is_null())
-        if missing.height == part.height:
-            continue  # a split the file does not cover at all is not scored
-        if missing.height:
-            raise InputError(
-                f"split {name!r} is covered only in part: example {missing['example_id'].sort()[0]!r} and "
-                f"{missing.height - 1} more of its {part.height} have no prediction",
-                path=predictions.path,
-            )
-        covered.append(name)
-    if not covered:
-        raise InputError(
-            f"no prediction for any example of {split.benchmark} version {split.version}", path=predictions.path
-        )
+    covered = _covered_splits(split, joined, predictions)
     groups = _groups(split, examples, group_by, group_parameter)
     joined = joined.with_columns(groups.alias("group"))
     group_names = sorted(joined["group"].unique().to_list())
