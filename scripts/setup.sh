@@ -33,7 +33,7 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
   exit 0
 fi
 echo "[setup] pip install -e .[dev]: dagster, dagster-webserver, polars, duckdb, pyarrow, torch (CPU wheel, pinned"
-echo "        by constraints-cpu.txt), scipy, networkx, matplotlib and the dev tools; 1-2 minutes in a new .venv"
+echo "        by constraints-cpu.txt), scipy, networkx, matplotlib and the dev tools (how long: BENCHMARKS.md)"
 started=$(date +%s)
 # This machine's pip config lists local mirrors that do not exist; drop that noise only.
 set +e

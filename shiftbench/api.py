@@ -19,27 +19,56 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, StoreError
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
+from shiftbench.store_layout import StagedVersion, check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
 
 
 def load_split(name: str, version: str | None = None, *, home: str | Path | None = None) -> Split:
     """The published benchmark ``name`` at ``version`` (default: its latest) from the warehouse at ``home``
-    (default: ``SHIFTBENCH_HOME``, else the README's default). An unknown name or version is one
-    :class:`~shiftbench.errors.InputError` naming it."""
+    (default: ``SHIFTBENCH_HOME``, else the README's default). An unknown or malformed name or version is one
+    :class:`~shiftbench.errors.InputError` naming it; a version whose files do not match its manifest's
+    checksums is never served (:class:`~shiftbench.errors.StoreError` naming the file)."""
     from shiftbench.erm.launch import published_split
     from shiftbench.store import Store
 
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)} if home is not None else None)
+    check_benchmark_name(_text(name, "name"), "name")
     if version is not None:
-        family = Store(settings.store_dir).family_of(name)
-        known = [v.version for v in Store(settings.store_dir).versions() if v.benchmark == name]
+        _text(version, "version")
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)} if home is not None else None)
+    store = Store(settings.store_dir)
+    family = store.family_of(name)
+    if version is not None:
+        known = [v.version for v in store.versions() if v.benchmark == name]
         if family is not None and version not in known:
             raise InputError(f"{name} has no version {version!r}; published: {', '.join(known)}", parameter="version")
+    _refuse_damaged(store, family, name, version)
     return Split(settings, published_split(settings, name, version))
+
+
+def _text(value: object, parameter: str) -> str:
+    if not isinstance(value, str):
+        raise InputError(f"must be a string, got {value!r}", parameter=parameter)
+    return value
+
+
+def _refuse_damaged(store: Any, family: str | None, name: str, version: str | None) -> None:
+    """Every table file of the version (what ``examples``, ``dataset`` and ``evaluate`` read) against the
+    manifest's sizes and SHA-256, before anything is read: a damaged version is not served."""
+    if family is None:
+        return  # not published: published_split says so
+    if version is None:
+        latest = store.latest(name, family=family)
+        if latest is None:
+            return
+        version = latest.version
+    staged = StagedVersion(family, name, version, store.layout.version_dir(family, name, version), created=False)
+    problem = store.damage(staged)
+    if problem is not None:
+        raise StoreError(f"{problem}: not served (`shiftbench check {name}` reports the damage)")
 
 
 @dataclass
@@ -70,7 +99,13 @@ class Split:
     def card(self) -> str:
         """The shift card (``files/card.md``): what shifted, sizes, sources, licences, citation."""
         card = self.path / "files" / "card.md"
-        return card.read_text("utf-8") if card.is_file() else ""
+        if not card.is_file():
+            return ""
+        data = card.read_bytes()
+        recorded = self.published.manifest.get("attachments", {}).get("card.md", {}).get("sha256")
+        if recorded is not None and hashlib.sha256(data).hexdigest() != recorded:
+            raise StoreError(f"{card}: checksum mismatch with the manifest of version {self.version}: not served")
+        return data.decode("utf-8")
 
     @cached_property
     def examples(self) -> pl.DataFrame:
@@ -117,30 +152,69 @@ class Split:
         return _transformed(SplitDataset(table, paths, table.indices(split), size), transform)
 
     def evaluate(
-        self, y_pred: Sequence[int] | np.ndarray, split: str, group_by: Sequence[str] | Grouper | None = None
+        self, y_pred: Sequence[int] | np.ndarray, split: str, group_by: str | Sequence[str] | Grouper | None = None
     ) -> pl.DataFrame:
         """The metrics ``shiftbench eval`` reports for predictions of every example of ``split`` (in
         ``examples`` order): ``eval_split, metric, group, value``. ``group_by``: metadata fields whose
-        value combinations are the groups (default: the split's own groups)."""
+        value combinations are the groups, as a list or as the CLI's ``"y,object_color"`` (default: the
+        split's own groups)."""
         from shiftbench.scoring import Predictions, score
 
         rows = self._rows(split)
-        values = np.asarray(y_pred)
+        values = self._labels(y_pred, rows)
+        fields = _group_fields(group_by)
+        frame = pl.DataFrame({"row": np.arange(rows.height), "example_id": rows["example_id"], "y_pred": values})
+        digest = hashlib.sha256(values.tobytes()).hexdigest()
+        predictions = Predictions(Path(f"y_pred of {split}"), frame, None, digest)
+        own = () if fields == ("group",) else fields
+        tables = score(self.published, predictions, "python-api", 0, own, group_parameter="group_by")
+        return tables["eval_results"].select("eval_split", "metric", "group", "value")
+
+    def _labels(self, y_pred: object, rows: pl.DataFrame) -> np.ndarray:
+        """``y_pred`` as int64 class indices, one per row: never by a cast that wraps (``2**64 - 1`` is not -1)."""
+        n_classes = int(self.published.examples["y"].max()) + 1
+        given: list[int] | None = None
+        if isinstance(y_pred, list | tuple) and all(type(v) is int for v in y_pred):
+            given = list(y_pred)  # Python ints of any size: judged as they are, never through a float or a wrap
+            y_pred = [v if 0 <= v < n_classes else -1 for v in given]
+        try:
+            values = np.asarray(y_pred)
+        except (ValueError, TypeError) as exc:
+            raise InputError(f"y_pred is not an array of labels ({exc})", parameter="y_pred") from None
         if values.ndim != 1 or values.shape[0] != rows.height:
             raise InputError(
-                f"y_pred must be one label per {split} example: {rows.height} expected, got shape {values.shape}",
+                f"y_pred must be one label per example of the split: {rows.height} expected, got shape {values.shape}",
                 parameter="y_pred",
             )
         if values.dtype.kind not in "iu":
             raise InputError(f"y_pred must hold integer class indices, got {values.dtype}", parameter="y_pred")
-        frame = pl.DataFrame(
-            {"row": np.arange(rows.height), "example_id": rows["example_id"], "y_pred": values.astype(np.int64)}
-        )
-        digest = hashlib.sha256(values.astype(np.int64).tobytes()).hexdigest()
-        predictions = Predictions(Path(f"y_pred of {split}"), frame, None, digest)
-        fields = () if group_by is None else group_by.fields if isinstance(group_by, Grouper) else tuple(group_by)
-        tables = score(self.published, predictions, "python-api", 0, () if fields == ("group",) else fields)
-        return tables["eval_results"].select("eval_split", "metric", "group", "value")
+        outside = np.flatnonzero((values < 0) | (values >= n_classes))
+        if outside.size:
+            at = int(outside[0])
+            raise InputError(
+                f"y_pred[{at}] = {given[at] if given is not None else values[at]} (example "
+                f"{rows['example_id'][at]!r}) is not a class in 0..{n_classes - 1} ({outside.size} such)",
+                parameter="y_pred",
+            )
+        return values.astype(np.int64)
+
+
+def _group_fields(group_by: object) -> tuple[str, ...]:
+    """The fields of ``group_by``: a Grouper, a list of names, or the CLI's comma string (never its characters);
+    :func:`shiftbench.scoring.score` checks that the split has them."""
+    if group_by is None:
+        return ()
+    if isinstance(group_by, Grouper):
+        fields: tuple[object, ...] = group_by.fields
+    elif isinstance(group_by, str):
+        fields = tuple(f.strip() for f in group_by.split(","))
+    elif isinstance(group_by, Sequence):
+        fields = tuple(group_by)
+    else:
+        raise InputError(f"must be a list of field names or 'a,b', got {group_by!r}", parameter="group_by")
+    if any(not isinstance(f, str) or not f.strip() for f in fields):
+        raise InputError(f"every field must be a non-empty name, got {group_by!r}", parameter="group_by")
+    return tuple(str(f) for f in fields)
 
 
 def _transformed(base: Any, transform: Callable[[Any], Any] | None) -> Any:

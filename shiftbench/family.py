@@ -212,6 +212,9 @@ class Family:
     # recorded sources give its name (None: the paper's sources): see shiftbench.naming.
     shipped_names: Callable[[], frozenset[str]] = frozenset
     source_tag: Callable[[Mapping[str, Any]], str | None] = lambda manifest: None
+    # What a tag says about the data (``generated`` -> "the generated scene sample, not Visual Genome ..."): why a
+    # paper's name is refused for it and what gives the paper's name back (None: a tag the family does not give).
+    tag_meaning: Callable[[str], str | None] = lambda tag: None
     # The family's own settings (a pydantic model; ``Settings.of``) and its own tables' contracts (a folder of
     # ODCS YAML files in its package): the Dagster resource, the catalog and the checks read them from here.
     settings: type[BaseModel] | None = None

@@ -10,13 +10,14 @@ and named variants are theirs and are never changed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TypeVar
 
 from shiftbench.spec_files import Spec
 
 S = TypeVar("S", bound=Spec)
 TAG_SEPARATOR = "@"
+_OTHER_DATA = "not the paper's data"
 
 
 def tagged(name: str, tag: str | None) -> str:
@@ -39,3 +40,20 @@ def tag_paper_names(
             spec = spec.model_copy(update={"name": tagged(name, spec_tag)})
         renamed[spec.name] = spec
     return renamed
+
+
+def tagged_instead(name: str, names: Iterable[str]) -> list[str]:
+    """The ``name@TAG`` among ``names`` when ``name`` itself is not one of them: a paper's name refused here."""
+    names = list(names)
+    if name in names or TAG_SEPARATOR in name:
+        return []
+    return sorted(n for n in names if paper_name(n) == name)
+
+
+def refusal(name: str, instead: Mapping[str, str | None], *, published: bool = False) -> str:
+    """Why the paper's name ``name`` is refused and which name to use: ``instead`` maps each ``name@TAG`` there is
+    to what its tag says about the data (None: the family does not say)."""
+    where = "published here from other data" if published else "built from other data with these settings"
+    named = "; ".join(f"{n}: {meaning or _OTHER_DATA}" for n, meaning in sorted(instead.items()))
+    use = next(iter(instead)) if len(instead) == 1 else f"one of {', '.join(sorted(instead))}"
+    return f"{name!r} is the paper's name, given only to the paper's own data; it is {where} ({named}): use {use}"

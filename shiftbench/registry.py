@@ -18,7 +18,7 @@ from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.metashift.family import METASHIFT
-from shiftbench.naming import TAG_SEPARATOR, paper_name, tagged
+from shiftbench.naming import TAG_SEPARATOR, paper_name, refusal, tagged, tagged_instead
 from shiftbench.settings import Settings
 from shiftbench.store import check_benchmark_name
 from shiftbench.variants import Variant, load_variants, suggest
@@ -111,9 +111,26 @@ def kind_of(settings: Settings, benchmark: str) -> Kind:
     variant = variants.get(benchmark)
     if variant is not None:
         return FAMILIES[variant.family].kind(variant.kind)
-    owners = {**spec_owners(settings), **{v.name: f"a {v.family} variant of {v.base}" for v in variants.values()}}
-    close = suggest(benchmark, owners)
+    kinds_by_name = spec_kinds(settings)
+    refused = refused_paper_name(benchmark, {name: kind.family for name, kind in kinds_by_name.items()})
+    if refused is not None:
+        raise InputError(refused, parameter="benchmark")
+    owners = {name: f"a {kind.family} {kind.name} spec" for name, kind in kinds_by_name.items()}
+    owners |= {v.name: f"a {v.family} variant of {v.base}" for v in variants.values()}
+    papers = {paper_name(name): name for name in kinds_by_name if paper_name(name) not in kinds_by_name}
+    close = suggest(benchmark, owners, papers)  # a paper's name refused here is matched, its NAME@TAG shown
     raise InputError(f"unknown benchmark {benchmark!r}{close}", parameter="benchmark")
+
+
+def refused_paper_name(benchmark: str, families: Mapping[str, str], *, published: bool = False) -> str | None:
+    """Why ``benchmark``, a paper's name, is not among ``families``' names (name -> family) though its
+    ``NAME@TAG`` is, with what each tag says about the data and the name to use; None for any other name."""
+    instead: dict[str, str | None] = {}
+    for name in tagged_instead(benchmark, families):
+        family = FAMILIES.get(families[name])
+        if family is not None and benchmark in family.shipped_names():
+            instead[name] = family.tag_meaning(name.partition(TAG_SEPARATOR)[2])
+    return refusal(benchmark, instead, published=published) if instead else None
 
 
 def register_variant(settings: Settings, kind: Kind, name: str, source: str, overrides: Mapping[str, Any]) -> Variant:

@@ -168,7 +168,44 @@ def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
     return column.cast(pl.Int64, strict=False)
 
 
-def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[str]) -> pl.Series:
+def _covered_splits(split: PublishedSplit, joined: pl.DataFrame, predictions: Predictions) -> list[str]:
+    """The splits the predictions cover whole (a split not covered at all is not scored; one covered in part is
+    refused)."""
+    covered = []
+    for name in sorted(joined["split"].unique().to_list()):
+        part = joined.filter(pl.col("split") == name)
+        missing = part.filter(pl.col("y_pred").is_null())
+        if missing.height == part.height:
+            continue
+        if missing.height:
+            raise InputError(
+                f"split {name!r} is covered only in part: example {missing['example_id'].sort()[0]!r} and "
+                f"{missing.height - 1} more of its {part.height} have no prediction",
+                path=predictions.path,
+            )
+        covered.append(name)
+    if not covered:
+        raise InputError(
+            f"no prediction for any example of {split.benchmark} version {split.version}", path=predictions.path
+        )
+    return covered
+
+
+def _require_classes(predictions: Predictions, n_classes: int) -> None:
+    """Every ``y_pred`` a class in 0..K-1, whoever made the frame: a label outside is refused, never scored 0."""
+    outside = predictions.frame.filter((pl.col("y_pred") < 0) | (pl.col("y_pred") >= n_classes)).sort("row")
+    if outside.height:
+        row = outside.row(0, named=True)
+        raise InputError(
+            f"{predictions.row_text(row['row'])}example {row['example_id']!r}: y_pred {row['y_pred']!r} is not a "
+            f"class in 0..{n_classes - 1}",
+            **predictions.where(row["row"]),
+        )
+
+
+def _groups(
+    split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[str], parameter: str = "--group-by"
+) -> pl.Series:
     """The group of every example under ``group_by`` (:class:`shiftbench.grouper.Grouper`: the split's
     own ``group`` when empty), named as training names it."""
     grouper = Grouper.parse(group_by)
@@ -181,7 +218,7 @@ def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[st
     unknown = grouper.unknown(list(available))
     if unknown is not None:
         fields = ", ".join(sorted(c for c in available if c not in ("example_id", "split")))
-        raise InputError(f"{unknown!r} is not a field of {split.benchmark} (fields: {fields})", parameter="--group-by")
+        raise InputError(f"{unknown!r} is not a field of {split.benchmark} (fields: {fields})", parameter=parameter)
     joined = examples
     needed = [f for f in grouper.fields if f not in examples.columns]
     if needed:
@@ -192,12 +229,20 @@ def _groups(split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[st
 
 
 def score(
-    split: PublishedSplit, predictions: Predictions, method: str, seed: int, group_by: Sequence[str] = ()
+    split: PublishedSplit,
+    predictions: Predictions,
+    method: str,
+    seed: int,
+    group_by: Sequence[str] = (),
+    *,
+    group_parameter: str = "--group-by",
 ) -> dict[str, pl.DataFrame]:
-    """``eval_results`` and ``eval_runs`` of one predictions file: every fully covered split is scored."""
+    """``eval_results`` and ``eval_runs`` of one predictions file: every fully covered split is scored.
+    ``group_parameter``: how the caller's ``group_by`` is named in an error (the CLI's flag, the API's argument)."""
     examples = split.examples
     class_names = examples.group_by("y").agg(pl.col("y_name").first()).sort("y")["y_name"].to_list()
     frame = predictions.frame
+    _require_classes(predictions, int(examples.select(pl.col("y").max()).item()) + 1)
     unknown = frame.join(examples.select("example_id"), on="example_id", how="anti").sort("row")
     if unknown.height:
         row = unknown.row(0, named=True)
@@ -207,24 +252,8 @@ def score(
             **predictions.where(row["row"]),
         )
     joined = examples.join(frame, on="example_id", how="left")
-    covered = []
-    for name in sorted(joined["split"].unique().to_list()):
-        part = joined.filter(pl.col("split") == name)
-        missing = part.filter(pl.col("y_pred").is_null())
-        if missing.height == part.height:
-            continue  # a split the file does not cover at all is not scored
-        if missing.height:
-            raise InputError(
-                f"split {name!r} is covered only in part: example {missing['example_id'].sort()[0]!r} and "
-                f"{missing.height - 1} more of its {part.height} have no prediction",
-                path=predictions.path,
-            )
-        covered.append(name)
-    if not covered:
-        raise InputError(
-            f"no prediction for any example of {split.benchmark} version {split.version}", path=predictions.path
-        )
-    groups = _groups(split, examples, group_by)
+    covered = _covered_splits(split, joined, predictions)
+    groups = _groups(split, examples, group_by, group_parameter)
     joined = joined.with_columns(groups.alias("group"))
     group_names = sorted(joined["group"].unique().to_list())
     group_index = {g: i for i, g in enumerate(group_names)}

@@ -145,11 +145,17 @@ def resolve(settings: Settings, kind: Kind, name: str) -> Target:
     raise InputError(f"unknown {kind.family} {kind.name} {name!r}{suggest(name, list(found))}", parameter="benchmark")
 
 
-def suggest(name: str, candidates: list[str] | Mapping[str, str]) -> str:
-    """ "; did you mean ...?" with up to three close names (and what they are, given a mapping)."""
+def suggest(name: str, candidates: list[str] | Mapping[str, str], aliases: Mapping[str, str] | None = None) -> str:
+    """ "; did you mean ...?" with up to three close names (and what they are, given a mapping). ``aliases``: names
+    matched but never shown, each standing for a candidate (a paper's name for its ``NAME@TAG``)."""
     # A paper's name built from another source here is NAME@TAG (shiftbench.naming): say so first.
     close = [c for c in candidates if c.startswith(f"{name}@")][:3]
-    close += [c for c in difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6) if c not in close]
+    aliases = aliases or {}
+    pool = [*candidates, *(a for a in aliases if a not in candidates)]
+    for match in difflib.get_close_matches(name, pool, n=3, cutoff=0.6):
+        shown = aliases.get(match, match) if match not in candidates else match
+        if shown not in close:
+            close.append(shown)
     close = close[:3]
     what = candidates if isinstance(candidates, Mapping) else {}
     shown = [f"{c} ({what[c].removeprefix('a ')})" if c in what else c for c in close]

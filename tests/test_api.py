@@ -4,6 +4,7 @@ numbers, the dataset yields the training job's items, and bad inputs are one Inp
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 
 import shiftbench
 from pipelines.cli import main
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, StoreError
 from shiftbench.settings import Settings
 
 from .conftest import PROJECT, small_sprites_home
@@ -81,11 +82,67 @@ def test_the_dataset_yields_the_training_job_s_items(home: Path) -> None:
         (lambda h: shiftbench.load_split(CASE, home=h).evaluate(np.zeros(810, int), "tset"), "no split 'tset'"),
         (lambda h: shiftbench.load_split(CASE, home=h).evaluate(np.zeros(810, int), "test", ["colour"]), "'colour'"),
         (lambda h: shiftbench.load_split(CASE, home=h).dataset("val"), "no split 'val'"),
+        # the CLI refuses a label outside 0..K-1; so does the API, never scoring it as a wrong prediction
+        (lambda h: _evaluate(h, np.full(810, 3)), "parameter 'y_pred': y_pred[0] = 3 (example"),
+        (lambda h: _evaluate(h, np.full(810, -1)), "parameter 'y_pred': y_pred[0] = -1"),
+        (lambda h: _evaluate(h, np.full(810, 2**64 - 1, dtype=np.uint64)), "y_pred[0] = 18446744073709551615"),
+        (lambda h: _evaluate(h, [0] * 809 + [2**63 + 1]), "y_pred[809] = 9223372036854775809"),
+        (lambda h: _evaluate(h, [0] * 809 + [2**70]), "y_pred[809] = 1180591620717411303424"),
+        (lambda h: _evaluate(h, np.full(810, 2**32 + 1)), "y_pred[0] = 4294967297 "),
+        (lambda h: _evaluate(h, [[0, 1], [0]]), "parameter 'y_pred'"),
+        (lambda h: shiftbench.load_split(None, home=h), "parameter 'name': must be a string, got None"),
+        (lambda h: shiftbench.load_split(7, home=h), "parameter 'name': must be a string, got 7"),
+        (lambda h: shiftbench.load_split("../conds", home=h), "parameter 'name': invalid benchmark name"),
+        (lambda h: shiftbench.load_split(CASE, 7, home=h), "parameter 'version': must be a string, got 7"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by=[None]), "parameter 'group_by': every field must"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by="y,,size"), "parameter 'group_by': every field must"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by=""), "parameter 'group_by': every field must"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by=5), "parameter 'group_by': must be a list"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by="y,colour"), "parameter 'group_by': 'colour' is not a"),
+        (lambda h: _evaluate(h, np.zeros(810, int), group_by=["y", "colour"]), "parameter 'group_by': 'colour'"),
     ],
 )
 def test_bad_input_is_one_input_error(home: Path, call: Any, fragment: str) -> None:
     with pytest.raises(InputError, match=re.escape(fragment)):
         call(home)
+
+
+def _evaluate(home: Path, y_pred: Any, group_by: Any = None) -> pl.DataFrame:
+    return shiftbench.load_split(CASE, home=home).evaluate(y_pred, "test", group_by=group_by)
+
+
+def test_a_comma_string_groups_as_the_cli_s_group_by_never_by_its_characters(home: Path) -> None:
+    split = shiftbench.load_split(CASE, home=home)
+    y_pred = split.examples.filter(pl.col("split") == "test")["y"].to_numpy()
+    listed = split.evaluate(y_pred, "test", group_by=["y", "object_color"])
+    assert split.evaluate(y_pred, "test", group_by="y, object_color").equals(listed)
+    assert listed.filter(pl.col("metric") == "acc_wg")["group"][0].startswith("y=")
+
+
+def test_scoring_refuses_a_label_outside_the_classes_whoever_built_the_predictions(home: Path) -> None:
+    """The guard sits in :func:`score` itself, under the CLI's file reader and the API's checks."""
+    from shiftbench.erm.launch import published_split
+    from shiftbench.scoring import Predictions, score
+
+    split = published_split(Settings.from_env({"SHIFTBENCH_HOME": str(home)}), CASE)
+    ids = split.examples.filter(pl.col("split") == "test")["example_id"]
+    frame = pl.DataFrame({"row": range(ids.len()), "example_id": ids, "y_pred": [0] * (ids.len() - 1) + [3]})
+    with pytest.raises(InputError, match=re.escape(f"example {ids[-1]!r}: y_pred 3 is not a class in 0..2")):
+        score(split, Predictions(Path("p.parquet"), frame, None, "x"), "mine", 0)
+
+
+@pytest.mark.parametrize("damaged", ["examples.parquet", "conds_examples.parquet", "files/card.md"])
+def test_a_version_whose_file_fails_its_checksum_is_not_served(home: Path, tmp_path: Path, damaged: str) -> None:
+    """One flipped byte, the size unchanged (what a size check misses): the tables are checked before anything
+    is read, the card when it is read."""
+    copy = tmp_path / "home"
+    shutil.copytree(home, copy)
+    target = shiftbench.load_split(CASE, home=copy).path / damaged
+    data = bytearray(target.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    target.write_bytes(bytes(data))
+    with pytest.raises(StoreError, match=re.escape(f"{target}: checksum mismatch")):
+        assert shiftbench.load_split(CASE, home=copy).card
 
 
 def test_a_run_trained_with_group_by_reports_the_groups_eval_names_and_they_join(

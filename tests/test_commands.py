@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -152,6 +154,7 @@ TRAIN = [
     (["train", CASE, "--image-root", "{tmp}", "--path-template", "{x}"], "must hold exactly one {}"),
     (["train", CASE, "--seed", "12"], "parameter '--seed'"),
     (["train", CASE, "--set", "init_checkpoint={tmp}/nothing.pt"], "checkpoint not found"),
+    (["train", CASE, "--set", "init_checkpoint={torn}"], "torn.pt, parameter 'init_checkpoint': torn or corrupt"),
     (["train", CASE, "--seeds", "0,x"], "parameter '--seeds': 'x' is not a seed or a range like 0-2"),
     (["train", CASE, "--seeds", "3-1"], "parameter '--seeds': seeds are partitions 0..9, got '3-1'"),
     (["train", CASE, "--seeds", "0-12"], "parameter '--seeds': seeds are partitions 0..9"),
@@ -190,6 +193,11 @@ BUILD = [
       "metashift@generated"], "is already a benchmark spec (a metashift collection spec)"),
     (["build", "--benchmark", "spr", "--set", "seed=1"], "needs --name NEW"),
     (["build", "--nonsense"], "unrecognized arguments: --nonsense"),
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "99999999999999999999"],
+     "parameter '--units': must be in 1..2,147,483,647"),  # not an OverflowError from deep in the plan
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "2147483648"],
+     "parameter '--units': must be in 1..2,147,483,647"),
+    (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "0"], "parameter '--units'"),
 ]  # fmt: skip
 OTHERS = [
     (["gc", "--keep", "0"], "parameter 'keep'"),
@@ -217,6 +225,7 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
     predictions.with_columns(pl.col("y_pred").cast(pl.Float64)).write_parquet(tmp_path / "floats.parquet")
     predictions.with_columns(pl.col("y_pred").cast(pl.Boolean)).write_parquet(tmp_path / "bools.parquet")
     (tmp_path / "float.csv").write_text("example_id,y_pred\n" + "".join(f"{i},1.0\n" for i in ids))
+    (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04" + bytes(60))  # the start of torch.save's zip, cut short
     return {
         "tmp": str(tmp_path),
         "file": str(file),
@@ -226,6 +235,7 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
         "floats": str(tmp_path / "floats.parquet"),
         "bools": str(tmp_path / "bools.parquet"),
         "csv_float": str(tmp_path / "float.csv"),
+        "torn": str(tmp_path / "torn.pt"),
     }
 
 
@@ -297,8 +307,6 @@ def test_check_names_a_removed_newest_publication(
     cli: Settings, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The publication log is a chain: removing the newest event would make an older version latest again."""
-    import shutil
-
     copy = tmp_path / "home"
     shutil.copytree(cli.home, copy, symlinks=True)
     monkeypatch.setenv("SHIFTBENCH_HOME", str(copy))
@@ -386,3 +394,77 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     assert all(not name.startswith(".") and "/" not in name for name in folders), folders
     for link in target.rglob("*"):
         assert link.absolute().is_relative_to(target.absolute())
+
+
+# -- a paper's name refused for other data: why, and the name to use, on every command that resolves names --------
+GQA_FIXTURE = FIXTURES / "metashift" / "gqa_scene_graphs_from_attributes.json"
+PAPER_NAMES = [
+    pytest.param({"SHIFTBENCH_BREEDS_HIERARCHY_SOURCE": "wordnet-default"}, "breeds", "living17",
+                 "living17@wordnet-default", "the project's own calibration of WordNet", id="breeds-wordnet-default"),
+    pytest.param({}, "metashift", "metashift", "metashift@generated",
+                 "the generated scene sample, not of Visual Genome", id="metashift-generated"),
+    pytest.param({"SHIFTBENCH_GQA_SCENE_GRAPHS": str(GQA_FIXTURE)}, "metashift", "cat-dog-dg-cabinet-bed",
+                 "cat-dog-dg-cabinet-bed@gqa-files", "not GQA's two released scene-graph files",
+                 id="metashift-gqa-files"),
+    pytest.param({"SHIFTBENCH_CELEBA_DIR": "{celeba}"}, "conds", "celeba-uniform", "celeba-uniform@partial",
+                 "lists fewer than CelebA's 202,599 images", id="conds-partial"),
+]  # fmt: skip
+
+
+def _partial_celeba(folder: Path) -> Path:
+    from shiftbench.sources import celeba
+
+    folder.mkdir(exist_ok=True)
+    shutil.copy(FIXTURES / "celeba" / "list_attr_celeba_first20000.txt", folder / celeba.ATTRIBUTE_FILE)
+    return folder
+
+
+@pytest.mark.parametrize("command", ["build", "train"])
+@pytest.mark.parametrize(("env", "family", "paper", "tagged", "why"), PAPER_NAMES)
+def test_a_paper_s_name_refused_for_other_data_says_why_and_which_name_to_use(
+    cli: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    env: dict[str, str],
+    family: str,
+    paper: str,
+    tagged: str,
+    why: str,
+) -> None:
+    """Never 'unknown benchmark ...; did you mean ... {paper} ...?': the name is known, and refused for this data."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value.format(celeba=_partial_celeba(tmp_path / "celeba")))
+    argv = ["build", family, "--benchmark", paper] if command == "build" else ["train", paper]
+    line = run_refused(cli, argv, f"'{paper}' is the paper's name, given only to the paper's own data", capsys)
+    assert line.endswith(f"use {tagged}") and why in line and "did you mean" not in line, line
+
+
+def test_a_paper_s_name_published_only_with_its_tag_says_so_on_every_command_that_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """celeba-uniform built from 20,000 of CelebA's rows is published as celeba-uniform@partial; asked for by the
+    paper's name (the CelebA folder no longer set), train, eval, export and load_split say why and what to use."""
+    import shiftbench
+    from shiftbench.errors import InputError
+
+    folder = _partial_celeba(tmp_path / "celeba")
+    env = {"SHIFTBENCH_HOME": str(tmp_path / "home"), "SHIFTBENCH_OFFLINE": "1", "SHIFTBENCH_CELEBA_DIR": str(folder)}
+    settings = Settings.from_env(env)
+    publish_all(settings, "conds/case", ["celeba-uniform@partial"])
+    for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(settings.home / "dagster_home"))
+    (tmp_path / "p.csv").write_text("example_id,y_pred\n")
+    said = "'celeba-uniform' is the paper's name, given only to the paper's own data; it is published here from other"
+    for argv in (
+        ["train", "celeba-uniform"],
+        ["eval", "celeba-uniform", str(tmp_path / "p.csv"), "--method", "mine"],
+        ["export", "celeba-uniform", str(tmp_path / "out")],
+    ):
+        line = run_refused(settings, argv, said, capsys)
+        assert line.endswith("use celeba-uniform@partial") and "202,599" in line, line
+    with pytest.raises(InputError, match=re.escape(said)):
+        shiftbench.load_split("celeba-uniform")

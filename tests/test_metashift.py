@@ -4,7 +4,11 @@ graphs, leakage-free tasks at the paper's sizes, scaling down, and clear errors.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from itertools import combinations
 from pathlib import Path
@@ -31,7 +35,7 @@ from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.sources.gqa_decode import decode_part
 from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
 
-from .conftest import FIXTURES, stage_one
+from .conftest import FIXTURES, PROJECT, stage_one
 
 METASHIFT = FIXTURES / "metashift"
 SCENES = METASHIFT / "gqa_scene_graphs_from_attributes.json"
@@ -807,3 +811,79 @@ def test_the_fanout_job_runs_units_as_steps_and_publishes_the_same_version(
     assert f"version {version} (already latest" in again, again
     assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated", "--units", "2"]) == 2
     assert "metashift tasks are built in one piece" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_more_units_than_classes_is_one_line_never_fewer_steps(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A unit builds whole classes: `--units 3` on a two-class collection is refused in one line (exit 2, nothing
+    published, the name left free), not a two-step run, nor the long run a huge count planned."""
+    from pipelines.cli import main
+    from shiftbench.variants import load_variants
+
+    settings = cli_env()
+    two = ["--benchmark", "metashift@generated", "--set", "classes=cat,dog", "--name", "two"]
+    assert main(["build", "metashift", *two, "--units", "3"]) == 2
+    out, err = capsys.readouterr()
+    errors = [line for line in (out + err).splitlines() if "error" in line]
+    assert len(errors) == 1, errors
+    assert "parameter 'units': 3 units for the 2 classes of two@generated" in errors[0] and "1..2" in errors[0]
+    assert "Traceback" not in out + err and not (settings.store_dir / "metashift" / "two@generated").exists()
+    assert "two@generated" not in load_variants(settings)
+
+
+_COMPILE = """
+import sys
+import numpy as np
+import shiftbench
+from shiftbench.metashift import checks, kernels, louvain
+assert shiftbench.__file__.startswith(sys.argv[1]), shiftbench.__file__
+kernels.count_attributes(np.array([0, 1, 1]), np.zeros(2, dtype=np.int64))
+if sys.argv[2] == "all":
+    louvain.communities(3, np.array([0, 1]), np.array([1, 2]), np.array([1.0, 1.0]), 0)
+    checks._grouped(np.array([0, 1, 0]), np.array([5, 6, 7]), 2)
+"""
+
+
+@pytest.mark.slow
+def test_compiled_loops_are_cached_outside_a_read_only_package(tmp_path: Path) -> None:
+    """A read-only copy of the package, imported by fresh processes that compile numba functions of every module
+    that has them: the package gains no file (numba caches beside the sources when it can write there, which root
+    can, read-only or not); the cache lands in the user's cache folder, or in NUMBA_CACHE_DIR when set, and with no
+    writable cache folder the loops still compile and run."""
+    site = tmp_path / "site"
+    shutil.copytree(PROJECT / "shiftbench", site / "shiftbench", ignore=shutil.ignore_patterns("__pycache__"))
+    subprocess.run(["chmod", "-R", "a-w", str(site)], check=True)
+    package = sorted(site.rglob("*"))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    xdg = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    runs = [
+        (xdg, "all", tmp_path / "xdg" / "shiftbench" / "numba"),
+        ({**xdg, "NUMBA_CACHE_DIR": str(tmp_path / "mine")}, "one", tmp_path / "mine"),  # numba's own setting wins
+        ({"XDG_CACHE_HOME": str(blocked / "under")}, "one", None),  # nowhere to write: compiled, cached nowhere
+    ]
+    try:
+        for extra, which, folder in runs:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("NUMBA_", "XDG_"))}
+            env |= {"PYTHONPATH": str(site), "HOME": str(tmp_path / "home"), **extra}
+            env["PYTHONDONTWRITEBYTECODE"] = "1"  # Python's own .pyc files are not the question here
+            done = subprocess.run(
+                [sys.executable, "-c", _COMPILE, str(site), which],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+            )
+            assert done.returncode == 0, done.stderr
+            assert sorted(site.rglob("*")) == package  # nothing written into the installed package
+            if folder is not None:
+                cached = {p.name.split("-")[0] for p in folder.rglob("*.nbi")}
+                expected = {"kernels.count_attributes"}
+                if which == "all":
+                    expected |= {"louvain._adjacency_py", "checks._grouped"}
+                assert expected <= cached, cached
+        assert not (tmp_path / "home").exists()  # nor numba's own fallback under the home folder
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(site)], check=True)

@@ -5,6 +5,7 @@ generated sprites through the CLI into the `results` view, and a learning-rate g
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -249,3 +250,78 @@ def test_the_papers_presets_are_chosen_by_family_dataset_or_split_parameter(
     assert presets["breeds_450"]["max_epochs"] == 450
     with pytest.raises(InputError, match=r"imagenet:resnet18 is not on this machine"):
         launch.plan_run(warehouse, CASE, preset="domainbed")  # checked before anything trains
+
+
+def _mlp_checkpoint(path: Path, seed: int) -> Path:
+    torch.manual_seed(seed)
+    torch.save(build_model("mlp", 3, 32).state_dict(), path)
+    return path
+
+
+def _flip_a_byte_of_the_largest_tensor(path: Path) -> None:
+    """One byte in the middle of the largest member's data: torch.load still loads the file."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        member = max(archive.infolist(), key=lambda info: info.file_size)
+    data = bytearray(path.read_bytes())
+    offset = member.header_offset + 30 + len(member.filename.encode()) + len(member.extra) + member.file_size // 2
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+    assert len(torch.load(path, weights_only=True)) > 0  # what the run loaded before: no error from torch
+
+
+CHECKPOINT_RUN = {"max_iters": 4, "eval_every": 2, "model": "mlp", "image_size": 32}
+
+
+def test_a_run_records_the_sha256_and_size_of_the_checkpoint_it_loaded(warehouse: Settings, tmp_path: Path) -> None:
+    weights = _mlp_checkpoint(tmp_path / "mine.pt", 1)
+    overrides = {**CHECKPOINT_RUN, "init_checkpoint": str(weights)}
+    plan = launch.plan_run(warehouse, CASE, preset="smoke", seed=3, overrides=overrides)
+    outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "c"), log=print)
+    recorded = json.loads(pl.read_parquet(outcome.staged.table_path("erm_runs"))["config"][0])["init"]
+    assert recorded["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest() == summary["init"]["sha256"]
+    assert recorded["bytes"] == weights.stat().st_size and recorded["loaded"] > 0
+
+
+def test_a_checkpoint_with_a_flipped_byte_is_refused_naming_the_file(warehouse: Settings, tmp_path: Path) -> None:
+    """torch does not check the CRC-32s of its zip members; the launcher (before anything trains) and the job (what
+    it loads) do."""
+    weights = _mlp_checkpoint(tmp_path / "flipped.pt", 1)
+    _flip_a_byte_of_the_largest_tensor(weights)
+    overrides = {**CHECKPOINT_RUN, "init_checkpoint": str(weights)}
+    message = f"{weights}, parameter 'init_checkpoint': corrupt checkpoint: "
+    with pytest.raises(InputError, match=re.escape(message)):
+        launch.plan_run(warehouse, CASE, preset="smoke", overrides=overrides)
+    from shiftbench.erm.models import load_checkpoint
+
+    with pytest.raises(InputError, match="does not match its CRC-32"):
+        load_checkpoint(build_model("mlp", 3, 32), weights, keep_head=True)
+    torn = tmp_path / "torn.pt"
+    torn.write_bytes(_mlp_checkpoint(tmp_path / "whole.pt", 1).read_bytes()[:5000])
+    with pytest.raises(InputError, match=re.escape(f"{torn}, parameter 'init_checkpoint': torn or corrupt")):
+        launch.plan_run(warehouse, CASE, preset="smoke", overrides={**overrides, "init_checkpoint": str(torn)})
+
+
+def test_a_registered_checkpoint_is_verified_again_when_the_job_loads_it(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher finds the file with its name's SHA-256 prefix; the job loads other bytes (the file was replaced
+    by another valid checkpoint since): refused naming the file, nothing published."""
+    folder = tmp_path / "weights"
+    folder.mkdir()
+    weights = _mlp_checkpoint(folder / "mlp-test.pt", 1)
+    prefix = hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
+    entry = checkpoints.RegisteredCheckpoint(
+        model="mlp", file="mlp-test.pt", url="https://example.org/mlp-test.pt", sha256_prefix=prefix, source="test"
+    )
+    monkeypatch.setitem(checkpoints.REGISTRY, "test:mlp", entry)
+    settings = warehouse.model_copy(update={"checkpoint_dir": folder})
+    overrides = {**CHECKPOINT_RUN, "init_checkpoint": "test:mlp"}
+    plan = launch.plan_run(settings, CASE, preset="smoke", seed=4, overrides=overrides)
+    assert plan.checkpoint == weights
+    _mlp_checkpoint(weights, 2)  # other weights, a valid file
+    before = sorted(p.name for p in (settings.store_dir / "erm").glob("*"))
+    with pytest.raises(InputError, match=re.escape(f"{weights}, parameter 'init_checkpoint': SHA-256 ")):
+        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "r"), log=print)
+    assert sorted(p.name for p in (settings.store_dir / "erm").glob("*")) == before

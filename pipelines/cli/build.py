@@ -13,6 +13,9 @@ from pipelines.cli.common import Subcommands, asset_key, dagster_instance
 from shiftbench.errors import InputError, disk_full, free_bytes
 from shiftbench.settings import Settings
 
+MAX_UNITS = 2**31 - 1  # units are steps and processes: past a 32-bit count it is a typo (the plan refuses more
+# units than the benchmark splits into)
+
 
 def add_build(sub: Subcommands) -> None:
     # No family names from the registry here: importing every family costs `sql` and `versions` 0.8 s.
@@ -41,8 +44,11 @@ def cmd_build(args: argparse.Namespace) -> int:
     from shiftbench.plans import build_plan, parse_overrides
 
     settings = Settings.from_env()
-    if args.units is not None and args.units < 1:
-        raise InputError(f"must be at least 1, got {args.units}", parameter="--units")
+    if args.units is not None and not 1 <= args.units <= MAX_UNITS:
+        raise InputError(
+            f"must be in 1..{MAX_UNITS:,} (and at most what the benchmark splits into), got {args.units}",
+            parameter="--units",
+        )
     overrides = parse_overrides(args.set or [])
     plan = build_plan(settings, args.family, args.benchmark or [], overrides, args.name)
     from assets.factory import forget_variant

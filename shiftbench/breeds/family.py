@@ -187,6 +187,26 @@ def _calibration_warnings(artifact: CachedArtifact) -> list[str]:
     return [f"{why}; benchmarks record hierarchy={kind} and are named NAME@{tag}, not the papers' benchmarks"]
 
 
+_EDITS = "SHIFTBENCH_BREEDS_CALIBRATION edits the hierarchy; without it the paper's name comes back"
+TAG_MEANINGS = {  # why a shipped benchmark is not under the paper's name, and what gives it back
+    cal.NAME_TAGS[cal.KIND_WORDNET]: "the project's own calibration of WordNet "
+    "(SHIFTBENCH_BREEDS_HIERARCHY_SOURCE=wordnet-default), not the BREEDS hierarchy; the default source gives the "
+    "paper's name",
+    cal.NAME_TAGS[cal.KIND_FILES]: "SHIFTBENCH_BREEDS_HIERARCHY_DIR holds files whose bytes are not the BREEDS "
+    "release's; the release's files (or none: the shipped calibration) give the paper's name",
+}
+
+
+def tag_meaning(tag: str) -> str | None:
+    """What a BREEDS tag says about the hierarchy (``edits`` and ``<tag>-edits``: a user's edit file on top)."""
+    if tag == cal.name_tag(cal.KIND_PUBLISHED + "+edits"):
+        return _EDITS
+    base = tag.removesuffix("-edits")
+    if base == tag or base not in TAG_MEANINGS:
+        return TAG_MEANINGS.get(tag)
+    return f"{TAG_MEANINGS[base]}; {_EDITS}"
+
+
 def hierarchy_name_tag(settings: Settings) -> str | None:
     """What the shipped benchmarks' names carry after ``@`` with these settings (None: the papers' names).
 
@@ -400,6 +420,7 @@ BREEDS = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
+    tag_meaning=tag_meaning,
     settings=BreedsSettings,
     no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",
     analyses=ANALYSES,

@@ -78,6 +78,14 @@ def case_specs(settings: Settings) -> dict[str, CaseSpec]:
     return tag_paper_names(specs.cases, SHIPPED_NAMES(), tag)
 
 
+TAG_MEANINGS = {  # why a shipped CelebA case is not under the paper's name, and what gives it back
+    celeba_files.TAG_PARTIAL: f"the CelebA attribute file in SHIFTBENCH_CELEBA_DIR lists fewer than CelebA's "
+    f"{CELEBA_IMAGES:,} images; the whole released file gives the paper's name",
+    celeba_files.TAG_FILES: "the CelebA attribute file in SHIFTBENCH_CELEBA_DIR is not the release's (its MD5 "
+    "differs); the released file gives the paper's name",
+}
+
+
 def recorded_tag(manifest: Mapping[str, Any]) -> str | None:
     """The tag a published version's recorded CelebA file calls for (None: the release's file, by its MD5)."""
     origin = manifest.get("origin") or {}
@@ -395,6 +403,7 @@ CONDS = Family(
     kinds=(CASE,),
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
+    tag_meaning=TAG_MEANINGS.get,
     eval_subsets=shift_subsets,
     settings=CondsSettings,
     analyses=ANALYSES,

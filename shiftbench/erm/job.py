@@ -92,7 +92,9 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
 def check_checkpoint(config: TrainConfig, num_classes: int, checkpoint: Path) -> None:
     """Whether ``checkpoint`` fits the model the run trains (:func:`load_checkpoint` into a throwaway model)."""
     model = build_model(config.model, num_classes, config.image_size)
-    load_checkpoint(model, checkpoint, keep_head=not config.linear_probe, partial=config.init_partial)
+    load_checkpoint(
+        model, checkpoint, keep_head=not config.linear_probe, partial=config.init_partial, name=config.init_checkpoint
+    )
 
 
 def _write_outputs(out_dir: Path, result: TrainResult) -> None:

@@ -225,7 +225,10 @@ def published_split(settings: Settings, benchmark: str, version: str | None = No
     store = Store(settings.store_dir)
     family = store.family_of(benchmark)
     if family is None or family in RESULT_FAMILIES:
-        known = sorted({v.benchmark for v in store.versions() if v.family not in RESULT_FAMILIES})
+        splits = {v.benchmark: v.family for v in store.versions() if v.family not in RESULT_FAMILIES}
+        if (refused := registry.refused_paper_name(benchmark, splits, published=True)) is not None:
+            raise InputError(refused, parameter="benchmark")  # a paper's name published only as NAME@TAG
+        known = sorted(splits)
         hint = f"; published: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}" if known else ""
         raise InputError(f"no published benchmark {benchmark!r}{hint}", parameter="benchmark")
     if version is None:

@@ -9,6 +9,7 @@ parameter names (``conv1``, ``bn1``, ``layer1.0.conv1`` ..., ``fc``), so a torch
 
 from __future__ import annotations
 
+import io
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from shiftbench.erm import checkpoints
 from shiftbench.erm.config import MODELS as CONFIG_MODELS
 from shiftbench.errors import InputError
 
@@ -171,24 +173,28 @@ class LoadedCheckpoint:
     loaded: list[str]  # parameters and buffers set from the checkpoint
     left_at_init: list[str]  # the model's own that it did not set (the head skipped, or partial loading)
     ignored: list[str]  # the checkpoint's that the model has no place for (partial loading only)
+    file: dict[str, object]  # the loaded bytes' SHA-256 and size (checkpoints.CheckpointFile.record)
 
     def as_dict(self) -> dict[str, object]:
-        return {"loaded": len(self.loaded), "left_at_init": self.left_at_init, "ignored": self.ignored}
+        return {"loaded": len(self.loaded), "left_at_init": self.left_at_init, "ignored": self.ignored, **self.file}
 
 
-def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool, partial: bool = False) -> LoadedCheckpoint:
+def load_checkpoint(
+    model: nn.Module, path: Path, *, keep_head: bool, partial: bool = False, name: str | None = None
+) -> LoadedCheckpoint:
     """Load a user's weights (a state dict, or a dict with ``state_dict``/``model``; ``module.`` prefixes
     stripped). With ``keep_head=False`` the ``fc`` layer is skipped, for a checkpoint trained on other classes.
 
     The checkpoint must cover the model: a missing or extra entry, or one of another shape, is refused naming it,
     unless ``partial`` (``init_partial: true``) says loading part of it is intended, e.g. ImageNet weights whose
-    1000-class head is replaced. A checkpoint that sets nothing is refused either way."""
-    if not path.is_file():
-        raise InputError("checkpoint not found", path=path, parameter="init_checkpoint")
+    1000-class head is replaced. A checkpoint that sets nothing is refused either way. The bytes are read once
+    and checked (:func:`checkpoints.read`: CRC-32s, a registered ``name``'s SHA-256), and their hash is recorded."""
+    file = checkpoints.read(path, name)
     try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(io.BytesIO(file.data), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise InputError(f"not a torch checkpoint: {exc}", path=path, parameter="init_checkpoint") from None
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"not a torch checkpoint: {reason}", path=path, parameter="init_checkpoint") from None
     for key in ("state_dict", "model"):
         if isinstance(payload, dict) and isinstance(payload.get(key), dict):
             payload = payload[key]
@@ -223,4 +229,6 @@ def load_checkpoint(model: nn.Module, path: Path, *, keep_head: bool, partial: b
     loaded = [k for k in own if k in usable]
     if not loaded:
         raise InputError("the checkpoint sets none of the model's parameters", path=path, parameter="init_checkpoint")
-    return LoadedCheckpoint(loaded, sorted(set(result.missing_keys) | set(skipped)), sorted(extra + wrong))
+    return LoadedCheckpoint(
+        loaded, sorted(set(result.missing_keys) | set(skipped)), sorted(extra + wrong), file.record()
+    )

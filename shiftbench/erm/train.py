@@ -327,7 +327,13 @@ def _initial_model(run: _Run, checkpoint: Path | None) -> tuple[nn.Module, nn.Mo
         checkpoint = Path(config.init_checkpoint)
     init: dict[str, object] | None = None
     if checkpoint is not None:
-        report = load_checkpoint(model, checkpoint, keep_head=not config.linear_probe, partial=config.init_partial)
+        report = load_checkpoint(
+            model,
+            checkpoint,
+            keep_head=not config.linear_probe,
+            partial=config.init_partial,
+            name=config.init_checkpoint,
+        )
         init = report.as_dict()
         ignored = f", {len(report.ignored)} of the checkpoint's ignored" if report.ignored else ""
         run.log(

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from numba import njit
 
 from shiftbench.memory import release_freed_memory
+from shiftbench.metashift.compiled import njit_cached
 from shiftbench.metashift.index import _bits, _unique_pairs, sorted_unique
 
 _KEY = ["benchmark", "version"]
@@ -46,7 +46,7 @@ def _scan(files: Mapping[str, Path], table: str, columns: pl.Schema) -> pl.LazyF
     return pl.scan_parquet(path).select(list(columns))
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def _grouped(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.ndarray, np.ndarray]:
     """``values`` grouped by ``codes`` (a counting sort, one pass): group k is ``values[offsets[k]:offsets[k + 1]]``."""
     offsets = np.zeros(n_codes + 1, dtype=np.int64)
@@ -62,7 +62,7 @@ def _grouped(codes: np.ndarray, values: np.ndarray, n_codes: int) -> tuple[np.nd
     return offsets, grouped
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def _shared_counts(
     offsets: np.ndarray, images: np.ndarray, small: np.ndarray, large: np.ndarray, n_images: int
 ) -> np.ndarray:
@@ -192,7 +192,7 @@ def _csr(rows: np.ndarray, n_rows: int) -> np.ndarray:
     return offsets
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def _recount(
     images: np.ndarray,
     tag_offsets: np.ndarray,

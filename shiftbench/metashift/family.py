@@ -81,6 +81,14 @@ EXAMPLE_ID_FORMATS = {"visual-genome": "{}.jpg", "tag-table": "{}", generated_sc
 SOURCE_GQA, SOURCE_RELEASED, SOURCE_TAGS, SOURCE_GENERATED = "gqa", "released-attributes", "tags", "generated"
 NAME_TAGS = {SOURCE_TAGS: "tags", SOURCE_GENERATED: "generated"}
 DATASET_TAGS = {generated_scenes.DATASET: "generated", "tag-table": "tags"}  # by the dataset a version records
+_RELEASE_COUNTS = " and ".join(f"{n:,}" for n in gqa_release.RELEASE_IMAGE_COUNTS)
+_GQA = "SHIFTBENCH_GQA_SCENE_GRAPHS naming GQA's released scene graphs gives the paper's name"
+TAG_MEANINGS = {  # why a shipped spec is not under the paper's name, and what gives it back
+    "generated": f"object and general contexts of the generated scene sample, not of Visual Genome; {_GQA}",
+    "tags": f"contexts from the tag table SHIFTBENCH_TAGS_TABLE, not from Visual Genome; {_GQA}",
+    gqa_release.TAG: "SHIFTBENCH_GQA_SCENE_GRAPHS holds files in GQA's format that are not GQA's two released "
+    f"scene-graph files (told apart by their image counts, {_RELEASE_COUNTS}); GQA's files give the paper's name",
+}
 # What a collection stores grows with its inputs (shiftbench.metashift.collection). metashift_distances is a view the
 # catalog computes from metashift_embeddings; a version built with store_distances: true also stores it, and its
 # contract is checked with the version's others (it has no Dagster check of its own: most versions lack it).
@@ -338,10 +346,16 @@ def plan_collection(
 ) -> list[str]:
     """Write the index and the plan into ``work`` and split the classes into ``n_units`` buckets (their names)."""
     plan, index = _prepare_collection(settings, target, inputs)
+    if not 1 <= n_units <= len(index.classes):  # a unit builds whole classes: never fewer steps than asked, silently
+        raise InputError(
+            f"{n_units} units for the {len(index.classes)} classes of {target.benchmark}: a unit builds whole classes, "
+            f"so 1..{len(index.classes)}",
+            parameter="units",
+        )
+    groups = collection.buckets(index, n_units)
     work.mkdir(parents=True, exist_ok=True)
     index.save(work / "index")
     (work / "plan.pickle").write_bytes(pickle.dumps(plan))
-    groups = collection.buckets(index, max(n_units, 1))
     units = {str(k): group for k, group in enumerate(groups)}
     (work / "units.json").write_text(json.dumps(units), "utf-8")
     return list(units)
@@ -673,6 +687,7 @@ METASHIFT = Family(
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
+    tag_meaning=TAG_MEANINGS.get,
     settings=MetaShiftSettings,
     analyses=ANALYSES,
     contracts_dir=PACKAGE / "contracts",

@@ -14,10 +14,11 @@ Both loops read one class's images from the scene index (:mod:`shiftbench.metash
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from shiftbench.metashift.compiled import njit_cached
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def count_contexts(
     class_images: np.ndarray,
     offsets: np.ndarray,
@@ -54,7 +55,7 @@ def count_contexts(
     return codes, sizes
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def count_attributes(codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(codes, sizes) of a class's attributes from its (image, attribute) pairs (each pair once)."""
     seen = np.empty(0, dtype=np.int64)
@@ -76,7 +77,7 @@ def count_attributes(codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray,
     return ordered, sizes
 
 
-@njit(cache=True, nogil=True)
+@njit_cached
 def cooccurrences(
     class_images: np.ndarray,
     object_offsets: np.ndarray,

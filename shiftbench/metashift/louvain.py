@@ -28,15 +28,17 @@ import random
 from typing import Any
 
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.typed import Dict
+
+from shiftbench.metashift.compiled import njit_cached
 
 THRESHOLD = 1e-7  # networkx's default minimum modularity gain of a level
 
 
 def _jit(function: Any) -> Any:
-    """numba's ``njit`` with its on-disk cache (the first call on a machine compiles for about two seconds)."""
-    return njit(cache=True, nogil=True)(function)
+    """Compiled and cached outside the package (:mod:`shiftbench.metashift.compiled`)."""
+    return njit_cached(function)
 
 
 def _adjacency_py(n: int, first: np.ndarray, second: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, ...]:
