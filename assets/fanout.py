@@ -105,8 +105,15 @@ def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> 
         if outcome.publication is not None and outcome.staged is not None:
             refresh_and_report(resolved.catalog_path, resolved.store_dir)
             context.log.info(f"published {outcome.benchmark} version {outcome.staged.version}")
+        if outcome.traceback is not None:  # a bug: the run's log keeps its traceback beside the one line
+            said = f"{config.benchmark}: a failure of shiftbench itself, its traceback:"
+            context.log.error(f"{said}\n{outcome.traceback}")
         if outcome.error is not None or outcome.publication is None:
-            raise dg.Failure(description=f"{config.benchmark}: {outcome.error or 'not published'}", allow_retries=False)
+            raise dg.Failure(
+                description=f"{config.benchmark}: {outcome.error or 'not published'}",
+                metadata={"traceback": dg.MetadataValue.text(outcome.traceback)} if outcome.traceback else None,
+                allow_retries=False,
+            )
 
     @dg.job(
         name=f"{kind.qualified}_fanout",

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Idempotent: .venv-clients, the third-party clients the client tests load shiftbench's outputs with
-# (scripts/clients-requirements.txt says which and why they need an environment of their own). About 5.8 GB and
-# 1-2 minutes the first time (pip takes torch and torchvision from this machine's local index); nothing after.
+# (scripts/clients-requirements.txt says which and why they need an environment of their own). About 5.8 GB the
+# first time (what the install costs, measured: BENCHMARKS.md); nothing after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

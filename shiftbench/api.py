@@ -10,6 +10,7 @@ numbers are the CLI's. torch is imported only by :meth:`Split.dataset`.
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -38,7 +39,7 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
     check_benchmark_name(_text(name, "name"), "name")
     if version is not None:
         _text(version, "version")
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)} if home is not None else None)
+    settings = Settings.from_env({**os.environ, "SHIFTBENCH_HOME": str(home)} if home is not None else None)
     store = Store(settings.store_dir)
     family = store.family_of(name)
     if version is not None:

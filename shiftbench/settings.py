@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shiftbench.errors import InputError
 
 ENV_PREFIX = "SHIFTBENCH_"
+# Off while :meth:`Settings.parse` validates given values: they are the whole configuration, never mixed with
+# whatever SHIFTBENCH_* variables the process happens to have.
+_READ_ENVIRONMENT: ContextVar[bool] = ContextVar("shiftbench_read_environment", default=True)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 FamilySettings = TypeVar("FamilySettings", bound=BaseModel)
@@ -79,6 +83,19 @@ class Settings(BaseSettings):
         return value.expanduser().absolute()
 
     @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        if not _READ_ENVIRONMENT.get():
+            return (init_settings,)
+        return (init_settings, env_settings, dotenv_settings, file_secret_settings)
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """The settings of ``env`` (default: the process environment); unset variables take defaults."""
         if env is None:
@@ -91,7 +108,11 @@ class Settings(BaseSettings):
         """Validate raw values (strings or typed), ignoring the environment; names that are no field here
         are kept for the families' own settings (:meth:`of`)."""
         own = {name: value for name, value in values.items() if name in cls.model_fields}
-        settings = _validated(lambda: cls.model_validate(own))
+        token = _READ_ENVIRONMENT.set(False)
+        try:
+            settings = _validated(lambda: cls.model_validate(own))
+        finally:
+            _READ_ENVIRONMENT.reset(token)
         return settings._with_family_values({k: v for k, v in values.items() if k not in cls.model_fields})
 
     def _with_family_values(self, values: Mapping[str, Any]) -> Settings:
