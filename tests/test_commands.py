@@ -111,6 +111,8 @@ LEADERBOARD = [
     (["leaderboard", "--splits", "tset"], "parameter '--splits': unknown split 'tset'"),
     (["leaderboard", "--splits", ","], "name at least one split"),
     (["leaderboard", "--format", "html"], "invalid choice: 'html'"),
+    (["leaderboard", "--include-standin=yes"], "argument --include-standin: ignored explicit argument 'yes'"),
+    (["leaderboard", "nope", "--include-standin"], "no published benchmark 'nope'"),
 ]
 EXPORT = [
     (["export", CASE, "{file}"], "exists and is not a directory"),
