@@ -24,8 +24,6 @@ from shiftbench.store import Store
 
 from .conftest import TEST_CACHE, TOY_CLASSES, toy_edges
 
-pytestmark = pytest.mark.slow
-
 BREEDS = "toy"  # level 1 of the toy hierarchy over twelve real ImageNet classes
 CASE = "sc-moved"  # sprites-sc-object_color, 20 images per combination, 150 training examples
 TASK = "dg-moved@generated"  # cat-dog-dg-cabinet-bed@generated, 40 training and 20 test images
@@ -118,6 +116,7 @@ def _errors(result: Any) -> list[str]:
     return [str((error.cause or error).message) for error in errors]
 
 
+@pytest.mark.slow
 def test_a_moved_warehouse_works_where_it_is(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,3 +167,44 @@ def test_a_moved_warehouse_works_where_it_is(
         assert main(["build", family, "--benchmark", benchmark]) == 0, capsys.readouterr()
     assert _published(new) == before
     assert old.read_text().startswith("moved away")  # nothing wrote at the old path
+
+
+def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_old_manifests_resolve_as_before(
+    tmp_path: Path,
+) -> None:
+    from shiftbench.images import image_block, resolve_images
+
+    built, moved = tmp_path / "built", tmp_path / "moved"
+    inside = image_block("sprites", "images/{}.png", built / "cache" / "sprites" / "k", home=built)
+    assert inside == {
+        "source": "sprites", "template": "images/{}.png", "root": "cache/sprites/k", "root_setting": None,
+        "root_base": "home",
+    }  # fmt: skip
+    outside = image_block("celeba", "img_align_celeba/{}", tmp_path / "celeba", "celeba_dir", home=built)
+    assert outside["root"] == str(tmp_path / "celeba") and "root_base" not in outside
+    older = {**inside, "root": str(built / "cache" / "sprites" / "k")}  # written before roots were relative
+    del older["root_base"]
+    here = Settings.from_env({"SHIFTBENCH_HOME": str(moved)})
+    assert resolve_images(here, {"images": inside}).root == moved / "cache" / "sprites" / "k"
+    assert resolve_images(here, {"images": outside}).root == tmp_path / "celeba"
+    assert resolve_images(here, {"images": older}).root == built / "cache" / "sprites" / "k"
+
+
+def test_a_cache_record_is_found_in_the_warehouse_where_it_is_now(tmp_path: Path) -> None:
+    """Relative records resolve in this warehouse; an older absolute record that is gone is found at the same
+    place in this warehouse's cache; one that still exists, or has no copy here, is kept as recorded."""
+    from shiftbench.cache import find_cached, home_record
+
+    built, home = tmp_path / "built", tmp_path / "moved"
+    artifact = home / "cache" / "conds_attributes" / "abc"
+    artifact.mkdir(parents=True)
+    assert home_record(artifact, home) == "cache/conds_attributes/abc"
+    assert home_record(tmp_path / "user" / "table.csv", home) == str(tmp_path / "user" / "table.csv")
+    assert find_cached("cache/conds_attributes/abc", home, home / "cache") == artifact
+    gone = built / "cache" / "conds_attributes" / "abc"
+    assert find_cached(str(gone), home, home / "cache") == artifact
+    assert (
+        find_cached(str(built / "cache" / "sprites" / "k"), home, home / "cache") == built / "cache" / "sprites" / "k"
+    )
+    gone.mkdir(parents=True)
+    assert find_cached(str(gone), home, home / "cache") == gone
