@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shiftbench.cache import from_home_record, home_record
+from shiftbench.cache import find_cached, from_home_record, home_record
 from shiftbench.errors import InputError
 from shiftbench.outputs import check_path_template
 
@@ -86,7 +86,8 @@ def resolve_images(
         )
     if block.get("root_base") == "home":  # inside the warehouse, wherever it is now
         return ImageSource(from_home_record(str(root), settings.home), template, str(block["source"]))
-    return ImageSource(Path(root), template, str(block["source"]))
+    # An older manifest's absolute root: as written, or, gone since the warehouse moved, its cache folder here.
+    return ImageSource(find_cached(str(root), settings.home, settings.cache_dir), template, str(block["source"]))
 
 
 def image_paths(example_ids: Sequence[str], image_root: Path, template: str) -> list[Path]:

@@ -169,9 +169,11 @@ def test_a_moved_warehouse_works_where_it_is(
     assert old.read_text().startswith("moved away")  # nothing wrote at the old path
 
 
-def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_old_manifests_resolve_as_before(
+def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_older_ones_still_resolve(
     tmp_path: Path,
 ) -> None:
+    """A root inside the warehouse is relative to it, one outside absolute; an older manifest's absolute root is
+    read as written while it exists, and at the same place in this warehouse's cache once it is gone."""
     from shiftbench.images import image_block, resolve_images
 
     built, moved = tmp_path / "built", tmp_path / "moved"
@@ -187,6 +189,10 @@ def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_old_ma
     here = Settings.from_env({"SHIFTBENCH_HOME": str(moved)})
     assert resolve_images(here, {"images": inside}).root == moved / "cache" / "sprites" / "k"
     assert resolve_images(here, {"images": outside}).root == tmp_path / "celeba"
+    assert resolve_images(here, {"images": older}).root == built / "cache" / "sprites" / "k"  # as written
+    (moved / "cache" / "sprites" / "k").mkdir(parents=True)  # the warehouse moved: the same folder, here
+    assert resolve_images(here, {"images": older}).root == moved / "cache" / "sprites" / "k"
+    (built / "cache" / "sprites" / "k").mkdir(parents=True)  # still there (a copy): read as written
     assert resolve_images(here, {"images": older}).root == built / "cache" / "sprites" / "k"
 
 
