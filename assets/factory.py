@@ -21,7 +21,6 @@ spec file appears without reloading the code location, and a dataset that is not
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import dagster as dg
@@ -37,6 +36,7 @@ from pydantic import Field, create_model
 
 from assets.automation import observe_nightly, publish, rebuild
 from assets.metadata import (
+    ARTIFACT_RECORD,
     artifact_metadata,
     contract_check_specs,
     contract_evaluations,
@@ -47,7 +47,7 @@ from assets.metadata import (
 )
 from assets.resources import ShiftbenchSettings
 from shiftbench import building, progress, registry, variants
-from shiftbench.cache import CachedArtifact
+from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target
@@ -63,14 +63,16 @@ def spec_source_key(kind: Kind) -> dg.AssetKey:
     return dg.AssetKey(["raw", f"{kind.family}_{kind.name}_specs"])
 
 
-def load_input(instance: dg.DagsterInstance, item: Input) -> CachedArtifact:
-    """The input's latest build, by the path its materialization recorded (steps share paths, not pickles)."""
+def load_input(instance: dg.DagsterInstance, item: Input, settings: Settings) -> CachedArtifact:
+    """The input's latest build, by the path its materialization recorded (steps share paths, not pickles), in
+    this warehouse: relative to it, or an older record's absolute path found where the warehouse is now."""
     event = instance.get_latest_materialization_event(dg.AssetKey(list(item.key)))
     materialization = event.asset_materialization if event is not None else None
-    path = materialization.metadata.get("path") if materialization is not None else None
+    metadata = materialization.metadata if materialization is not None else {}
+    path = metadata.get(ARTIFACT_RECORD) or metadata.get("path")
     if path is None:
         raise InputError(f"{item.name} has not been built yet: materialize it (job {item.key[0]}_inputs) first")
-    return CachedArtifact.load(Path(str(path.value)))
+    return CachedArtifact.load(find_cached(str(path.value), settings.home, settings.cache_dir))
 
 
 # -- raw sources ------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
     def _build(context: dg.AssetExecutionContext, settings: ShiftbenchSettings) -> Iterator[Any]:
         resolved = settings.get()
         yield from _observe_sources_read(context, family, item, resolved)
-        upstream = {name: load_input(context.instance, family.input(name)) for name in item.inputs}
+        upstream = {name: load_input(context.instance, family.input(name), resolved) for name in item.inputs}
         progress.report(progress.Event("input", item.name, status="start"))
         artifact = item.build(resolved, upstream)
         summary = item.summary(artifact)
@@ -156,7 +158,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         progress.report(progress.Event("input", item.name, status="done", detail=summary))
         yield dg.MaterializeResult(
             data_version=dg.DataVersion(artifact.fingerprint),
-            metadata=artifact_metadata(artifact, int(artifact.meta.get(item.rows, 0)), summary),
+            metadata=artifact_metadata(artifact, int(artifact.meta.get(item.rows, 0)), summary, resolved),
         )
 
     return _build
@@ -355,7 +357,7 @@ def _build_kind(
     bugs: dict[str, str] = {}  # the failures of shiftbench itself: their tracebacks, for the report
     targets = _targets(settings, kind, keys, errors)
     needed = kind.inputs_needed(settings, [target.spec for _, target in targets])
-    inputs = {name: load_input(context.instance, family.input(name)) for name in needed} if stage else {}
+    inputs = {name: load_input(context.instance, family.input(name), settings) for name in needed} if stage else {}
     published = False
     try:
         for outcome in building.iter_build(

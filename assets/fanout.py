@@ -61,7 +61,7 @@ def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> 
 
     def inputs_of(context: dg.OpExecutionContext, settings: Settings, target: Any) -> dict[str, Any]:
         return {
-            name: load_input(context.instance, family.input(name))
+            name: load_input(context.instance, family.input(name), settings)
             for name in kind.inputs_needed(settings, [target.spec])
         }
 

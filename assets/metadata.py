@@ -6,7 +6,7 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from shiftbench.cache import CachedArtifact
+from shiftbench.cache import CachedArtifact, home_record
 from shiftbench.contracts import RuleResult
 from shiftbench.family import Figure, FilePath, Markdown, Metadata, Table
 from shiftbench.plots import png_markdown
@@ -15,6 +15,7 @@ from shiftbench.store import Publication, StagedVersion
 
 DATA_VERSION_TAG = "dagster/data_version"
 USER_DATA_VERSION_TAG = "dagster/data_version_is_user_provided"
+ARTIFACT_RECORD = "path_in_warehouse"  # an input's cache folder, relative to the warehouse: found after a move
 
 
 def data_version_tags(version: str) -> dict[str, str]:
@@ -54,10 +55,12 @@ def render(metadata: Metadata, settings: Settings) -> dict[str, Any]:
     return rendered
 
 
-def artifact_metadata(artifact: CachedArtifact, rows: int, summary: str) -> dict[str, Any]:
+def artifact_metadata(artifact: CachedArtifact, rows: int, summary: str, settings: Settings) -> dict[str, Any]:
+    """``path`` for the UI; ``path_in_warehouse`` (relative to the warehouse) for the steps that read it later."""
     return {
         **{f"meta/{k}": dg.MetadataValue.text(str(v)) for k, v in artifact.meta.items() if k != "fingerprint"},
         "path": dg.MetadataValue.path(str(artifact.path)),
+        ARTIFACT_RECORD: home_record(artifact.path, settings.home),
         "fingerprint": artifact.fingerprint,
         "dagster/row_count": rows,
         "summary": summary,

@@ -23,7 +23,7 @@ import polars as pl
 from shiftbench.errors import InputError, StoreError
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
-from shiftbench.store_layout import StagedVersion, check_benchmark_name
+from shiftbench.store_layout import check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
 
@@ -46,30 +46,13 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
         known = [v.version for v in store.versions() if v.benchmark == name]
         if family is not None and version not in known:
             raise InputError(f"{name} has no version {version!r}; published: {', '.join(known)}", parameter="version")
-    _refuse_damaged(store, family, name, version)
-    return Split(settings, published_split(settings, name, version))
+    return Split(settings, published_split(settings, name, version))  # a damaged version: StoreError, not served
 
 
 def _text(value: object, parameter: str) -> str:
     if not isinstance(value, str):
         raise InputError(f"must be a string, got {value!r}", parameter=parameter)
     return value
-
-
-def _refuse_damaged(store: Any, family: str | None, name: str, version: str | None) -> None:
-    """Every table file of the version (what ``examples``, ``dataset`` and ``evaluate`` read) against the
-    manifest's sizes and SHA-256, before anything is read: a damaged version is not served."""
-    if family is None:
-        return  # not published: published_split says so
-    if version is None:
-        latest = store.latest(name, family=family)
-        if latest is None:
-            return
-        version = latest.version
-    staged = StagedVersion(family, name, version, store.layout.version_dir(family, name, version), created=False)
-    problem = store.damage(staged)
-    if problem is not None:
-        raise StoreError(f"{problem}: not served (`shiftbench check {name}` reports the damage)")
 
 
 @dataclass

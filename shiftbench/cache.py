@@ -4,6 +4,9 @@ Intermediate results (parsed raw sources, hierarchies) are written once into a d
 by their content fingerprint, so steps running in different processes hand each other a path,
 not a pickle, and an unchanged input is never parsed twice. Every write goes through a uniquely
 named temporary sibling and a rename, so concurrent builds and readers never see half a file.
+
+What the warehouse records about a place inside itself (an artifact's folder, generated images) is named
+relative to the warehouse folder (:func:`home_record`), so a moved or copied warehouse finds it where it is now.
 """
 
 from __future__ import annotations
@@ -37,6 +40,30 @@ class CachedArtifact:
         except (OSError, ValueError) as exc:
             raise StoreError(f"{path}: not a complete cached artifact ({exc}); rebuild the inputs") from None
         return cls(path, str(data["fingerprint"]), dict(data["meta"]))
+
+
+def home_record(path: Path, home: Path) -> str:
+    """How a record kept in the warehouse names ``path``: relative to the warehouse folder ``home`` when it is
+    inside it (the record then holds after ``mv`` of the warehouse), else absolute (a user's ImageNet folder)."""
+    return path.relative_to(home).as_posix() if path.is_relative_to(home) else str(path)
+
+
+def from_home_record(record: str, home: Path) -> Path:
+    """The path a :func:`home_record` names, in the warehouse at ``home`` (an absolute record as it is)."""
+    path = Path(record)
+    return path if path.is_absolute() else home / path
+
+
+def find_cached(record: str, home: Path, cache_dir: Path) -> Path:
+    """A cache folder (``<cache>/<kind>/<key>``) a record names: a :func:`home_record`, or the absolute path an
+    older release recorded; when that path is gone (the warehouse was moved since), the folder at the same place
+    in this warehouse's cache, if there is one."""
+    path = from_home_record(record, home)
+    if path.is_absolute() and not path.exists():
+        here = cache_dir / path.parent.name / path.name
+        if here.is_dir():
+            return here
+    return path
 
 
 def unique_sibling(path: Path) -> Path:

@@ -2,7 +2,9 @@
 
 When a family stages a version it records, in the manifest, how its example ids become image
 paths (:func:`image_block`): the source, a template (``{}`` is the example id) and the root, or
-the setting that names the root when it was not configured at build time. ERM training and the
+the setting that names the root when it was not configured at build time. A root inside the warehouse
+(generated images in its cache) is recorded relative to it (``root_base: home``), so the split's images are
+found after the warehouse is moved; a root outside it (the user's ImageNet) stays absolute. ERM training and the
 ImageFolder export read only this block (:func:`resolve_images`); a root given by the user wins.
 The training job imports :func:`image_paths` only, so this module stays free of pydantic and torch.
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shiftbench.cache import find_cached, from_home_record, home_record
 from shiftbench.errors import InputError
 from shiftbench.outputs import check_path_template
 
@@ -30,18 +33,21 @@ class ImageSource:
     kind: str  # imagenet | gqa | celeba | sprites | user | standin
 
 
-def image_block(source: str, template: str, root: Path | None, setting: str | None = None) -> dict[str, Any]:
+def image_block(
+    source: str, template: str, root: Path | None, setting: str | None = None, *, home: Path | None = None
+) -> dict[str, Any]:
     """The manifest's ``images`` entry: ``template.format(example_id)`` is a path under ``root``.
 
     ``setting`` names the settings field that gives the root when ``root`` is None (e.g. ImageNet
-    not configured when the split was built); ``source: standin`` means no real images exist.
+    not configured when the split was built); ``source: standin`` means no real images exist. A root
+    inside the warehouse ``home`` is recorded relative to it, with ``root_base: home``.
     """
-    return {
-        "source": source,
-        "template": template,
-        "root": str(root) if root is not None else None,
-        "root_setting": setting,
-    }
+    block: dict[str, Any] = {"source": source, "template": template, "root": None, "root_setting": setting}
+    if root is not None:
+        block["root"] = home_record(root, home) if home is not None else str(root)
+        if not Path(block["root"]).is_absolute():
+            block["root_base"] = "home"
+    return block
 
 
 def resolve_images(
@@ -78,7 +84,10 @@ def resolve_images(
             f"the {block['source']} images of {manifest.get('benchmark')} are not configured: {hint}",
             parameter="image_root",
         )
-    return ImageSource(Path(root), template, str(block["source"]))
+    if block.get("root_base") == "home":  # inside the warehouse, wherever it is now
+        return ImageSource(from_home_record(str(root), settings.home), template, str(block["source"]))
+    # An older manifest's absolute root: as written, or, gone since the warehouse moved, its cache folder here.
+    return ImageSource(find_cached(str(root), settings.home, settings.cache_dir), template, str(block["source"]))
 
 
 def image_paths(example_ids: Sequence[str], image_root: Path, template: str) -> list[Path]:

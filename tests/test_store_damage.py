@@ -3,10 +3,11 @@
 Every kind of damage the store can meet, crossed with every form of ``shiftbench check`` (``check``, ``check B``,
 ``check B OTHER``) and with ``shiftbench gc --keep 1``: each names the damaged file and what is wrong (exit 1, never
 ``parameter '…'``), the other benchmark is still checked, nothing intact is removed and no damaged record is
-overwritten. Then what check closes beside: rows rewritten with their manifest's checksum updated (the content
-hash), NaN embeddings (the finiteness rules), a truncated publication event (publishing again rewrites it), a check
-record made under older contracts; and what it cannot close (a log rewritten end to end), stated here as a test so
-that the documentation's claim is measured.
+overwritten; ``train``, ``eval`` and ``export`` refuse a version whose file fails its checksum. Then what check
+closes beside: rows rewritten with their manifest's checksum updated (the content hash), NaN embeddings (the
+finiteness rules), a truncated publication event (publishing again rewrites it), a check record made under older
+contracts; and what it cannot close (a log rewritten end to end), stated here as a test so that the
+documentation's claim is measured.
 """
 
 from __future__ import annotations
@@ -278,6 +279,30 @@ def test_gc_never_removes_the_newest_intact_version_whatever_is_damaged(
     assert copy.older.is_dir(), lines  # the only intact version of toy: still there
     assert copy.latest.is_dir() or not (copy.latest / "manifest.json").exists()
     _still(path, damaged)
+
+
+READERS = {  # the commands that read a published split (as load_split does), {dir}: a folder of the test's own
+    "train": ["train", BENCH, "--preset", "smoke"],
+    "eval": ["eval", BENCH, "{dir}/predictions.csv", "--method", "mine"],
+    "export": ["export", BENCH, "{dir}/export", "--layout", "imagefolder"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", READERS)
+def test_train_eval_and_export_refuse_a_version_whose_file_fails_its_checksum(
+    copy: Home, command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What ``load_split`` never serves, ``train``, ``eval`` and ``export`` never read: one line naming the file,
+    exit 1 (damage, not the input's fault), nothing published, nothing exported."""
+    (tmp_path / "predictions.csv").write_text("example_id,y_pred\nx,0\n")
+    path, what = _flip_a_byte(copy)
+    before = copy.versions()
+    code = main([arg.format(dir=tmp_path) for arg in READERS[command]])
+    out, err = capsys.readouterr()
+    assert code == 1 and err.count("\n") == 1, (out, err)
+    assert err.startswith(f"error: {path}: {what}") and "not served" in err and "Traceback" not in err, err
+    assert copy.versions() == before and not (tmp_path / "export").exists()
 
 
 @pytest.mark.slow

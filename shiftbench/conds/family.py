@@ -19,7 +19,7 @@ import polars as pl
 
 from shiftbench.analysis import Analysis
 from shiftbench.building import stage_tables
-from shiftbench.cache import CachedArtifact, cached, publish_cache_dir
+from shiftbench.cache import CachedArtifact, cached, find_cached, home_record, publish_cache_dir
 from shiftbench.cards import CardInfo
 from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
@@ -121,11 +121,11 @@ def dataset_definition(settings: Settings, name: str) -> str:
     return str(replace(load_specs(own.conds_specs).datasets[name], source_file="", line=None))
 
 
-def _images(dataset: DatasetSpec, image_root: Path | None) -> dict[str, Any]:
+def _images(dataset: DatasetSpec, image_root: Path | None, home: Path) -> dict[str, Any]:
     if dataset.source == "celeba":
-        return image_block("celeba", "img_align_celeba/{}", image_root, "celeba_dir")
-    if dataset.source == "sprites":
-        return image_block("sprites", "images/{}.png", image_root)
+        return image_block("celeba", "img_align_celeba/{}", image_root, "celeba_dir", home=home)
+    if dataset.source == "sprites":  # generated into the warehouse's cache: recorded relative to the warehouse
+        return image_block("sprites", "images/{}.png", image_root, home=home)
     return image_block("user", "{}", None)
 
 
@@ -177,7 +177,7 @@ def attribute_source(settings: Settings, dataset: DatasetSpec) -> CachedArtifact
         "source": dataset.source,
         "fingerprint": fingerprint,
         "n_examples": table.height,
-        "image_root": str(image_root) if image_root else None,
+        "image_root": home_record(image_root, settings.home) if image_root else None,
         "origin": origin,
     }
 
@@ -199,7 +199,10 @@ def attribute_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] 
             skipped[name] = reason
             continue
         datasets[name] = attribute_source(settings, dataset)
-    index = {name: {"path": str(a.path), "fingerprint": a.fingerprint, "meta": a.meta} for name, a in datasets.items()}
+    index = {
+        name: {"path": home_record(a.path, settings.home), "fingerprint": a.fingerprint, "meta": a.meta}
+        for name, a in datasets.items()
+    }
     fingerprint = sha256_json({name: a.fingerprint for name, a in datasets.items()})
     meta = {
         "fingerprint": fingerprint,
@@ -214,13 +217,17 @@ def attribute_tables(settings: Settings, upstream: Mapping[str, CachedArtifact] 
     return cached(settings.cache_dir / "conds_attribute_tables" / fingerprint[:32], fingerprint, meta, write)
 
 
-def dataset_artifact(tables: CachedArtifact, dataset: str) -> CachedArtifact:
+def dataset_artifact(settings: Settings, tables: CachedArtifact, dataset: str) -> CachedArtifact:
+    """One dataset's attribute table, found in this warehouse's cache (``datasets.json`` names it relative to the
+    warehouse; an older release's absolute path is found at the same place after a move)."""
     index = json.loads((tables.path / "datasets.json").read_text("utf-8"))
     if dataset not in index:
         reason = tables.meta.get("skipped", {}).get(dataset, "not read")
         raise InputError(f"dataset {dataset} is not available: {reason}", parameter="dataset")
     entry = index[dataset]
-    return CachedArtifact(Path(entry["path"]), entry["fingerprint"], entry["meta"])
+    return CachedArtifact(
+        find_cached(entry["path"], settings.home, settings.cache_dir), entry["fingerprint"], entry["meta"]
+    )
 
 
 def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
@@ -228,7 +235,7 @@ def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
     own = settings.of(CondsSettings)
     case, benchmark = target.spec, target.benchmark
     assert isinstance(case, CaseSpec)
-    source = dataset_artifact(inputs[ATTRIBUTES.name], case.dataset)
+    source = dataset_artifact(settings, inputs[ATTRIBUTES.name], case.dataset)
     dataset = load_specs(own.conds_specs).datasets[case.dataset]
     table = pl.read_parquet(source.path / "attributes.parquet")
     sources = {"dataset": case.dataset, "source": source.meta["source"], "attributes_sha256": source.fingerprint}
@@ -242,7 +249,8 @@ def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
             ),
         }
 
-    image_root = Path(source.meta["image_root"]) if source.meta.get("image_root") else None
+    recorded = source.meta.get("image_root")
+    image_root = find_cached(recorded, settings.home, settings.cache_dir) if recorded else None
     return stage_tables(
         settings,
         build.FAMILY,
@@ -251,7 +259,7 @@ def stage_case(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         spec=case.name,
         origin={**source.meta["origin"], "image_root": source.meta["image_root"]},
         code_version=CODE_VERSION,
-        images=_images(dataset, image_root),
+        images=_images(dataset, image_root, settings.home),
         attachments=figures,
         card=card_info(case, dataset),
         check=target.check,

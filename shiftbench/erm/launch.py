@@ -35,7 +35,7 @@ from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import ContractViolation, InputError, StoreError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
@@ -221,7 +221,9 @@ RESULT_FAMILIES = (FAMILY, "eval", "analysis")
 
 
 def published_split(settings: Settings, benchmark: str, version: str | None = None) -> PublishedSplit:
-    """A published benchmark version (default: the latest) with its examples."""
+    """A published benchmark version (default: the latest) with its examples; a version whose files do not match
+    its manifest's sizes and SHA-256 is never served (:class:`StoreError` naming the file), whoever asks: ``train``,
+    ``eval``, ``export`` and :func:`shiftbench.load_split`."""
     store = Store(settings.store_dir)
     family = store.family_of(benchmark)
     if family is None or family in RESULT_FAMILIES:
@@ -237,6 +239,9 @@ def published_split(settings: Settings, benchmark: str, version: str | None = No
             raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
         version = latest.version
     staged = store.staged(family, benchmark, version)
+    problem = store.damage(staged)  # every table file, before anything is read
+    if problem is not None:
+        raise StoreError(f"{problem}: not served (`shiftbench check {benchmark}` reports the damage)")
     if not staged.table_path("examples").is_file():
         raise InputError(f"{benchmark} version {version} has no examples to train on", parameter="benchmark")
     manifest = staged.manifest()
