@@ -149,7 +149,9 @@ def test_sources_are_asset_spec_external_assets_not_source_assets() -> None:
 
 @pytest.fixture
 def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.instance_for_test() as inst:
+    """An in-memory instance: the same storage classes as the daemon's SQLite ones (SQL over SQLite), without a
+    connection per query and a file per run (the tests of the CLI's own instance use ``DagsterInstance.get()``)."""
+    with dg.DagsterInstance.ephemeral() as inst:
         yield inst
 
 
