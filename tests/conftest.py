@@ -178,11 +178,52 @@ def small_sprites_home(home: Path, *cases: str) -> Settings:
     from shiftbench.store import Store
 
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    sprites = _sprites_key(40, 0)
+    _link_tree(TEST_CACHE / "sprites" / sprites, settings.cache_dir / "sprites" / sprites)
     for case in cases:
         staged = stage_one(settings, "conds/case", case, {"train_size": 432})
         assert not failures(check_version(Store(settings.store_dir), staged))
         publish_staged(settings, staged)
+    _link_tree(settings.cache_dir / "sprites" / sprites, TEST_CACHE / "sprites" / sprites)
     return settings
+
+
+def _sprites_key(n_per_combination: int, seed: int) -> str:
+    """The cache folder of generated sprites, named as shiftbench.conds.family names it (a mismatch only costs the
+    10 CPU seconds of generating them again)."""
+    from shiftbench.fingerprint import sha256_text
+    from shiftbench.sources.sprites import GENERATOR_VERSION
+
+    return sha256_text(f"{GENERATOR_VERSION}|{n_per_combination}|{seed}")[:32]
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system (a tmpfs /tmp): a copy
+        import shutil
+
+        shutil.copy2(source, target)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Hard-link the files of ``source`` into ``target`` unless one of them is missing (through a temporary sibling
+    and a rename, so other workers never see half of it). Each home gets its own folder entries: a test that
+    renames an image there (test_erm does) leaves the shared copy whole."""
+    import shutil
+    import uuid
+
+    if target.exists() or not source.is_dir():
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        shutil.copytree(source, tmp, copy_function=_link_or_copy)
+        tmp.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
