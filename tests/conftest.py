@@ -190,7 +190,7 @@ def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Set
     (TEST_CACHE / "sprites").mkdir(parents=True, exist_ok=True)
     if own_images:
         _link_tree(TEST_CACHE / "sprites" / sprites, settings.cache_dir / "sprites" / sprites)
-    else:
+    elif not (settings.cache_dir / "sprites").exists():  # test_provenance links it itself
         settings.cache_dir.mkdir(parents=True, exist_ok=True)
         (settings.cache_dir / "sprites").symlink_to(TEST_CACHE / "sprites")
     for case in cases:
