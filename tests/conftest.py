@@ -11,6 +11,12 @@ from typing import Any
 
 import pytest
 
+# pytest-xdist runs a worker per core: torch's CPU ops then get one thread each (by default each worker takes every
+# core, and the workers' OpenMP threads spin against each other: test_step 192 s -> 42 s on two busy cores). Set
+# before torch is imported; the processes the tests start inherit it, so CPU results stay comparable between them.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 from shiftbench.settings import Settings
 
 PROJECT = Path(__file__).resolve().parents[1]
@@ -170,19 +176,68 @@ def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dic
     return chosen.stage(settings, target, inputs)
 
 
-def small_sprites_home(home: Path, *cases: str) -> Settings:
+def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
-    432 train + id_val examples): the ERM tests' data."""
+    432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a
+    symlink, as ``make_settings`` does); ``own_images`` gives the home its own links to them instead, for a test
+    that moves an image."""
     from shiftbench.contracts import failures
     from shiftbench.publishing import check_version, publish_staged
     from shiftbench.store import Store
 
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    sprites = _sprites_key(40, 0)
+    (TEST_CACHE / "sprites").mkdir(parents=True, exist_ok=True)
+    if own_images:
+        _link_tree(TEST_CACHE / "sprites" / sprites, settings.cache_dir / "sprites" / sprites)
+    elif not (settings.cache_dir / "sprites").exists():  # test_provenance links it itself
+        settings.cache_dir.mkdir(parents=True, exist_ok=True)
+        (settings.cache_dir / "sprites").symlink_to(TEST_CACHE / "sprites")
     for case in cases:
         staged = stage_one(settings, "conds/case", case, {"train_size": 432})
         assert not failures(check_version(Store(settings.store_dir), staged))
         publish_staged(settings, staged)
+    if own_images:
+        _link_tree(settings.cache_dir / "sprites" / sprites, TEST_CACHE / "sprites" / sprites)
     return settings
+
+
+def _sprites_key(n_per_combination: int, seed: int) -> str:
+    """The cache folder of generated sprites, named as shiftbench.conds.family names it (a mismatch only costs
+    generating them again in the home that asked for its own images)."""
+    from shiftbench.fingerprint import sha256_text
+    from shiftbench.sources.sprites import GENERATOR_VERSION
+
+    return sha256_text(f"{GENERATOR_VERSION}|{n_per_combination}|{seed}")[:32]
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system (a tmpfs /tmp): a copy
+        import shutil
+
+        shutil.copy2(source, target)
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Hard-link the files of ``source`` into ``target`` unless one of them is missing (through a temporary sibling
+    and a rename, so other workers never see half of it). Each home gets its own folder entries: a test that
+    renames an image there (test_erm does) leaves the shared copy whole."""
+    import shutil
+    import uuid
+
+    if target.exists() or not source.is_dir():
+        return
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        shutil.copytree(source, tmp, copy_function=_link_or_copy)
+        tmp.rename(target)
+    except OSError:
+        if not target.exists():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:

@@ -149,7 +149,9 @@ def test_sources_are_asset_spec_external_assets_not_source_assets() -> None:
 
 @pytest.fixture
 def instance() -> Iterator[dg.DagsterInstance]:
-    with dg.instance_for_test() as inst:
+    """An in-memory instance: the same storage classes as the daemon's SQLite ones (SQL over SQLite), without a
+    connection per query and a file per run (the tests of the CLI's own instance use ``DagsterInstance.get()``)."""
+    with dg.DagsterInstance.ephemeral() as inst:
         yield inst
 
 
@@ -379,6 +381,25 @@ def test_launchpad_overrides_need_a_new_name_and_build_it_as_its_own_partition(
 
 
 # -- automation ------------------------------------------------------------------------------------------
+def evaluate_automation(*, defs: dg.Definitions, instance: dg.DagsterInstance, **kwargs: Any) -> Any:
+    """``dg.evaluate_automation_conditions`` with each kind's dynamic partitions read once: they cannot change during
+    an evaluation, and Dagster's tester reads them from the storage again for every partitioned subset it writes
+    into the cursor (8,500 reads in the three-nights test)."""
+    read = instance.get_dynamic_partitions
+    seen: dict[str, Any] = {}
+
+    def once(partitions_def_name: str) -> Any:
+        if partitions_def_name not in seen:
+            seen[partitions_def_name] = read(partitions_def_name)
+        return seen[partitions_def_name]
+
+    instance.get_dynamic_partitions = once  # type: ignore[method-assign]
+    try:
+        return dg.evaluate_automation_conditions(defs=defs, instance=instance, **kwargs)
+    finally:
+        del instance.get_dynamic_partitions  # type: ignore[method-assign]
+
+
 def requested(result: Any) -> dict[str, list[str] | None]:
     found: dict[str, list[str] | None] = {}
     for item in result.results:
@@ -438,7 +459,7 @@ def test_three_nights_without_celeba_request_nothing_that_fails(
     assert not any(name.startswith("celeba") for name in instance.get_dynamic_partitions("conds_cases")), (
         "CelebA without its folder has no partitions"
     )
-    evaluation = dg.evaluate_automation_conditions(defs=loc, instance=instance, evaluation_time=start)
+    evaluation = evaluate_automation(defs=loc, instance=instance, evaluation_time=start)
     assert evaluation.total_requested == 0  # nothing before the first nightly tick
     runs: list[bool] = []
     built: set[str] = set()
@@ -446,7 +467,7 @@ def test_three_nights_without_celeba_request_nothing_that_fails(
         tick = start + timedelta(days=night, hours=1, minutes=1)
         for step in range(4 if night == 0 else 2):  # the tick, then the evaluations after each round of runs
             cursor = sync(instance, real_settings, cursor)
-            evaluation = dg.evaluate_automation_conditions(
+            evaluation = evaluate_automation(
                 defs=loc, instance=instance, evaluation_time=tick + timedelta(minutes=step), cursor=evaluation.cursor
             )
             wanted = requested(evaluation)
@@ -511,19 +532,17 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     latest = Store(settings.store_dir).latest(run)
     assert latest is not None and latest.version == version
     with_erm = loc
-    evaluation = dg.evaluate_automation_conditions(
-        defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12)
-    )
+    evaluation = evaluate_automation(defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12))
     assert requested(evaluation) == {}
 
     spec_file.write_text(spec_file.read_text().replace("n_subclasses: 4", "n_subclasses: 4\n    seed: 3"))
     cursor = sync(instance, settings, cursor)
-    evaluation = dg.evaluate_automation_conditions(
+    evaluation = evaluate_automation(
         defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 1), cursor=evaluation.cursor
     )
     assert requested(evaluation) == {"breeds/staged_benchmark": ["mine"], "breeds/benchmark": ["mine"]}
     assert all(execute(loc, instance, requested(evaluation)))
-    evaluation = dg.evaluate_automation_conditions(
+    evaluation = evaluate_automation(
         defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 2), cursor=evaluation.cursor
     )
     key = str(dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"}))
@@ -552,10 +571,10 @@ def test_starting_the_automation_after_a_build_requests_nothing(
     kind = registry.family("breeds").kind("benchmark")
     instance.add_dynamic_partitions(kind.qualified, ["living17"])
     assert run_kind(loc, instance, kind, ["living17"]).success
-    evaluation = dg.evaluate_automation_conditions(defs=loc, instance=instance, evaluation_time=datetime(2030, 1, 1, 9))
+    evaluation = evaluate_automation(defs=loc, instance=instance, evaluation_time=datetime(2030, 1, 1, 9))
     cursor = sync(instance, real_settings)  # the partition sensor's first tick observes every spec
     for minute in (1, 2):
-        evaluation = dg.evaluate_automation_conditions(
+        evaluation = evaluate_automation(
             defs=loc, instance=instance, evaluation_time=datetime(2030, 1, 1, 9, minute), cursor=evaluation.cursor
         )
         assert requested(evaluation) == {}

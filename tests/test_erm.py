@@ -39,7 +39,7 @@ FAST = {"max_iters": 60, "eval_every": 30}
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """Two published sprites cases (40 images per combination, 432 train + id_val examples)."""
-    return small_sprites_home(tmp_path_factory.mktemp("erm_home"), *CASES)
+    return small_sprites_home(tmp_path_factory.mktemp("erm_home"), *CASES, own_images=True)  # one is moved below
 
 
 def _metrics(outcome: launch.PublishOutcome) -> dict[tuple[str, str], float | None]:
