@@ -284,8 +284,13 @@ def _last_recorded(context: dg.AssetExecutionContext, staged_key: dg.AssetKey) -
 
 
 def _launch_config(config: Any) -> dict[str, Any]:
-    """What a retrain reuses: the config that was set, except the split version (a retrain takes the latest)."""
-    return {k: v for k, v in config.model_dump().items() if v is not None and v is not False and k != "version"}
+    """What a retrain reuses: the config that was set, except the split version (a retrain takes the latest) and
+    ``restart`` (a retrain resumes what an interrupted attempt left, as any run does)."""
+    return {
+        k: v
+        for k, v in config.model_dump().items()
+        if v is not None and v is not False and k not in {"version", "restart"}
+    }
 
 
 def _reused_config(context: dg.AssetExecutionContext, staged_key: dg.AssetKey, config: Any) -> Any:
@@ -319,7 +324,7 @@ def _train_and_stage(
     else:
         try:
             _launch(context, client, job, config)
-        except BaseException:  # DagsterPipesExecutionError is not exported by dagster 1.13; a stop is no Exception
+        except Exception:  # DagsterPipesExecutionError is not exported by dagster 1.13
             message = launch.job_error(out_dir)
             if message:  # a bad input the job named: show it, not Dagster's wrapper
                 raise InputError(message) from None

@@ -98,6 +98,28 @@ def test_a_run_stopped_anywhere_and_resumed_gives_the_uninterrupted_result(
     assert not (tmp_path / "resume").exists()  # the outputs supersede the checkpoint
 
 
+def test_the_static_step_resumes_too(warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``step: graph`` (the program a GPU captures, uncaptured on CPU: fused optimizer, learning rate as a tensor)
+    stopped mid-epoch with GroupDRO resumes to the uninterrupted run's bytes."""
+    plan = _plan(warehouse, "groupdro", step="graph")
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
+    assert _interrupted_run(plan, tmp_path / "stopped", "8", monkeypatch) == [8]
+    assert _outputs(tmp_path / "stopped") == _outputs(tmp_path / "plain")
+
+
+def test_a_learning_rate_grid_resumes_in_either_fit(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An lr grid of two fits stopped at iteration 8 of each (the second resume restores the first fit's record:
+    its score and best weights) gives the uninterrupted grid's result."""
+    plan = _plan(warehouse, "erm", lr_grid="0.001,0.01")
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
+    assert _interrupted_run(plan, tmp_path / "stopped", "8", monkeypatch) == [8, 8]
+    plain, stopped = (json.loads((tmp_path / d / "run.json").read_text("utf-8")) for d in ("plain", "stopped"))
+    assert stopped["lr_grid_scores"] == plain["lr_grid_scores"] and len(plain["lr_grid_scores"]) == 2
+    assert _outputs(tmp_path / "stopped") == _outputs(tmp_path / "plain")
+
+
 def test_the_resumed_run_publishes_the_same_version_and_its_folder_goes(
     warehouse: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -261,3 +283,60 @@ def test_checkpoint_every_is_checked() -> None:
         TrainConfig.from_mapping({"checkpoint_every": -1})
     assert "checkpoint_every" not in resume.identity("b", "v", {"checkpoint_every": 5}, {}, None)["config"]
     assert hashlib.sha256(b"").hexdigest() != resume.code_hash()
+
+
+def test_ctrl_c_stops_a_sweep_after_its_runs_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C on a sweep: no further run starts; each running run's process group gets SIGINT once and is waited
+    for; their interrupted lines are their outcomes. Runs are stand-ins that answer SIGINT as the job does."""
+    import threading
+
+    from shiftbench.erm import sweep
+
+    answer = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(0.5)  # a checkpoint being written\n"
+        "    print('[train] b seed {seed}: interrupted at iteration 7 of 9 (SIGINT), checkpoint kept in x; run the '\n"
+        "          'same command again to resume', flush=True)\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    plans = [launch.RunPlan(f"r{i}", "b", "conds", "sprites", "v", Path(), "p", {"seed": i}, None, 1) for i in range(3)]  # type: ignore[arg-type]
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(sweep.SweepInterrupted) as stopped:
+        sweep.run_packed(
+            plans, lambda plan: [sys.executable, "-c", answer.format(seed=plan.config["seed"])], 2, tmp_path,
+            lambda _: None,
+        )  # fmt: skip
+    outcomes = {o.plan.run: o for o in stopped.value.outcomes}
+    assert sorted(outcomes) == ["r0", "r1"] and stopped.value.not_started == ["r2"]
+    for seed, run in enumerate(("r0", "r1")):
+        outcome = outcomes[run]
+        assert outcome.interrupted and outcome.exit_code == EXIT_INTERRUPTED and not outcome.ok
+        assert outcome.error is not None and outcome.error.startswith(f"b seed {seed}: interrupted at iteration 7 of 9")
+
+
+def test_the_in_process_dagster_run_stops_and_resumes(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``shiftbench train --in-process``: the asset runs the job in the command's process; stopped at iteration 5 it
+    says so in one line (exit 130), and the same command resumes and publishes the uninterrupted run's version."""
+    from pipelines.cli import main
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    args = ["train", CASE, "--preset", "smoke", "--seed", "1", "--in-process", "--device", "cpu"]
+    args += [item for key, value in TINY.items() for item in ("--set", f"{key}={value}")]
+    monkeypatch.setenv(TEST_HOOK, "5")
+    assert main(args) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert re.search(rf"^\[train\] {CASE} seed 1: interrupted at iteration 5 of 12 \(SIGINT\)", err, re.MULTILINE)
+    assert "Traceback" not in err and "error:" not in err, err
+    assert main(args) == 0  # the hook's point was spent: the resumed run goes on
+    out = capsys.readouterr().out
+    resumed = re.search(r"version (\S+) \(now latest", out)
+    monkeypatch.delenv(TEST_HOOK)
+    assert resumed is not None and main([*args, "--restart"]) == 0
+    assert f"version {resumed[1]} (already latest" in capsys.readouterr().out

@@ -36,7 +36,8 @@ EXIT_REQUEUE = 75  # SIGTERM or SIGUSR1: checkpoint kept, run the same job again
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 REPEAT_WINDOW_S = 2.0
 # Tests only: ``STEP`` or ``eval:STEP`` (comma-separated), the job sends itself SIGINT after that iteration's step,
-# or during its evaluation (after the first batch): interruptions at exact points, through the real handler.
+# or during its evaluation (after the first batch): interruptions at exact points, through the real handler. A
+# resumed run starts after its checkpoint's iteration, so a point stops each fit (of an lr_grid) once.
 TEST_HOOK = "SHIFTBENCH_TEST_INTERRUPT_AT"
 TEST_SIGNAL = "SHIFTBENCH_TEST_INTERRUPT_SIGNAL"  # the signal the hook sends (default SIGINT)
 
@@ -113,11 +114,6 @@ class StopRequest:
         if iteration in self._hook[0]:
             self._hook[0].discard(iteration)
             os.kill(os.getpid(), self._hook_signal)
-
-    def resumed_at(self, iteration: int) -> None:
-        """The test hook's points up to a checkpoint's iteration were spent by the run that wrote it."""
-        for points in self._hook:
-            points.difference_update({p for p in points if p <= iteration})
 
     def during_evaluation(self, iteration: int) -> None:
         if iteration in self._hook[1]:
