@@ -340,3 +340,17 @@ def test_the_in_process_dagster_run_stops_and_resumes(
     monkeypatch.delenv(TEST_HOOK)
     assert resumed is not None and main([*args, "--restart"]) == 0
     assert f"version {resumed[1]} (already latest" in capsys.readouterr().out
+
+
+def test_periodic_checkpoints_stay_under_two_percent_of_the_time(tmp_path: Path) -> None:
+    """Every ``checkpoint_every`` iterations, unless the last write took more than 2 % of the time since it."""
+    from shiftbench.erm.interrupt import StopRequest
+    from shiftbench.erm.train import Resumable
+
+    resumable = Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 10, "b seed 0")
+    assert not resumable.due(15, 0) and not resumable.due(10, 10)  # off the interval; the checkpoint resumed from
+    resumable.write_s, resumable.written_at = 0.5, time.perf_counter() - 10.0  # 5 % of the time since
+    assert not resumable.due(20, 0)
+    resumable.written_at = time.perf_counter() - 30.0  # under 2 %
+    assert resumable.due(20, 0)
+    assert not Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 0, "b seed 0").due(20, 0)  # 0: never

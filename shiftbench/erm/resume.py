@@ -4,8 +4,9 @@ A checkpoint holds everything the run's next iteration depends on: the model, th
 schedule, the method's state (GroupDRO's group weights), every random generator (torch's CPU and CUDA generators,
 numpy's and Python's, the generators of the batch order and of the augmentation), the position in the batch
 stream, the running training loss, the curve, the best weights and score so far, the patience left and, with a
-learning-rate grid, the grid's finished fits. It is written every ``checkpoint_every`` iterations and when the
-run is asked to stop (:mod:`shiftbench.erm.interrupt`), into ``<out_dir>/resume/``:
+learning-rate grid, the grid's finished fits. It is written every ``checkpoint_every`` iterations (less often
+where writing one would take more than ``MAX_OVERHEAD`` of the run's time) and when the run is asked to stop
+(:mod:`shiftbench.erm.interrupt`), into ``<out_dir>/resume/``:
 
 - ``state-<iteration>.pt``: the state (``torch.save``; loaded with ``weights_only=True``, so a checkpoint runs no
   code), written to a temporary file, flushed to disk (fsync) and renamed;
@@ -39,6 +40,8 @@ from shiftbench.erm.checkpoints import read as read_checkpoint
 from shiftbench.errors import InputError
 
 FORMAT = 1
+# The largest share of a run's time periodic checkpoints may take (shiftbench.erm.train.Resumable.due).
+MAX_OVERHEAD = 0.02
 FOLDER = "resume"
 STATE = "state.json"
 # Keys of the training config that do not change a run's bytes: a resumed run may change them.

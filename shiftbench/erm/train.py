@@ -46,7 +46,7 @@ from shiftbench.erm.metrics import (
     value_of,
 )
 from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.resume import Checkpoints, random_states, restore_random_states
+from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints, random_states, restore_random_states
 from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, autocast, build_step
 from shiftbench.errors import InputError
 from shiftbench.seeding import seed_for
@@ -212,13 +212,32 @@ class _Run:
 @dataclass
 class Resumable:
     """How a run checkpoints (every ``every`` iterations; 0: only when stopped) and stops on a signal, and the
-    checkpoint it resumes from (``saved``, loaded and checked by :class:`Checkpoints`)."""
+    checkpoint it resumes from (``saved``, loaded and checked by :class:`Checkpoints`).
+
+    A periodic checkpoint is skipped while writing the last one took more than ``MAX_OVERHEAD`` of the time since
+    it: a model whose checkpoint is slow to write next to fast steps (a ResNet on a GPU) is checkpointed less
+    often than ``every``, never at more than 2 % of its time. A stop always checkpoints."""
 
     checkpoints: Checkpoints
     stop: StopRequest
     every: int
     label: str  # how the stop line names the run: "sprites-uniform seed 0"
     saved: dict[str, Any] | None = None
+    write_s: float = 0.0  # how long the last checkpoint took to write
+    written_at: float = field(default_factory=time.perf_counter)
+
+    def due(self, iteration: int, start: int) -> bool:
+        """Whether a periodic checkpoint is due after ``iteration`` (``start``: the iteration this process resumed
+        from, already saved)."""
+        if not self.every or iteration % self.every or iteration <= start:
+            return False
+        return self.write_s <= MAX_OVERHEAD * (time.perf_counter() - self.written_at)
+
+    def save(self, state: dict[str, Any], iteration: int) -> None:
+        started = time.perf_counter()
+        self.checkpoints.save(state, iteration)
+        self.written_at = time.perf_counter()
+        self.write_s = self.written_at - started
 
 
 class _Abandoned(Exception):
@@ -586,13 +605,13 @@ class _Loop:
             return
         if resumable.stop.requested:
             self._stop(iteration, pending=False)
-        if resumable.every and iteration % resumable.every == 0 and iteration > self.start:
-            resumable.checkpoints.save(self.snapshot(iteration, pending=False), iteration)
+        if resumable.due(iteration, self.start):
+            resumable.save(self.snapshot(iteration, pending=False), iteration)
 
     def _stop(self, iteration: int, *, pending: bool) -> NoReturn:
         resumable = self.run.resumable
         assert resumable is not None and resumable.stop.signum is not None
-        resumable.checkpoints.save(self.snapshot(iteration, pending=pending), iteration)
+        resumable.save(self.snapshot(iteration, pending=pending), iteration)
         config = self.run.config
         raise Interrupted(
             resumable.label, iteration, config.max_iters, resumable.stop.signum, str(resumable.checkpoints.folder)
