@@ -401,11 +401,27 @@ def job_error(out_dir: Path) -> str | None:
     return str(json.loads(path.read_text("utf-8"))["error"])
 
 
-def scratch_dir(settings: Settings, plan: RunPlan, token: str) -> Path:
-    path = settings.runs_dir / plan.run / token
-    if path.exists():
+def scratch_dir(settings: Settings, plan: RunPlan, *, restart: bool = False) -> Path:
+    """The run's working folder, the same for every attempt of the run (``runs/<run>``): the job's outputs and
+    the checkpoint an interrupted attempt left, which the same command resumes from (shiftbench.erm.resume).
+    ``restart`` discards what an earlier attempt left. Removed by :func:`discard_scratch` once published."""
+    path = settings.runs_dir / plan.run
+    if restart and path.exists():
         shutil.rmtree(path)
     return path
+
+
+def discard_scratch(out_dir: Path) -> None:
+    """The run's working folder, once its results are in the store (the job removed its checkpoints already)."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def job_interrupted(out_dir: Path) -> dict[str, Any] | None:
+    """What an interrupted job left in ``interrupted.json`` (its one line, exit code, checkpoint), if anything."""
+    path = out_dir / "interrupted.json"
+    if not path.is_file():
+        return None
+    return dict(json.loads(path.read_text("utf-8")))
 
 
 def headline(results: pl.DataFrame) -> dict[str, float | None]:
@@ -428,4 +444,6 @@ def train_in_process(
     from shiftbench.erm.job import run_job
 
     run_job(plan.job(out_dir), log=log)
-    return publish_run(settings, plan, out_dir)
+    published = publish_run(settings, plan, out_dir)
+    discard_scratch(out_dir)
+    return published
