@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pipelines.cli.common import Subcommands, dagster_instance
@@ -31,11 +32,16 @@ def add_train(sub: Subcommands) -> None:
     train.add_argument("--path-template", help="image path under the root; {} is the example id")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
     train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
+    train.add_argument(
+        "--backend", choices=("local", "slurm"), help="where runs train (default: SHIFTBENCH_TRAIN_BACKEND, local)"
+    )
+    train.add_argument("--slurm-settings", type=Path, help="the Slurm jobs' settings, a YAML file (docs/clusters.md)")
     train.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    from pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from pipelines.cli.sweep import cmd_sweep, wants_sweep
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
@@ -43,6 +49,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
+    if chosen_backend(args, settings) == "slurm":  # one run or a sweep: one job array
+        _typed_training(overrides)
+        return cmd_slurm_sweep(args, overrides)
+    if settings.train_backend == "slurm":  # --backend local over the setting: the ERM asset reads it too
+        os.environ["SHIFTBENCH_TRAIN_BACKEND"] = "local"
     if wants_sweep(args):
         _typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)
