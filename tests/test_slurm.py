@@ -254,3 +254,40 @@ def test_a_requeued_task_resumes_and_publishes_the_uninterrupted_result(
     version, weights, execution = published(home)[run]
     assert (version, weights) == local_runs[run] and execution["restarts"] == 1
     assert json.loads(json.dumps(execution))["backend"] == "slurm"
+
+
+def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
+    home: Path, tmp_path: Path, local_runs: dict[str, tuple[str, str]]
+) -> None:
+    """``SHIFTBENCH_TRAIN_BACKEND=slurm``: the ERM asset's partition trains as a Slurm job, the job's lines reach
+    the Dagster run's event log, and the run published is the one trained locally, its manifest naming the job."""
+    import dagster as dg
+
+    from assets import erm
+    from assets.resources import ShiftbenchSettings
+    from shiftbench.conds.family import CASE as KIND
+    from shiftbench.conds.family import CONDS
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("cpus_per_task: 1\ntime: '10:00'\n")
+    baseline, _ = erm.baseline_assets(CONDS, KIND)
+    resources = {
+        "settings": ShiftbenchSettings(home=str(home), train_backend="slurm", slurm_settings=str(cluster)),
+        "erm_pipes_client": dg.PipesSubprocessClient(),
+    }
+    key = dg.MultiPartitionKey({"benchmark": CASE, "seed": "2"})
+    config = {"preset": "smoke", "device": "cpu", "threads": 1, **SHORT}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(KIND.qualified, [CASE])
+        result = dg.materialize(
+            [baseline], resources=resources, partition_key=key, instance=instance,
+            run_config={"ops": {"erm__conds_case_baseline": {"config": config}}},
+        )  # fmt: skip
+        assert result.success
+        logs = [str(e.message) for e in instance.all_logs(result.run_id) if e.user_message]
+    run = next(r for r in local_runs if r.endswith(".seed2"))
+    assert any(re.search(rf"^{re.escape(run)}: submitted as Slurm job \d+_0", m) for m in logs), logs
+    assert any("[train] iteration 150/150" in m for m in logs), "the job's lines reach the run's event log"
+    version, weights, execution = published(home)[run]
+    assert (version, weights) == local_runs[run]
+    assert execution["backend"] == "slurm" and re.fullmatch(r"\d+_0", str(execution["job_id"]))
