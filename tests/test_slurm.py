@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -28,7 +29,6 @@ from shiftbench.store import Store
 
 from .conftest import PROJECT, small_sprites_home
 
-pytestmark = pytest.mark.slurm
 CASE = "sprites-uniform"
 # The smoke preset, shortened: long enough to interrupt mid-training, short enough for CI.
 SHORT = {"max_iters": 150, "eval_every": 25}
@@ -89,6 +89,7 @@ def job_ids() -> set[str]:
     return set(re.findall(r"^JobId=(\d+)", done.stdout, re.MULTILINE))
 
 
+@pytest.mark.slurm
 def test_a_sweep_is_one_array_and_publishes_what_local_runs_publish(
     home: Path, local_runs: dict[str, tuple[str, str]], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -156,6 +157,7 @@ def sweeps() -> Iterator[list[Sweep]]:
                 subprocess.run(["scancel", match[1]], check=False)
 
 
+@pytest.mark.slurm
 def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_publish(
     home: Path, sweeps: list[Sweep], local_runs: dict[str, tuple[str, str]]
 ) -> None:
@@ -177,6 +179,7 @@ def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_pub
     assert runs[other][:2] == local_runs[other]
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize(
     ("text", "where"),
     [
@@ -211,6 +214,7 @@ def test_a_bad_settings_file_is_refused_before_anything_is_submitted(
     assert job_ids() == before and not (home / "runs").exists()
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
@@ -231,6 +235,7 @@ def test_bad_backend_flags_are_one_line_and_submit_nothing(
     assert job_ids() == before and not (home / "runs" / "slurm").exists()
 
 
+@pytest.mark.slurm
 @pytest.mark.xfail(reason="needs checkpoint/resume (i36-resume)", strict=False)
 @pytest.mark.parametrize("interruption", ["scontrol requeue", "time-limit warning"])
 def test_a_requeued_task_resumes_and_publishes_the_uninterrupted_result(
@@ -256,6 +261,7 @@ def test_a_requeued_task_resumes_and_publishes_the_uninterrupted_result(
     assert json.loads(json.dumps(execution))["backend"] == "slurm"
 
 
+@pytest.mark.slurm
 def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     home: Path, tmp_path: Path, local_runs: dict[str, tuple[str, str]]
 ) -> None:
@@ -291,3 +297,50 @@ def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     version, weights, execution = published(home)[run]
     assert (version, weights) == local_runs[run]
     assert execution["backend"] == "slurm" and re.fullmatch(r"\d+_0", str(execution["job_id"]))
+
+
+@pytest.mark.slurm
+def test_a_refused_submission_is_one_line(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A partition the cluster does not have: sbatch's own reason in one line, exit 2, no job."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("partition: nosuchpartition\n")
+    before = job_ids()
+    assert main(["train", CASE, "--backend", "slurm", "--slurm-settings", str(cluster), *TRAIN]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"error: \S+/sweep\.sbatch: sbatch refused the jobs: .*[Pp]artition.*", err), err
+    assert job_ids() == before
+
+
+@pytest.mark.slurm
+def test_ctrl_c_in_the_submitter_cancels_the_array(home: Path, sweeps: list[Sweep]) -> None:
+    sweep = Sweep("--seeds", "0-1", "--parallel", "1")
+    sweeps.append(sweep)
+    array = sweep.wait_for(r"Slurm job array (\d+)")[1]
+    sweep.wait_for(r"\[train\] iteration 25/")
+    sweep.process.send_signal(signal.SIGINT)
+    code, out = sweep.finish()
+    assert code == 130 and "the job array was cancelled, nothing more is published" in out, out
+    deadline = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "the array is still queued"
+        time.sleep(1)
+    assert not published(home)
+
+
+def test_a_node_local_warehouse_is_refused_for_a_partition_of_several_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule (no cluster of several nodes here): runs under /tmp and a partition of 3 nodes is refused before
+    submitting; one node (this machine's cluster) or a shared path is allowed."""
+    from shiftbench.erm import backends, slurm
+    from shiftbench.erm.slurm_settings import ClusterSettings
+    from shiftbench.errors import InputError
+
+    nodes = {"count": 3}
+    monkeypatch.setattr(slurm, "partition_nodes", lambda partition: nodes["count"])
+    under_tmp = Settings.from_env({"SHIFTBENCH_HOME": "/tmp/shiftbench-home"})
+    with pytest.raises(InputError, match=r"under /tmp, local to each node, and partition gpu has 3 nodes"):
+        backends.check_shared(under_tmp, ClusterSettings(partition="gpu"))
+    backends.check_shared(Settings.from_env({"SHIFTBENCH_HOME": "/shared/lab/shiftbench"}), ClusterSettings())
+    nodes["count"] = 1
+    backends.check_shared(under_tmp, ClusterSettings(partition="gpu"))

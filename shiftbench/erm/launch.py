@@ -401,7 +401,8 @@ def execution_record(out_dir: Path) -> dict[str, Any]:
 
 def record_execution(out_dir: str | Path, record: Mapping[str, Any]) -> None:
     """Say where a finished job ran (its manifest's ``execution``), for a launcher other than this process."""
-    (Path(out_dir) / "execution.json").write_text(json.dumps(dict(record), sort_keys=True), encoding="utf-8")
+    if Path(out_dir).is_dir():  # else the job wrote nothing, which staging reports
+        (Path(out_dir) / "execution.json").write_text(json.dumps(dict(record), sort_keys=True), encoding="utf-8")
 
 
 def job_error(out_dir: Path) -> str | None:
