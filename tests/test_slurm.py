@@ -344,3 +344,40 @@ def test_a_node_local_warehouse_is_refused_for_a_partition_of_several_nodes(
     backends.check_shared(Settings.from_env({"SHIFTBENCH_HOME": "/shared/lab/shiftbench"}), ClusterSettings())
     nodes["count"] = 1
     backends.check_shared(under_tmp, ClusterSettings(partition="gpu"))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800), ("1-2:30", 95400), ("0-0:0:45", 45)],
+)
+def test_slurm_times_are_read_as_sbatch_reads_them(text: str, seconds: int) -> None:
+    from shiftbench.erm.slurm_settings import time_seconds
+
+    assert time_seconds(text) == seconds
+
+
+def test_the_settings_become_the_array_scripts_options(tmp_path: Path) -> None:
+    """Every key reaches the script as sbatch takes it, beside the array, log, requeue and warning options."""
+    from shiftbench.erm import slurm
+    from shiftbench.erm.slurm_settings import load_cluster_settings
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "partition: gpu\naccount: lab\nqos: high\ntime: '2:00:00'\ngres: gpu:a100:1\ncpus_per_task: 8\nmem: 32G\n"
+        "constraint: a100\nsetup: [module load cuda]\nsbatch_options: [--exclusive]\nwarning_seconds: 300\n"
+    )
+    cluster = load_cluster_settings(path)
+    tasks = [
+        slurm.Task(i, f"run{i}", tmp_path / f"job-{i}.json", tmp_path / f"out{i}", tmp_path / f"task-{i}.log")
+        for i in range(5)
+    ]
+    script = slurm.batch_script(cluster, tasks, "/opt/py/bin/python", 3, "shiftbench-train")
+    options = re.findall(r"^#SBATCH (\S+)$", script, re.MULTILINE)
+    assert options == [
+        "--job-name=shiftbench-train", "--array=0-4%3", f"--output={tmp_path}/task-%a.log", "--open-mode=append",
+        "--requeue", "--signal=B:USR1@300", "--time=2:00:00", "--cpus-per-task=8", "--partition=gpu",
+        "--account=lab", "--qos=high", "--gres=gpu:a100:1", "--mem=32G", "--constraint=a100", "--exclusive",
+    ]  # fmt: skip
+    assert "\nmodule load cuda\n" in script and "python=/opt/py/bin/python" in script
+    bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
+    assert bash.returncode == 0, bash.stderr

@@ -18,6 +18,7 @@ left the queue, with its final state, exit code, node and Slurm's reason. Pure l
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -83,10 +84,19 @@ class TaskEnd:
             words.append(f"exit code {self.exit_code}")
         where = f" on {self.node}" if self.node and self.node != "(null)" else ""
         said = "" if self.log_seen else f"; its log {self.task.log} never appeared: {SHARED_HINT}"
-        last = last_error(self.task.log) if self.log_seen else None
+        last = _interrupted(self.task.out_dir) or (last_error(self.task.log) if self.log_seen else None)
         return (
             f"{self.task.run}: Slurm job {self.job_id} {', '.join(words)}{where}" + (f": {last}" if last else "") + said
         )
+
+
+def _interrupted(out_dir: Path) -> str | None:
+    """The line of a job stopped on a signal after its checkpoint (``interrupted.json``, shiftbench.erm.interrupt)."""
+    path = out_dir / "interrupted.json"
+    try:
+        return str(json.loads(path.read_text("utf-8"))["line"]) if path.is_file() else None
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 def last_error(log: Path) -> str | None:
