@@ -128,7 +128,7 @@ class Sweep:
         for line in self.process.stdout:
             self.lines.append(line.rstrip("\n"))
 
-    def wait_for(self, pattern: str, timeout: float = 240) -> re.Match[str]:
+    def wait_for(self, pattern: str, timeout: float = 600) -> re.Match[str]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for line in list(self.lines):
@@ -139,7 +139,7 @@ class Sweep:
             time.sleep(0.2)
         pytest.fail(f"no line matching {pattern!r}:\n" + "\n".join(self.lines))
 
-    def finish(self, timeout: float = 300) -> tuple[int, str]:
+    def finish(self, timeout: float = 600) -> tuple[int, str]:
         code = self.process.wait(timeout)
         self.reader.join(10)
         return code, "\n".join(self.lines)
