@@ -56,7 +56,12 @@ def slurm_cluster() -> str:
 
     message = "no Slurm commands on PATH (sbatch): bash scripts/slurm_local.sh start, then export its SLURM_CONF"
     if shutil.which("sbatch") is not None:
-        done = subprocess.run(["scontrol", "show", "config"], capture_output=True, text=True, timeout=30, check=False)
+        try:
+            done = subprocess.run(
+                ["scontrol", "show", "config"], capture_output=True, text=True, timeout=20, check=False
+            )
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess([], 1, "", "scontrol did not answer in 20 s")
         name = next((line.split("=", 1)[1].strip() for line in done.stdout.splitlines() if "ClusterName" in line), "")
         if done.returncode == 0 and name:
             return name
