@@ -27,9 +27,10 @@ from assets.metadata import contract_check_specs, contract_evaluations, publishe
 from assets.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
-from shiftbench.erm import launch, pods, sweep
+from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.interrupt import Stopped
+from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
 from shiftbench.publishing import describe_failures
@@ -111,6 +112,7 @@ def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any],
             image=config.k8s_image, namespace=config.k8s_namespace
         )
         client.run(context=context, **pod.run_kwargs(job))
+        launch.record_execution(job["out_dir"], {"backend": "kubernetes", "namespace": pod.namespace})
         return
     client.run(command=JOB_COMMAND, context=context, extras={"job": job})
 
@@ -321,6 +323,9 @@ def _train_and_stage(
         from shiftbench.erm.job import run_job  # torch, in this process: only when asked for
 
         run_job(job, log=context.log.info)
+    elif settings.train_backend == "slurm":  # a Slurm job; its log lines in this run's event log
+        cluster = load_cluster_settings(settings.slurm_settings)
+        backends.train_one(settings, cluster, plan, out_dir, log=context.log.info)
     else:
         try:
             _launch(context, client, job, config)

@@ -26,7 +26,7 @@ from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
 # Options of `shiftbench train` that every run of a sweep takes as given.
-_FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template")
+_FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template", "backend")
 
 
 def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:

@@ -7,6 +7,7 @@ Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`pipelines.
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pipelines.cli.common import Subcommands, dagster_instance
@@ -35,11 +36,16 @@ def add_train(sub: Subcommands) -> None:
         action="store_true",
         help="discard the checkpoint an interrupted attempt of the run left and start over (default: resume from it)",
     )
+    train.add_argument(
+        "--backend", choices=("local", "slurm"), help="where runs train (default: SHIFTBENCH_TRAIN_BACKEND, local)"
+    )
+    train.add_argument("--slurm-settings", type=Path, help="the Slurm jobs' settings, a YAML file (docs/clusters.md)")
     train.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    from pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from pipelines.cli.sweep import cmd_sweep, wants_sweep
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
@@ -47,6 +53,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
+    if chosen_backend(args, settings) == "slurm":  # one run or a sweep: one job array
+        _typed_training(overrides)
+        return cmd_slurm_sweep(args, overrides)
+    if settings.train_backend == "slurm":  # --backend local over the setting: the ERM asset reads it too
+        os.environ["SHIFTBENCH_TRAIN_BACKEND"] = "local"
     if wants_sweep(args):
         _typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import socket
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,6 +345,7 @@ def stage_run(
         },
         "params": plan.config,
         "preset": plan.preset,
+        "execution": execution_record(out_dir),
         "weights": {"file": "files/model.pt", "sha256": summary["weights"]["sha256"]},
         "training": {
             **{
@@ -391,6 +393,21 @@ def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[Publi
     if any(not r.passed for rules in results.values() for r in rules):
         raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
     return PublishOutcome(staged, publish_staged(settings, staged), results), summary
+
+
+def execution_record(out_dir: Path) -> dict[str, Any]:
+    """Where the run trained: what its launcher recorded in ``execution.json`` (a Slurm job: backend, job id, node;
+    shiftbench.erm.slurm), else this machine (a local process or the in-process path)."""
+    path = out_dir / "execution.json"
+    if path.is_file():
+        return dict(json.loads(path.read_text("utf-8")))
+    return {"backend": "local", "node": socket.gethostname()}
+
+
+def record_execution(out_dir: str | Path, record: Mapping[str, Any]) -> None:
+    """Say where a finished job ran (its manifest's ``execution``), for a launcher other than this process."""
+    if Path(out_dir).is_dir():  # else the job wrote nothing, which staging reports
+        (Path(out_dir) / "execution.json").write_text(json.dumps(dict(record), sort_keys=True), encoding="utf-8")
 
 
 def job_error(out_dir: Path) -> str | None:
