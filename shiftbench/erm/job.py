@@ -26,16 +26,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+from shiftbench.cpus import yielding_waits
 
-from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import read_split
-from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.train import TrainResult, train
-from shiftbench.errors import InputError
-from shiftbench.images import image_paths
+yielding_waits()  # before torch loads OpenMP: waiting threads sleep instead of spinning against other work
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import torch  # noqa: E402
+
+from shiftbench.erm.config import TrainConfig  # noqa: E402
+from shiftbench.erm.data import read_split  # noqa: E402
+from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
+from shiftbench.erm.train import TrainResult, train  # noqa: E402
+from shiftbench.errors import InputError  # noqa: E402
+from shiftbench.images import image_paths  # noqa: E402
 
 JOB_FORMAT = 1
 
