@@ -52,9 +52,9 @@ def cgroup_quota(cpu_max: Path = CGROUP_V2_CPU_MAX) -> int | None:
         if quota.isdigit() and period.isdigit() and int(period) > 0:
             return max(1, math.ceil(int(quota) / int(period)))
         return None
-    quota, period = _read(CGROUP_V1_QUOTA), _read(CGROUP_V1_PERIOD)
-    if quota and period and quota.isdigit() and period.isdigit() and int(period) > 0:
-        return max(1, math.ceil(int(quota) / int(period)))
+    v1_quota, v1_period = _read(CGROUP_V1_QUOTA), _read(CGROUP_V1_PERIOD)  # cgroup v1: -1 is unlimited
+    if v1_quota and v1_period and v1_quota.isdigit() and v1_period.isdigit() and int(v1_period) > 0:
+        return max(1, math.ceil(int(v1_quota) / int(v1_period)))
     return None
 
 
