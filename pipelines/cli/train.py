@@ -5,6 +5,7 @@ Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`pipelines.
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path

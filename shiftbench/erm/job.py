@@ -34,18 +34,22 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+from shiftbench.cpus import yielding_waits
 
-from shiftbench.erm import resume
-from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import SplitTable, read_split
-from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Stopped, job_lock, stop_requests
-from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.train import Resumable, TrainResult, train
-from shiftbench.errors import InputError
-from shiftbench.images import image_paths
+yielding_waits()  # before torch loads OpenMP: waiting threads sleep instead of spinning against other work
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import torch  # noqa: E402
+
+from shiftbench.erm import resume  # noqa: E402
+from shiftbench.erm.config import TrainConfig  # noqa: E402
+from shiftbench.erm.data import SplitTable, read_split  # noqa: E402
+from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Stopped, job_lock, stop_requests  # noqa: E402
+from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
+from shiftbench.erm.train import Resumable, TrainResult, cpu_threads, train  # noqa: E402
+from shiftbench.errors import InputError  # noqa: E402
+from shiftbench.images import image_paths  # noqa: E402
 
 JOB_FORMAT = 1
 # A previous attempt's outputs, removed when a job starts (its checkpoint folder is kept: the job resumes from it).
@@ -142,7 +146,7 @@ def _identity(job: dict[str, Any], config: TrainConfig, table: SplitTable, check
     )  # fmt: skip
     identity["device"] = device
     if device == "cpu":
-        identity["threads"] = config.threads or torch.get_num_threads()
+        identity["threads"] = cpu_threads(config)  # what the run sets (shiftbench.erm.train)
     return identity
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shiftbench.cpus import available_cpus
 from shiftbench.erm.launch import RunPlan, plan_run
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -83,7 +84,7 @@ def slots(parallel: int | None, n_runs: int, device: str | None) -> int:
             raise InputError("must be at least 1", parameter="--parallel")
         return min(parallel, n_runs)
     on_gpu = (device or "auto").startswith("cuda") or (device in {None, "auto"} and gpu_present())
-    return max(1, min(GPU_SLOTS if on_gpu else os.cpu_count() or 1, n_runs))
+    return max(1, min(GPU_SLOTS if on_gpu else available_cpus(), n_runs))
 
 
 def gpu_present() -> bool:
@@ -93,7 +94,7 @@ def gpu_present() -> bool:
 
 def threads_per_run(parallel: int) -> int:
     """CPU threads for each of ``parallel`` runs side by side (every core used, none oversubscribed)."""
-    return max(1, (os.cpu_count() or 1) // parallel)
+    return max(1, available_cpus() // parallel)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 
 from shiftbench import progress
+from shiftbench.cpus import available_cpus
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import (
     Batches,
@@ -278,6 +279,13 @@ def _rows_and_selection(table: SplitTable, config: TrainConfig) -> tuple[np.ndar
     return train_rows, selection
 
 
+def cpu_threads(config: TrainConfig) -> int:
+    """torch's CPU threads for the run. oneDNN's reductions split by thread, so the count is part of a CPU
+    result (recorded with the run); by default the CPUs this process may use (a Slurm allocation, the affinity
+    mask, a cgroup quota), not every core of the node, which oversubscribes a shared one."""
+    return config.threads or available_cpus()
+
+
 def _prepare(table: SplitTable, paths: Sequence[Path], config: TrainConfig, log: Log) -> tuple[_Run, float]:
     """The run's settings checked and its images loaded (with the seconds that took)."""
     device, precision, channels_last = _compute(config)
@@ -285,8 +293,7 @@ def _prepare(table: SplitTable, paths: Sequence[Path], config: TrainConfig, log:
     groups, group_labels = training_groups(table, config.group_by)
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
-        if config.threads:  # oneDNN's reductions split by thread: the count is part of a CPU result
-            torch.set_num_threads(config.threads)
+        torch.set_num_threads(cpu_threads(config))
     t0 = time.perf_counter()
     batches = Batches(paths, config, device, np.arange(len(paths)))
     load_s = time.perf_counter() - t0
