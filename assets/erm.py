@@ -13,7 +13,6 @@ asset: partitions that can never run are not offered. Runs share the ``gpu`` poo
 never puts two trainings on one device. This module imports no torch (only the job does).
 """
 
-import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import fields
@@ -28,8 +27,10 @@ from assets.metadata import contract_check_specs, contract_evaluations, publishe
 from assets.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
-from shiftbench.erm import launch, pods, sweep
+from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.interrupt import Stopped
+from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
 from shiftbench.publishing import describe_failures
@@ -40,6 +41,8 @@ from shiftbench.store import Store
 TABLES = ("erm_results", "erm_runs", "erm_curves")
 SEEDS = [str(seed) for seed in sweep.SEEDS]  # one seed range: the sweep plans over the same
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
+# Seconds a stopped run's job is given to finish its step and write its checkpoint before it is left behind.
+STOP_GRACE_S = 300
 # Training parameters that may be null: launchpad text, as on the command line ("null" clears).
 NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
 
@@ -60,6 +63,10 @@ def _baseline_config() -> type[dg.Config]:
         ),
         "path_template": (str | None, Field(None, description="Image path under the root, '{}' = example_id.")),
         "in_process": (bool, Field(False, description="Train in the Dagster process instead of a Pipes subprocess.")),
+        "restart": (
+            bool,
+            Field(False, description="Discard the checkpoint an interrupted attempt left and start over."),
+        ),
         "k8s_image": (
             str | None,
             Field(None, description="With PipesK8sClient: the pod's image (over SHIFTBENCH_K8S_POD)."),
@@ -78,7 +85,9 @@ def _baseline_config() -> type[dg.Config]:
 
 
 BaselineConfig: Any = _baseline_config()
-RUN_FIELDS = ("preset", "version", "image_root", "path_template", "in_process", "k8s_image", "k8s_namespace")
+RUN_FIELDS = (
+    "preset", "version", "image_root", "path_template", "in_process", "restart", "k8s_image", "k8s_namespace",
+)  # fmt: skip
 
 
 def training_overrides(config: Any) -> dict[str, Any]:
@@ -103,6 +112,7 @@ def _launch(context: dg.AssetExecutionContext, client: Any, job: dict[str, Any],
             image=config.k8s_image, namespace=config.k8s_namespace
         )
         client.run(context=context, **pod.run_kwargs(job))
+        launch.record_execution(job["out_dir"], {"backend": "kubernetes", "namespace": pod.namespace})
         return
     client.run(command=JOB_COMMAND, context=context, extras={"job": job})
 
@@ -276,8 +286,13 @@ def _last_recorded(context: dg.AssetExecutionContext, staged_key: dg.AssetKey) -
 
 
 def _launch_config(config: Any) -> dict[str, Any]:
-    """What a retrain reuses: the config that was set, except the split version (a retrain takes the latest)."""
-    return {k: v for k, v in config.model_dump().items() if v is not None and v is not False and k != "version"}
+    """What a retrain reuses: the config that was set, except the split version (a retrain takes the latest) and
+    ``restart`` (a retrain resumes what an interrupted attempt left, as any run does)."""
+    return {
+        k: v
+        for k, v in config.model_dump().items()
+        if v is not None and v is not False and k not in {"version", "restart"}
+    }
 
 
 def _reused_config(context: dg.AssetExecutionContext, staged_key: dg.AssetKey, config: Any) -> Any:
@@ -300,13 +315,17 @@ def _recorded_staged(context: dg.AssetExecutionContext, staged_key: dg.AssetKey,
 def _train_and_stage(
     context: dg.AssetExecutionContext, settings: Settings, plan: launch.RunPlan, config: Any, client: Any
 ) -> tuple[Any, Any]:
-    out_dir = launch.scratch_dir(settings, plan, context.run.run_id)
+    # The run's folder is the same for every attempt: an interrupted attempt's checkpoint is resumed from.
+    out_dir = launch.scratch_dir(settings, plan, restart=config.restart)
     job = plan.job(out_dir)
     context.log.info(f"{plan.run}: {plan.benchmark} version {plan.split_version}, images {plan.images.kind}")
     if config.in_process:
         from shiftbench.erm.job import run_job  # torch, in this process: only when asked for
 
         run_job(job, log=context.log.info)
+    elif settings.train_backend == "slurm":  # a Slurm job; its log lines in this run's event log
+        cluster = load_cluster_settings(settings.slurm_settings)
+        backends.train_one(settings, cluster, plan, out_dir, log=context.log.info)
     else:
         try:
             _launch(context, client, job, config)
@@ -314,9 +333,12 @@ def _train_and_stage(
             message = launch.job_error(out_dir)
             if message:  # a bad input the job named: show it, not Dagster's wrapper
                 raise InputError(message) from None
+            stopped = launch.job_interrupted(out_dir)
+            if stopped is not None:  # stopped on a signal after checkpointing: its one line
+                raise Stopped.from_dict(stopped) from None
             raise
     staged, results, _summary = launch.stage_run(settings, plan, out_dir)
-    shutil.rmtree(out_dir, ignore_errors=True)
+    launch.discard_scratch(out_dir)  # the results are in the store: the outputs (and any checkpoint) go
     return staged, results
 
 

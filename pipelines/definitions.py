@@ -31,7 +31,7 @@ import dagster as dg
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 
 from assets.analysis import analyses_job, analysis_assets  # noqa: E402
-from assets.erm import baseline_assets, trainable_kinds  # noqa: E402
+from assets.erm import STOP_GRACE_S, baseline_assets, trainable_kinds  # noqa: E402
 from assets.factory import family_assets  # noqa: E402
 from assets.fanout import fanout_job  # noqa: E402
 from assets.resources import settings_from_environment  # noqa: E402
@@ -113,8 +113,11 @@ def build_definitions() -> dg.Definitions:
         sensors=[partitions_sensor, automation_sensor],
         resources={
             "settings": settings_from_environment(),
-            # The training job as a local subprocess; bind dagster_k8s.PipesK8sClient here for GPU pods.
-            "erm_pipes_client": dg.PipesSubprocessClient(forward_termination=True),
+            # The training job as a local subprocess; bind dagster_k8s.PipesK8sClient here for GPU pods. A stopped
+            # run is sent SIGINT and given time to finish its step and write its checkpoint (shiftbench.erm.interrupt).
+            "erm_pipes_client": dg.PipesSubprocessClient(
+                forward_termination=True, termination_timeout_seconds=STOP_GRACE_S
+            ),
         },
         # One process per run: steps are short and a subprocess per step costs seconds each.
         executor=dg.in_process_executor,

@@ -13,6 +13,11 @@ echo "[test] ruff"
 echo "[test] mypy (--strict on the library)"
 .venv/bin/mypy --strict shiftbench
 .venv/bin/mypy assets pipelines
+echo "[test] a single-node Slurm cluster for the tests marked slurm (stopped on exit)"
+# scripts/slurm_local.sh installs slurm-wlm and munge when missing and prints the SLURM_CONF to export.
+trap 'bash scripts/slurm_local.sh stop' EXIT
+eval "$(bash scripts/slurm_local.sh start)"
+export SHIFTBENCH_REQUIRE_SLURM=1
 echo "[test] pytest (on every core: pytest-xdist)"
 # worksteal: an idle worker takes queued tests from a busy one, so one 90 s Dagster test does not leave a
 # worker waiting at the end (on 2 cores: 362 s against 420 s with the default scheduling, same machine).

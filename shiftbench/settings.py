@@ -62,6 +62,16 @@ class Settings(BaseSettings):
         description="a YAML/JSON file of the training pod's settings with PipesK8sClient: image, GPUs, volumes, "
         "mounted roots (docs/kubernetes.md)",
     )
+    train_backend: Literal["local", "slurm"] = Field(
+        "local",
+        description="where the ERM assets and `shiftbench train` run a training: `local` (a process on this machine, "
+        "or the bound Pipes client's pod) or `slurm` (a Slurm job, a sweep as one job array; docs/clusters.md)",
+    )
+    slurm_settings: Path | None = Field(
+        None,
+        description="a YAML file of the Slurm jobs' settings with the slurm backend: partition, account, qos, time, "
+        "gres, cpus_per_task, mem, the nodes' python, extra sbatch options (docs/clusters.md); none: the defaults",
+    )
     check_memory: str = Field(
         "1GB",
         description="DuckDB's memory for one version's contract checks (a size such as `1GB` or `512MB`); beyond it "

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Self, TypeVar, get_args
 
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+from pydantic.alias_generators import to_camel
 
 from shiftbench.errors import InputError
 from shiftbench.store import benchmark_name_problem
@@ -172,6 +173,43 @@ def line_of(data: Any, *path: Any) -> int | None:
         if isinstance(data, Located) and key in data.lines:
             line = data.lines[key]
         data = data.get(key)
+    return line
+
+
+def validation_error(exc: ValidationError, data: Any, path: Path) -> InputError:
+    """A settings file's first validation error as one line: the file, the line of the setting and its dotted name
+    (``resources.gpus``); keys may be snake_case or camelCase (Kubernetes manifests)."""
+    error = exc.errors()[0]
+    loc = [str(part) for part in error["loc"]]
+    if error["type"] == "extra_forbidden":
+        message = "unknown setting"
+    else:
+        message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
+        if error["type"] not in ("value_error", "missing") and "input" in error:
+            message = f"{message}, got {error['input']!r}"
+    more = len(exc.errors()) - 1
+    if more:
+        message = f"{message} (and {more} more)"
+    return InputError(message, path=path, line=_validation_line(data, error["loc"]), parameter=".".join(loc) or None)
+
+
+def _validation_line(data: Any, loc: tuple[int | str, ...]) -> int | None:
+    """The line of the deepest key of ``loc`` in the parsed file (snake_case or camelCase keys)."""
+    line = None
+    for part in loc:
+        if isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+            if isinstance(data, Located) and data.lines:
+                line = min(data.lines.values())  # the item's first key
+            continue
+        if not isinstance(data, dict):
+            break
+        key = next((k for k in (part, to_camel(str(part))) if k in data), None)
+        if key is None:
+            break
+        if isinstance(data, Located) and key in data.lines:
+            line = data.lines[key]
+        data = data[key]
     return line
 
 

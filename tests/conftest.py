@@ -52,6 +52,32 @@ def clients_python() -> Path:
     pytest.skip(message)
 
 
+# A Slurm cluster the tests marked `slurm` submit to: scripts/slurm_local.sh brings up a real single-node one (its
+# `start` prints the SLURM_CONF to export); scripts/test.sh starts it, sets SHIFTBENCH_REQUIRE_SLURM: CI runs them.
+@pytest.fixture(scope="session")
+def slurm_cluster() -> str:
+    """The cluster's name; without a cluster that answers, the Slurm tests fail where CI requires them, else skip."""
+    import shutil
+    import subprocess
+
+    message = "no Slurm commands on PATH (sbatch): bash scripts/slurm_local.sh start, then export its SLURM_CONF"
+    if shutil.which("sbatch") is not None:
+        try:
+            done = subprocess.run(
+                ["scontrol", "show", "config"], capture_output=True, text=True, timeout=20, check=False
+            )
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess([], 1, "", "scontrol did not answer in 20 s")
+        name = next((line.split("=", 1)[1].strip() for line in done.stdout.splitlines() if "ClusterName" in line), "")
+        if done.returncode == 0 and name:
+            return name
+        reason = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        message = f"no Slurm cluster answers ({reason}): bash scripts/slurm_local.sh start, then export its SLURM_CONF"
+    if os.environ.get("SHIFTBENCH_REQUIRE_SLURM") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def run_client(python: Path, code: str, *args: str, cwd: Path | None = None) -> str:
     """Run ``code`` with a client environment's python, outside the checkout and without any SHIFTBENCH_* or
     PYTHON* variable (nothing of the project is importable); its stdout, or a test failure with its stderr."""

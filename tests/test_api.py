@@ -163,7 +163,7 @@ def test_a_run_trained_with_group_by_reports_the_groups_eval_names_and_they_join
     settings = Settings.from_env()
     overrides = {"group_by": "y,object_color", "method": "groupdro", "max_iters": 20, "eval_every": 10}
     plan = launch.plan_run(settings, CASE, preset="smoke", seed=0, overrides=overrides)
-    outcome, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "g"), log=print)
+    outcome, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=print)
     assert summary["training_groups"][0] == "y=0,object_color=blue" and len(summary["training_groups"]) == 9
 
     config = TrainConfig.from_mapping(plan.config)

@@ -169,6 +169,13 @@ TRAIN = [
     (["train", CASE, "--seeds", "0", "--set", "lr=-1"], "parameter 'lr'"),
     (["train", CASE, "--seeds", "0", "--set", "step=fast"], "parameter 'step'"),
     (["train", CASE, "--set", "threads=-1"], "parameter 'threads'"),
+    (["train", CASE, "--backend", "pbs"], "argument --backend: invalid choice: 'pbs'"),
+    (
+        ["train", CASE, "--slurm-settings", "{tmp}/cluster.yaml"],
+        "parameter '--slurm-settings': only with --backend slurm",
+    ),
+    (["train", CASE, "--backend", "slurm", "--in-process"], "parameter '--in-process': a Slurm job trains on a node"),
+    (["train", CASE, "--backend", "slurm", "--slurm-settings", "{tmp}/none.yaml"], "Slurm settings file not found"),
 ]
 GENERATE = [
     (["generate", "metashift-dg", "--classes", "cat,dog", "--test", "dog(shelf)", "--name", "cat-dog-dg-bag-box"],

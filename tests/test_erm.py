@@ -127,7 +127,7 @@ def test_spurious_correlation_breaks_ood_accuracy_and_uniform_training_does_not(
     result = {}
     for name in CASES:
         plan = launch.plan_run(warehouse, name, preset="smoke", seed=0)
-        outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "t"), log=print)
+        outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
         result[name] = _metrics(outcome)
         assert summary["selection_split"] == "id_val"
     sc, uniform = result["sprites-sc-object_color"], result["sprites-uniform"]
@@ -141,11 +141,11 @@ def test_spurious_correlation_breaks_ood_accuracy_and_uniform_training_does_not(
 
 def test_a_seed_gives_the_same_results_version_on_cpu(warehouse: Settings) -> None:
     plan = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=3, overrides=FAST)
-    first, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "a"), log=print)
-    again, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "b"), log=print)
+    first, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
+    again, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     assert first.staged.version == again.staged.version and not again.staged.created
     other = launch.plan_run(warehouse, "sprites-uniform", preset="smoke", seed=4, overrides=FAST)
-    third, _ = launch.train_in_process(warehouse, other, launch.scratch_dir(warehouse, other, "c"), log=print)
+    third, _ = launch.train_in_process(warehouse, other, launch.scratch_dir(warehouse, other), log=print)
     assert third.staged.benchmark != first.staged.benchmark  # another run key, another version
     manifest = first.staged.manifest()
     weights = first.staged.path / manifest["weights"]["file"]
@@ -304,7 +304,7 @@ def test_standin_images_train_any_split_and_are_labelled_as_such(warehouse: Sett
     assert len(list(plan.images.root.glob("*.png"))) == len(
         launch.published_split(warehouse, "sprites-uniform").examples
     )
-    outcome, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "s"), log=print)
+    outcome, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))
     assert runs["image_source"].to_list() == ["standin"]
     assert outcome.staged.manifest()["images"]["generator"] == "standin-1"
@@ -350,11 +350,11 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     assert plan.images.root == root  # the manifest's root: one owner of example id -> image path
     plan = launch.plan_run(settings, "living17", preset="smoke", overrides=FAST)
     with pytest.raises(InputError, match=r"3,400 of 3,604 images are missing \(template '\{\}'\)"):
-        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "x"), log=print)
+        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=print)
 
     plan = launch.plan_run(settings, "living17", preset="smoke", overrides=FAST, image_root="standin")
     assert plan.n_train == 34 * 3 and plan.images.kind == "standin"
-    source, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "s"), log=print)
+    source, summary = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=print)
     got = _metrics(source)
     assert summary["selection_split"] is None  # BREEDS has no validation split: the last iterate
     assert {"train", "ood_train", "id_test", "test"} <= {split for split, _ in got}
@@ -366,7 +366,7 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
         settings, "living17", preset="breeds_linear_probe", overrides=probe_overrides, image_root="standin"
     )
     assert probe.config["train_split"] == "ood_train" and probe.n_train == 34 * 3
-    outcome, _ = launch.train_in_process(settings, probe, launch.scratch_dir(settings, probe, "p"), log=print)
+    outcome, _ = launch.train_in_process(settings, probe, launch.scratch_dir(settings, probe), log=print)
     before = torch.load(weights, weights_only=True)
     after = torch.load(outcome.staged.path / "files" / "model.pt", weights_only=True)
     changed = sorted(k for k in before if not torch.equal(before[k], after[k]))
@@ -378,7 +378,7 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     shift = launch.plan_run(
         settings, "cat-dog-dg-cabinet-bed@generated", preset="smoke", overrides=FAST, image_root="standin"
     )
-    result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift, "m"), log=print)
+    result, _ = launch.train_in_process(settings, shift, launch.scratch_dir(settings, shift), log=print)
     runs = pl.read_parquet(result.staged.table_path("erm_runs"))
     assert runs.select("family", "image_source", "selection_split").row(0) == ("metashift", "standin", "val")
 
@@ -439,7 +439,7 @@ def test_metashift_tasks_train_on_real_layout_gqa_images(make_settings: Any, tmp
         Image.new("RGB", (8, 8), (len(example_id) * 9 % 255, 90, 160)).save(images / example_id)
     plan = launch.plan_run(settings, task, preset="smoke", overrides=FAST)
     assert plan.images.kind == "gqa" and plan.images.root == images
-    outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "g"), log=print)
+    outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=print)
     runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))
     assert runs["image_source"].to_list() == ["gqa"]
 

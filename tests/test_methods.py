@@ -187,7 +187,7 @@ def test_every_method_trains_through_the_cli_into_the_results_view(
 def test_a_learning_rate_grid_keeps_the_best_on_the_selection_split(warehouse: Settings) -> None:
     overrides = {"max_iters": 30, "eval_every": 15, "lr_grid": [1e-1, 1e-3], "normalization": "symmetric"}
     plan = launch.plan_run(warehouse, CASE, preset="smoke", seed=2, overrides=overrides)
-    outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "g"), log=print)
+    outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     scores = summary["lr_grid_scores"]
     assert set(scores) == {"0.1", "0.001"}
     best = max(scores, key=lambda k: scores[k])
@@ -198,7 +198,7 @@ def test_a_learning_rate_grid_keeps_the_best_on_the_selection_split(warehouse: S
     assert outcome.staged.manifest()["training"]["lr_grid_scores"] == scores  # recorded with the results
     bad = launch.plan_run(warehouse, CASE, preset="smoke", overrides={**overrides, "selection": "last"})
     with pytest.raises(InputError, match="needs a selection split"):
-        launch.train_in_process(warehouse, bad, launch.scratch_dir(warehouse, bad, "h"), log=print)
+        launch.train_in_process(warehouse, bad, launch.scratch_dir(warehouse, bad), log=print)
 
 
 def test_registered_checkpoints_are_found_verified_or_named_with_their_url(
@@ -278,7 +278,7 @@ def test_a_run_records_the_sha256_and_size_of_the_checkpoint_it_loaded(warehouse
     weights = _mlp_checkpoint(tmp_path / "mine.pt", 1)
     overrides = {**CHECKPOINT_RUN, "init_checkpoint": str(weights)}
     plan = launch.plan_run(warehouse, CASE, preset="smoke", seed=3, overrides=overrides)
-    outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan, "c"), log=print)
+    outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     recorded = json.loads(pl.read_parquet(outcome.staged.table_path("erm_runs"))["config"][0])["init"]
     assert recorded["sha256"] == hashlib.sha256(weights.read_bytes()).hexdigest() == summary["init"]["sha256"]
     assert recorded["bytes"] == weights.stat().st_size and recorded["loaded"] > 0
@@ -323,5 +323,5 @@ def test_a_registered_checkpoint_is_verified_again_when_the_job_loads_it(
     _mlp_checkpoint(weights, 2)  # other weights, a valid file
     before = sorted(p.name for p in (settings.store_dir / "erm").glob("*"))
     with pytest.raises(InputError, match=re.escape(f"{weights}, parameter 'init_checkpoint': SHA-256 ")):
-        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "r"), log=print)
+        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=print)
     assert sorted(p.name for p in (settings.store_dir / "erm").glob("*")) == before

@@ -72,7 +72,7 @@ def _build_before_the_move(settings: Settings) -> None:
     small_case = ["--set", "train_size=150", "--name", CASE]
     assert main(["build", "conds", "--benchmark", "sprites-sc-object_color", *small_case]) == 0
     plan = launch.plan_run(settings, TASK, preset="smoke", overrides=FAST)  # generated scenes: stand-in images
-    launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "t"), log=lambda _: None)
+    launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=lambda _: None)
 
 
 def _published(home: Path) -> dict[str, list[str]]:

@@ -44,7 +44,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
         plan = launch.plan_run(settings, CASE, preset="smoke", seed=seed, overrides=FAST, image_root=images)
         if seed == 2:  # an older shiftbench: the stand-in run under the name of the real run
             plan = dataclasses.replace(plan, run=plan.run.removesuffix("@standin"))
-        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan, "t"), log=lambda _: None)
+        launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=lambda _: None)
     return settings
 
 

@@ -14,6 +14,7 @@ from typing import NoReturn
 from pipelines.cli import build, export, generate, results, train, warehouse
 from pipelines.cli.common import OneLineParser, Subcommands
 from shiftbench import progress
+from shiftbench.cpus import yielding_waits
 from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes
 
 # The subcommands, in the order `shiftbench --help` lists them.
@@ -42,6 +43,7 @@ def build_parser() -> OneLineParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    yielding_waits()  # before torch loads (training in process): OpenMP's waiting threads sleep, never spin
     warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
     try:
         try:

@@ -13,12 +13,20 @@ import time
 from typing import Any
 
 from shiftbench.erm.launch import RunPlan
-from shiftbench.erm.sweep import RunOutcome, parse_seeds, plan_sweep, run_packed, slots, threads_per_run
+from shiftbench.erm.sweep import (
+    RunOutcome,
+    SweepInterrupted,
+    parse_seeds,
+    plan_sweep,
+    run_packed,
+    slots,
+    threads_per_run,
+)
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
 # Options of `shiftbench train` that every run of a sweep takes as given.
-_FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template")
+_FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template", "backend")
 
 
 def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
@@ -48,8 +56,25 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     )
     started = time.monotonic()
     with _Bar(len(plans)) as bar:
-        outcomes = run_packed(plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished)
+        try:
+            outcomes = run_packed(plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished)
+        except SweepInterrupted as stopped:
+            return _stopped(stopped, time.monotonic() - started)
     return _summary(outcomes, parallel, time.monotonic() - started)
+
+
+def _stopped(stopped: SweepInterrupted, seconds: float) -> int:
+    """A sweep stopped by Ctrl-C: what each run became, and how to go on (the same command resumes)."""
+    from shiftbench.erm.interrupt import EXIT_INTERRUPTED
+
+    kept = sum(o.interrupted for o in stopped.outcomes)
+    published = sum(o.ok for o in stopped.outcomes)
+    print(
+        f"[sweep] interrupted after {seconds:.1f}s: {published} published, {kept} stopped with a checkpoint, "
+        f"{len(stopped.not_started)} not started; run the same command again to resume",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def _gpu_will_train(args: argparse.Namespace, overrides: dict[str, Any]) -> bool:
@@ -72,6 +97,8 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
         command += ["--set", f"threads={threads}"]
     if args.in_process:
         command.append("--in-process")
+    if args.restart:
+        command.append("--restart")
     return command
 
 
@@ -130,6 +157,8 @@ class _Bar:
 
 def _describe(outcome: RunOutcome) -> str:
     run = outcome.plan.run
+    if outcome.interrupted:
+        return f"{run} stopped ({outcome.seconds:.1f}s): {outcome.error}"
     if not outcome.ok:
         return f"{run} FAILED ({outcome.seconds:.1f}s): {outcome.error}; nothing published (log: {outcome.log})"
     became = "now latest" if outcome.became_latest else "already latest"

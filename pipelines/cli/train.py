@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from pipelines.cli.common import Subcommands, dagster_instance
@@ -31,11 +32,21 @@ def add_train(sub: Subcommands) -> None:
     train.add_argument("--path-template", help="image path under the root; {} is the example id")
     train.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a training parameter")
     train.add_argument("--in-process", action="store_true", help="train in this process, not a Pipes subprocess")
+    train.add_argument(
+        "--restart",
+        action="store_true",
+        help="discard the checkpoint an interrupted attempt of the run left and start over (default: resume from it)",
+    )
+    train.add_argument(
+        "--backend", choices=("local", "slurm"), help="where runs train (default: SHIFTBENCH_TRAIN_BACKEND, local)"
+    )
+    train.add_argument("--slurm-settings", type=Path, help="the Slurm jobs' settings, a YAML file (docs/clusters.md)")
     train.set_defaults(func=cmd_train)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    from pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from pipelines.cli.sweep import cmd_sweep, wants_sweep
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
@@ -43,6 +54,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
+    if chosen_backend(args, settings) == "slurm":  # one run or a sweep: one job array
+        _typed_training(overrides)
+        return cmd_slurm_sweep(args, overrides)
+    if settings.train_backend == "slurm":  # --backend local over the setting: the ERM asset reads it too
+        os.environ["SHIFTBENCH_TRAIN_BACKEND"] = "local"
     if wants_sweep(args):
         _typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)
@@ -68,7 +84,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     unavailable = registry.family(kind.family).training_unavailable(settings)
     started = time.monotonic()
     if unavailable is not None:  # no ERM asset for this family here: the library path, said so
-        return _train_outside_dagster(settings, plan, unavailable, started)
+        return _train_outside_dagster(settings, plan, unavailable, started, restart=args.restart)
     return _train_in_dagster(settings, args, kind, plan, overrides, started)
 
 
@@ -81,6 +97,8 @@ def _train_in_dagster(
     from assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
     from pipelines import runs
     from pipelines.terminal import Reporter
+    from shiftbench.erm.interrupt import deferred_interrupts
+    from shiftbench.erm.launch import job_interrupted, scratch_dir
 
     config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
     config["preset"] = plan.preset  # the run planned above, never the last run's settings
@@ -91,13 +109,19 @@ def _train_in_dagster(
         instance.add_dynamic_partitions(kind.qualified, [args.benchmark])
     key = dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)})
     _, publish_key = baseline_keys(kind)
-    with Reporter().listening():
+    out_dir = scratch_dir(settings, plan)
+    # Ctrl-C is the job's to answer (it checkpoints): held back from this process and Dagster's helpers.
+    with deferred_interrupts(), Reporter().listening():
         run = runs.run_job(
             instance,
             baseline_job_name(kind),
             partition_key=key,
             config={"ops": {kind.baseline_op: {"config": config}}},
         )
+    stopped = job_interrupted(out_dir) if not run.is_success else None
+    if stopped is not None:
+        print(f"[train] {stopped['line']}", file=sys.stderr, flush=True)
+        return int(stopped["exit_code"])
     if not run.is_success:
         message, is_input = runs.run_error(instance, run)
         print(f"error: {message}; nothing was published", file=sys.stderr)
@@ -135,14 +159,19 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     return typed
 
 
-def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float) -> int:
+def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float, *, restart: bool) -> int:
     import polars as pl
 
+    from shiftbench.erm.interrupt import Stopped
     from shiftbench.erm.launch import headline, scratch_dir, train_in_process
 
     print(f"[train] not a Dagster run ({reason}); training in this process", flush=True)
-    out_dir = scratch_dir(settings, plan, f"cli-{os.getpid()}")
-    outcome, summary = train_in_process(settings, plan, out_dir)
+    out_dir = scratch_dir(settings, plan, restart=restart)
+    try:
+        outcome, summary = train_in_process(settings, plan, out_dir)
+    except Stopped as stopped:  # on a signal, after its checkpoint (or at once, on a second Ctrl-C)
+        print(f"[train] {stopped.line()}", file=sys.stderr, flush=True)
+        return stopped.exit_code
     results = pl.read_parquet(outcome.staged.table_path("erm_results"))
     meta = {
         "run": plan.run,

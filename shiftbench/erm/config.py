@@ -20,7 +20,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers", "step", "threads"}
+    | {"decode_workers", "step", "threads", "checkpoint_every"}
 )
 
 
@@ -77,6 +77,7 @@ class TrainConfig:
     eval_batch_size: int = 512
     decode_workers: int = 0  # 0: one per core, at most 16
     threads: int = 0  # CPU threads of torch's ops (0: torch's default, every core); CPU results depend on it
+    checkpoint_every: int = 100  # iterations between checkpoints a stopped run resumes from (0: only on a signal)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -128,6 +129,11 @@ class TrainConfig:
             f"must be an integer in 0..{MAX_DECODE_WORKERS} (0: one per core)",
         )
         need(isinstance(self.threads, int) and 0 <= self.threads <= 1024, "threads", "must be an integer in 0..1024")
+        need(
+            isinstance(self.checkpoint_every, int) and self.checkpoint_every >= 0,
+            "checkpoint_every",
+            "must be an integer >= 0 (0: checkpoint only when the run is stopped)",
+        )
         need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
 
     def as_dict(self) -> dict[str, Any]:

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -234,31 +235,68 @@ def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[
     return grouper.assign([table.decoded(field) for field in grouper.fields])
 
 
-def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+class BatchStream:
+    """A run's training batches (example rows), forever, resumable from :meth:`state`.
+
+    A stream is a sequence of draws ("rounds": an epoch's permutation, or one batch) from its seeded generator;
+    the state is the generator's state at the start of the current round and the batches taken from it, so a
+    resumed stream redraws that round and continues exactly where the interrupted one stopped.
+    """
+
+    def __init__(self, draw: Callable[[torch.Generator], list[torch.Tensor]], generator: torch.Generator) -> None:
+        self.draw, self.generator = draw, generator
+        self.round: list[torch.Tensor] = []
+        self.taken, self.round_state = 0, generator.get_state()
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        if self.taken == len(self.round):
+            self.round_state = self.generator.get_state()
+            self.round, self.taken = self.draw(self.generator), 0
+        self.taken += 1
+        return self.round[self.taken - 1]
+
+    def state(self) -> dict[str, Any]:
+        return {"generator": self.round_state, "taken": self.taken, "drawn": bool(self.round)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+        self.round_state, self.round, self.taken = state["generator"], [], 0
+        if state["drawn"]:
+            self.round, self.taken = self.draw(self.generator), int(state["taken"])
+
+
+def standard_batches(indices: np.ndarray, batch_size: int, generator: torch.Generator) -> BatchStream:
     """Shuffled epochs without replacement, forever (a short last batch is dropped unless it is all)."""
     pool = torch.from_numpy(indices)
-    while True:
+
+    def epoch(generator: torch.Generator) -> list[torch.Tensor]:
         order = pool[torch.randperm(pool.numel(), generator=generator)]
         full = max(1, order.numel() // batch_size)
-        for start in range(0, full * batch_size, batch_size):
-            yield order[start : start + batch_size]
+        return [order[start : start + batch_size] for start in range(0, full * batch_size, batch_size)]
+
+    return BatchStream(epoch, generator)
 
 
 def group_balanced_batches(
     indices: np.ndarray, group_index: np.ndarray, batch_size: int, generator: torch.Generator
-) -> Iterator[torch.Tensor]:
+) -> BatchStream:
     """Every group equally likely per draw, examples uniform within it (WILDS ``uniform_over_groups``)."""
     groups = group_index[indices]
     counts = np.bincount(groups)
     weights = torch.from_numpy(1.0 / counts[groups]).double()
     pool = torch.from_numpy(indices)
-    while True:
-        yield pool[torch.multinomial(weights, batch_size, replacement=True, generator=generator)]
+    return BatchStream(
+        lambda generator: [pool[torch.multinomial(weights, batch_size, replacement=True, generator=generator)]],
+        generator,
+    )
 
 
 def group_batches(
     indices: np.ndarray, group_index: np.ndarray, batch_size: int, groups_per_batch: int, generator: torch.Generator
-) -> Iterator[torch.Tensor]:
+) -> BatchStream:
     """``groups_per_batch`` distinct training groups per batch, drawn uniformly, with an equal share of
     the batch each, examples drawn with replacement within a group (WILDS' GroupSampler; IRM and CORAL
     compare groups within a batch, so each batch must hold several)."""
@@ -267,8 +305,13 @@ def group_batches(
     members = [torch.from_numpy(indices[groups == g]) for g in present]
     k = min(groups_per_batch, len(present))
     per_group = max(1, batch_size // k)
-    while True:
+
+    def batch(generator: torch.Generator) -> list[torch.Tensor]:
         chosen = torch.randperm(len(present), generator=generator)[:k].tolist()
-        yield torch.cat(
-            [members[c][torch.randint(members[c].numel(), (per_group,), generator=generator)] for c in chosen]
-        )
+        return [
+            torch.cat(
+                [members[c][torch.randint(members[c].numel(), (per_group,), generator=generator)] for c in chosen]
+            )
+        ]
+
+    return BatchStream(batch, generator)

@@ -14,30 +14,46 @@ Outputs in ``out_dir``: ``metrics.parquet`` (eval_split, metric, group, value), 
 (iteration, split, metric, value), ``model.pt`` and ``run.json``; or ``error.json`` with the
 message of a bad input (exit code 2). The launcher publishes the results; this job never writes
 to the store.
+
+Interruption (:mod:`shiftbench.erm.interrupt`, :mod:`shiftbench.erm.resume`): the job checkpoints into
+``out_dir/resume/`` every ``checkpoint_every`` iterations; on SIGINT, SIGTERM or SIGUSR1 it checkpoints at the
+next step boundary, writes ``interrupted.json`` (what its one line says) and exits 130 (SIGINT) or 75 (the
+others: run it again). The same job description run again resumes from the checkpoint; the checkpoint of
+another run is refused (exit 2). Once the outputs are written the checkpoint folder is deleted.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-import torch
+from shiftbench.cpus import yielding_waits
 
-from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import read_split
-from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.train import TrainResult, train
-from shiftbench.errors import InputError
-from shiftbench.images import image_paths
+yielding_waits()  # before torch loads OpenMP: waiting threads sleep instead of spinning against other work
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+import torch  # noqa: E402
+
+from shiftbench.erm import resume  # noqa: E402
+from shiftbench.erm.config import TrainConfig  # noqa: E402
+from shiftbench.erm.data import SplitTable, read_split  # noqa: E402
+from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Stopped, job_lock, stop_requests  # noqa: E402
+from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
+from shiftbench.erm.train import Resumable, TrainResult, cpu_threads, train  # noqa: E402
+from shiftbench.errors import InputError  # noqa: E402
+from shiftbench.images import image_paths  # noqa: E402
 
 JOB_FORMAT = 1
+# A previous attempt's outputs, removed when a job starts (its checkpoint folder is kept: the job resumes from it).
+STALE = ("error.json", "interrupted.json", "run.json")
 
 
 def _stderr(message: str) -> None:
@@ -51,14 +67,38 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
             raise InputError("missing from the job description", parameter=key)
     out_dir = Path(job["out_dir"])
     out_dir.mkdir(parents=True, exist_ok=True)
+    with job_lock(out_dir):
+        return _run_locked(job, out_dir, log)
+
+
+def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    for name in STALE:
+        (out_dir / name).unlink(missing_ok=True)
     config = TrainConfig.from_mapping(job["config"])
     table = read_split(Path(job["split_dir"]))
     paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
     checkpoint = job.get("checkpoint") or config.init_checkpoint
     if checkpoint:  # a checkpoint that does not fit is refused before anything is loaded or logged
         check_checkpoint(config, table.num_classes, Path(checkpoint))
+    checkpoints = resume.Checkpoints(out_dir / resume.FOLDER, _identity(job, config, table, checkpoint))
+    loaded = checkpoints.load()  # another run's or a damaged checkpoint is refused here, before training
     log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
-    result = train(table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None)
+    with stop_requests() as stop:
+        resumable = Resumable(
+            checkpoints, stop, config.checkpoint_every, f"{table.benchmark} seed {config.seed}",
+            loaded[0] if loaded else None,
+        )  # fmt: skip
+        try:
+            result = train(
+                table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None,
+                resumable=resumable,
+            )  # fmt: skip
+        except Stopped as stopped:  # the launcher reads what happened (its one line, the exit code)
+            _record_stop(out_dir, stopped)
+            raise
+        except KeyboardInterrupt:  # a second Ctrl-C (shiftbench.erm.interrupt)
+            _record_stop(out_dir, STOPPED_AT_ONCE)
+            raise STOPPED_AT_ONCE from None
     _write_outputs(out_dir, result)
     summary = {
         "job_format": JOB_FORMAT,
@@ -84,9 +124,30 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
         "training_groups": result.training_groups,
         "lr_grid_scores": result.lr_grid_scores,
         "init": result.init,
+        "resumed_from": result.resumed_from,
     }
     (out_dir / "run.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
+    shutil.rmtree(checkpoints.folder, ignore_errors=True)  # the outputs supersede it
     return summary
+
+
+def _record_stop(out_dir: Path, stopped: Stopped) -> None:
+    (out_dir / "interrupted.json").write_text(json.dumps(stopped.as_dict()), encoding="utf-8")
+
+
+def _identity(job: dict[str, Any], config: TrainConfig, table: SplitTable, checkpoint: str | None) -> dict[str, Any]:
+    """What the run's checkpoint must match (shiftbench.erm.resume): the split, config, images, init weights, code
+    and, on CPU, the thread count (oneDNN splits reductions by thread) and the device ``auto`` chose."""
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+    identity = resume.identity(
+        table.benchmark, table.version, config.as_dict(),
+        {"root": str(job["image_root"]), "template": str(job["path_template"])},
+        hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest() if checkpoint else None,
+    )  # fmt: skip
+    identity["device"] = device
+    if device == "cpu":
+        identity["threads"] = cpu_threads(config)  # what the run sets (shiftbench.erm.train)
+    return identity
 
 
 def check_checkpoint(config: TrainConfig, num_classes: int, checkpoint: Path) -> None:
@@ -144,6 +205,11 @@ def _run_under_pipes() -> int:
             summary = run_job(job, log=log)
         except InputError as exc:  # the launcher reads error.json and says it in one line
             return _fail(out_dir, exc, show=False)
+        except Stopped as stopped:  # the launcher reads interrupted.json and says it in one line
+            pipes.log.warning(stopped.line())
+            return stopped.exit_code
+        except KeyboardInterrupt:  # a second Ctrl-C before training started
+            return STOPPED_AT_ONCE.exit_code
         pipes.report_custom_message({"run": summary, "wall_s": time.perf_counter() - started})
     return 0
 
@@ -165,6 +231,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_job(job)
     except InputError as exc:
         return _fail(Path(job["out_dir"]) if "out_dir" in job else None, exc)
+    except Stopped as stopped:
+        _stderr(stopped.line())
+        return stopped.exit_code
+    except KeyboardInterrupt:  # Ctrl-C before training started: nothing to keep
+        _stderr(STOPPED_AT_ONCE.line())
+        return STOPPED_AT_ONCE.exit_code
     return 0
 
 

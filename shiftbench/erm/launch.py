@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import socket
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -344,6 +345,7 @@ def stage_run(
         },
         "params": plan.config,
         "preset": plan.preset,
+        "execution": execution_record(out_dir),
         "weights": {"file": "files/model.pt", "sha256": summary["weights"]["sha256"]},
         "training": {
             **{
@@ -393,6 +395,21 @@ def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[Publi
     return PublishOutcome(staged, publish_staged(settings, staged), results), summary
 
 
+def execution_record(out_dir: Path) -> dict[str, Any]:
+    """Where the run trained: what its launcher recorded in ``execution.json`` (a Slurm job: backend, job id, node;
+    shiftbench.erm.slurm), else this machine (a local process or the in-process path)."""
+    path = out_dir / "execution.json"
+    if path.is_file():
+        return dict(json.loads(path.read_text("utf-8")))
+    return {"backend": "local", "node": socket.gethostname()}
+
+
+def record_execution(out_dir: str | Path, record: Mapping[str, Any]) -> None:
+    """Say where a finished job ran (its manifest's ``execution``), for a launcher other than this process."""
+    if Path(out_dir).is_dir():  # else the job wrote nothing, which staging reports
+        (Path(out_dir) / "execution.json").write_text(json.dumps(dict(record), sort_keys=True), encoding="utf-8")
+
+
 def job_error(out_dir: Path) -> str | None:
     """The message a failed job left in ``error.json`` (bad input), if any."""
     path = out_dir / "error.json"
@@ -401,11 +418,27 @@ def job_error(out_dir: Path) -> str | None:
     return str(json.loads(path.read_text("utf-8"))["error"])
 
 
-def scratch_dir(settings: Settings, plan: RunPlan, token: str) -> Path:
-    path = settings.runs_dir / plan.run / token
-    if path.exists():
+def scratch_dir(settings: Settings, plan: RunPlan, *, restart: bool = False) -> Path:
+    """The run's working folder, the same for every attempt of the run (``runs/<run>``): the job's outputs and
+    the checkpoint an interrupted attempt left, which the same command resumes from (shiftbench.erm.resume).
+    ``restart`` discards what an earlier attempt left. Removed by :func:`discard_scratch` once published."""
+    path = settings.runs_dir / plan.run
+    if restart and path.exists():
         shutil.rmtree(path)
     return path
+
+
+def discard_scratch(out_dir: Path) -> None:
+    """The run's working folder, once its results are in the store (the job removed its checkpoints already)."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+
+
+def job_interrupted(out_dir: Path) -> dict[str, Any] | None:
+    """What an interrupted job left in ``interrupted.json`` (its one line, exit code, checkpoint), if anything."""
+    path = out_dir / "interrupted.json"
+    if not path.is_file():
+        return None
+    return dict(json.loads(path.read_text("utf-8")))
 
 
 def headline(results: pl.DataFrame) -> dict[str, float | None]:
@@ -428,4 +461,6 @@ def train_in_process(
     from shiftbench.erm.job import run_job
 
     run_job(plan.job(out_dir), log=log)
-    return publish_run(settings, plan, out_dir)
+    published = publish_run(settings, plan, out_dir)
+    discard_scratch(out_dir)
+    return published

@@ -58,6 +58,15 @@ class Method(ABC):
         """Whether the optimizer's state must start afresh before this iteration's step."""
         return False
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The tensors the method changes while training (a checkpoint keeps them; shiftbench.erm.resume)."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Back to a checkpoint's state, in place (a captured step reads the same tensors)."""
+        for name, value in state.items():
+            getattr(self, name).copy_(value)
+
 
 class ERM(Method):
     name = "erm"
@@ -106,6 +115,9 @@ class GroupDRO(Method):
         super().__init__(train_groups, n_groups, params, device)
         present = (self.counts > 0).float()
         self.q = present / present.sum()  # groups never seen in training keep q = 0 (WILDS)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"q": self.q}
 
     def loss(
         self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int

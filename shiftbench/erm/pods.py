@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from shiftbench.erm.checkpoints import REGISTRY
 from shiftbench.errors import InputError
-from shiftbench.spec_files import Located, parse_yaml
+from shiftbench.spec_files import parse_yaml, validation_error
 from shiftbench.textio import read_text
 
 SETTING = "SHIFTBENCH_K8S_POD"
@@ -452,42 +452,6 @@ def load_pod_settings(path: Path | None) -> PodSettings:
     try:
         settings = PodSettings.model_validate(data)
     except ValidationError as exc:
-        raise _one_line(exc, data, path) from None
+        raise validation_error(exc, data, path) from None
     settings._source = str(path)
     return settings
-
-
-def _one_line(exc: ValidationError, data: Any, path: Path) -> InputError:
-    """The first validation error, naming the setting (``resources.gpus``) and its line in the file."""
-    error = exc.errors()[0]
-    loc = [str(part) for part in error["loc"]]
-    if error["type"] == "extra_forbidden":
-        message = "unknown setting"
-    else:
-        message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
-        if error["type"] not in ("value_error", "missing") and "input" in error:
-            message = f"{message}, got {error['input']!r}"
-    more = len(exc.errors()) - 1
-    if more:
-        message = f"{message} (and {more} more)"
-    return InputError(message, path=path, line=_line_of(data, error["loc"]), parameter=".".join(loc) or None)
-
-
-def _line_of(data: Any, loc: tuple[int | str, ...]) -> int | None:
-    """The line of the deepest key of ``loc`` in the parsed file (snake_case or camelCase keys)."""
-    line = None
-    for part in loc:
-        if isinstance(data, list) and isinstance(part, int) and part < len(data):
-            data = data[part]
-            if isinstance(data, Located) and data.lines:
-                line = min(data.lines.values())  # the item's first key
-            continue
-        if not isinstance(data, dict):
-            break
-        key = next((k for k in (part, to_camel(str(part))) if k in data), None)
-        if key is None:
-            break
-        if isinstance(data, Located) and key in data.lines:
-            line = data.lines[key]
-        data = data[key]
-    return line

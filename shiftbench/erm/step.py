@@ -135,6 +135,24 @@ class EagerStep:
         self.running_loss += loss.detach() * len(index)
         self.running_correct += (logits.detach().argmax(1) == y).sum()
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the step: the optimizer, the schedule and the running sums."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "running": [self.running_loss, self.running_correct],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        _load_running(self, state["running"])
+
+
+def _load_running(step: EagerStep | GraphStep, running: list[torch.Tensor]) -> None:
+    step.running_loss.copy_(running[0])
+    step.running_correct.copy_(running[1])
+
 
 class GraphStep:
     """The step as one static program: replayed from a CUDA graph on a GPU (see the module's docstring)."""
@@ -153,6 +171,7 @@ class GraphStep:
         self.images = cache.images if cache is not None else None
         self.batch_size = 0  # fixed by the first batch: every loader yields one size (shiftbench.erm.data)
         self.graph: Any = None
+        self.calls = 0  # steps taken by this process (a resumed run warms up and captures again)
 
     @property
     def kind(self) -> str:
@@ -175,9 +194,10 @@ class GraphStep:
         if len(index) != self.batch_size:
             raise ValueError(f"a static step takes batches of {self.batch_size}, got {len(index)}")
         self._load(index)
+        self.calls += 1
         if self.graph is not None:
             self.graph.replay()
-        elif self.capture and iteration == WARMUP + 1:
+        elif self.capture and self.calls == WARMUP + 1:
             self._capture_or_run()
         elif self.capture:
             self._on_side_stream()
@@ -239,6 +259,23 @@ class GraphStep:
             return
         graph.replay()
         self.graph = graph
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the step: the optimizer, the learning rate and the running sums."""
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self.lr_value,
+            "running": [self.running_loss, self.running_correct],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The optimizer's state, with the device tensor ``lr`` kept (the captured graph reads that tensor)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr_value = float(state["lr"])
+        self.lr.fill_(self.lr_value)
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        _load_running(self, state["running"])
 
     def _schedule(self, iteration: int) -> None:
         """MultiStepLR's schedule on the device tensor: after iteration i the rate is lr * gamma^#{m <= i}."""

@@ -13,14 +13,17 @@ gives the same bytes and version id packed or alone (tested).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shiftbench.cpus import available_cpus
 from shiftbench.erm.launch import RunPlan, plan_run
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -29,6 +32,7 @@ SEEDS = range(10)  # the ERM assets' seed partitions
 GPU_SLOTS = 4  # runs at a time on one GPU unless asked (8 eager runs gave 4.6x one's throughput on an H100)
 _HEADLINE = re.compile(r"^\s+(\S+/acc_\S+)\s+(-?[0-9.]+)$")
 _PUBLISHED = re.compile(r"^\[train\] (\S+) version (\S+) \((now latest|already latest)")
+_INTERRUPTED = re.compile(r"^\[train\] (.*: interrupted at iteration .*)$")
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -80,7 +84,7 @@ def slots(parallel: int | None, n_runs: int, device: str | None) -> int:
             raise InputError("must be at least 1", parameter="--parallel")
         return min(parallel, n_runs)
     on_gpu = (device or "auto").startswith("cuda") or (device in {None, "auto"} and gpu_present())
-    return max(1, min(GPU_SLOTS if on_gpu else os.cpu_count() or 1, n_runs))
+    return max(1, min(GPU_SLOTS if on_gpu else available_cpus(), n_runs))
 
 
 def gpu_present() -> bool:
@@ -90,7 +94,7 @@ def gpu_present() -> bool:
 
 def threads_per_run(parallel: int) -> int:
     """CPU threads for each of ``parallel`` runs side by side (every core used, none oversubscribed)."""
-    return max(1, (os.cpu_count() or 1) // parallel)
+    return max(1, available_cpus() // parallel)
 
 
 @dataclass
@@ -105,6 +109,7 @@ class RunOutcome:
     became_latest: bool = False
     headline: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    interrupted: bool = False  # stopped on a signal with its checkpoint kept (shiftbench.erm.interrupt)
 
     @property
     def ok(self) -> bool:
@@ -120,7 +125,9 @@ def read_outcome(plan: RunPlan, exit_code: int, seconds: float, log: Path) -> Ru
             outcome.version, outcome.became_latest = published[2], published[3] == "now latest"
         elif headline := _HEADLINE.match(line):
             outcome.headline[headline[1]] = float(headline[2])
-    if not outcome.ok:
+        elif stopped := _INTERRUPTED.match(line):
+            outcome.error, outcome.interrupted = stopped[1], True
+    if not outcome.ok and not outcome.interrupted:
         errors = [line for line in lines if line.startswith("error:")]
         outcome.error = errors[-1].removeprefix("error:").strip() if errors else _last_words(lines, exit_code)
     return outcome
@@ -140,22 +147,58 @@ def run_packed(
     env: dict[str, str] | None = None,
 ) -> list[RunOutcome]:
     """Run ``command(plan)`` for every plan, ``parallel`` at a time, each output in ``log_dir/<run>.log``;
-    ``on_finish`` sees each outcome as it comes. A failed run fails alone: the others go on."""
+    ``on_finish`` sees each outcome as it comes. A failed run fails alone: the others go on.
+
+    Ctrl-C (SIGINT) stops the sweep: no run starts, each running one (its process group: the command and its
+    training job) is sent SIGINT and waited for while it writes its checkpoint; their outcomes say so
+    (``interrupted``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    waiting, outcomes = list(plans), []
+    waiting, outcomes = list(plans), list[RunOutcome]()
     running: list[tuple[RunPlan, subprocess.Popen[bytes], Path, float]] = []
-    while waiting or running:
-        while waiting and len(running) < parallel:
-            plan = waiting.pop(0)
-            log = log_dir / f"{plan.run}.log"
-            with log.open("wb") as sink:
-                process = subprocess.Popen(command(plan), stdout=sink, stderr=subprocess.STDOUT, env=env)
-            running.append((plan, process, log, time.monotonic()))
-        time.sleep(0.1)
-        for item in [r for r in running if r[1].poll() is not None]:
-            running.remove(item)
-            plan, process, log, started = item
-            outcome = read_outcome(plan, process.returncode, time.monotonic() - started, log)
-            outcomes.append(outcome)
-            on_finish(outcome)
+    try:
+        while waiting or running:
+            while waiting and len(running) < parallel:
+                plan = waiting.pop(0)
+                log = log_dir / f"{plan.run}.log"
+                with log.open("wb") as sink:  # a session of its own: a stop reaches a run once, from here
+                    process = subprocess.Popen(
+                        command(plan), stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                    )
+                running.append((plan, process, log, time.monotonic()))
+            time.sleep(0.1)
+            _collect(running, outcomes, on_finish, wait=False)
+    except KeyboardInterrupt:
+        for _, process, _, _ in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGINT)
+        _collect(running, outcomes, on_finish, wait=True)
+        raise SweepInterrupted(outcomes, [plan.run for plan in waiting]) from None
     return outcomes
+
+
+class SweepInterrupted(Exception):
+    """A sweep stopped by Ctrl-C: the outcomes of the runs that ran, and the runs that never started."""
+
+    def __init__(self, outcomes: list[RunOutcome], not_started: list[str]) -> None:
+        super().__init__(f"{len(outcomes)} runs finished or stopped, {len(not_started)} not started")
+        self.outcomes, self.not_started = outcomes, not_started
+
+
+def _collect(
+    running: list[tuple[RunPlan, subprocess.Popen[bytes], Path, float]],
+    outcomes: list[RunOutcome],
+    on_finish: Callable[[RunOutcome], None],
+    *,
+    wait: bool,
+) -> None:
+    """The outcomes of the finished runs (of all of them, waiting, with ``wait``)."""
+    for item in list(running):
+        plan, process, log, started = item
+        if wait:
+            process.wait()
+        elif process.poll() is None:
+            continue
+        running.remove(item)
+        outcome = read_outcome(plan, process.returncode, time.monotonic() - started, log)
+        outcomes.append(outcome)
+        on_finish(outcome)

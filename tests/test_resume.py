@@ -1,0 +1,356 @@
+"""Runs that survive interruption (shiftbench.erm.interrupt, shiftbench.erm.resume): a run stopped anywhere and
+resumed publishes exactly what the uninterrupted run publishes; a checkpoint is used only by the run that wrote it;
+Ctrl-C on a real ``shiftbench train`` checkpoints, says so in one line and the same command resumes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+import pytest
+
+from shiftbench.erm import launch, resume
+from shiftbench.erm.interrupt import EXIT_INTERRUPTED, EXIT_REQUEUE, TEST_HOOK, TEST_SIGNAL, Interrupted
+from shiftbench.erm.job import run_job
+from shiftbench.errors import InputError
+from shiftbench.settings import Settings
+
+from .conftest import small_sprites_home
+
+CASE = "sprites-uniform"
+# 432 training examples in batches of 64: 6 batches an epoch; evaluations at 4, 8 and 12.
+TINY = {"max_iters": 12, "eval_every": 4, "batch_size": 64, "threads": 1}
+ROWS = {
+    "erm": {},
+    "groupdro": {"method": "groupdro"},
+    "autoaugment": {"augment": "autoaugment"},
+}
+# Where the run is stopped: after iteration 1, mid-epoch (the 2nd batch of the 2nd epoch), during the evaluation
+# at 8, just before the end, and twice in a row (stopped again right after resuming).
+POINTS = {"first": "1", "mid_epoch": "8", "evaluation": "eval:8", "before_end": "11", "twice": "5,6"}
+
+
+@pytest.fixture(scope="module")
+def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    return small_sprites_home(tmp_path_factory.mktemp("resume_home"), CASE)
+
+
+def _plan(settings: Settings, row: str, **extra: Any) -> launch.RunPlan:
+    return launch.plan_run(settings, CASE, preset="smoke", seed=0, overrides={**TINY, **ROWS[row], **extra})
+
+
+def _outputs(out_dir: Path) -> dict[str, Any]:
+    """What a run publishes, from the job's outputs: weights, metrics and curve, byte for byte."""
+    summary = json.loads((out_dir / "run.json").read_text("utf-8"))
+    return {
+        "weights": summary["weights"]["sha256"],
+        "metrics": pl.read_parquet(out_dir / "metrics.parquet").to_dicts(),
+        "curve": pl.read_parquet(out_dir / "curve.parquet").to_dicts(),
+        "best_iteration": summary["best_iteration"],
+        "iterations": summary["iterations"],
+    }
+
+
+def _interrupted_run(plan: launch.RunPlan, out_dir: Path, points: str, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Run the job with the test hook stopping it at ``points`` until it finishes; the iterations it stopped at."""
+    monkeypatch.setenv(TEST_HOOK, points)
+    stops: list[Interrupted] = []
+    for _ in range(4):
+        try:
+            run_job(plan.job(out_dir), log=lambda _: None)
+            break
+        except Interrupted as stopped:
+            stops.append(stopped)
+    assert (out_dir / "run.json").is_file(), "the run never finished"
+    assert all(stop.exit_code == EXIT_INTERRUPTED for stop in stops)
+    return [stop.iteration for stop in stops]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(warehouse: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    found = {}
+    for row in ROWS:
+        out_dir = tmp_path_factory.mktemp(f"plain-{row}")
+        run_job(_plan(warehouse, row).job(out_dir), log=lambda _: None)
+        found[row] = _outputs(out_dir)
+    return found
+
+
+@pytest.mark.parametrize("point", POINTS)
+@pytest.mark.parametrize("row", ROWS)
+def test_a_run_stopped_anywhere_and_resumed_gives_the_uninterrupted_result(
+    warehouse: Settings, uninterrupted: dict[str, dict[str, Any]], row: str, point: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    stops = _interrupted_run(_plan(warehouse, row), tmp_path, POINTS[point], monkeypatch)
+    expected = [int(p.removeprefix("eval:")) for p in POINTS[point].split(",")]
+    assert stops == expected
+    assert _outputs(tmp_path) == uninterrupted[row]
+    assert not (tmp_path / "resume").exists()  # the outputs supersede the checkpoint
+
+
+def test_the_static_step_resumes_too(warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``step: graph`` (the program a GPU captures, uncaptured on CPU: fused optimizer, learning rate as a tensor)
+    stopped mid-epoch with GroupDRO resumes to the uninterrupted run's bytes."""
+    plan = _plan(warehouse, "groupdro", step="graph")
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
+    assert _interrupted_run(plan, tmp_path / "stopped", "8", monkeypatch) == [8]
+    assert _outputs(tmp_path / "stopped") == _outputs(tmp_path / "plain")
+
+
+def test_a_learning_rate_grid_resumes_in_either_fit(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An lr grid of two fits stopped at iteration 8 of each (the second resume restores the first fit's record:
+    its score and best weights) gives the uninterrupted grid's result."""
+    plan = _plan(warehouse, "erm", lr_grid="0.001,0.01")
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
+    assert _interrupted_run(plan, tmp_path / "stopped", "8", monkeypatch) == [8, 8]
+    plain, stopped = (json.loads((tmp_path / d / "run.json").read_text("utf-8")) for d in ("plain", "stopped"))
+    assert stopped["lr_grid_scores"] == plain["lr_grid_scores"] and len(plain["lr_grid_scores"]) == 2
+    assert _outputs(tmp_path / "stopped") == _outputs(tmp_path / "plain")
+
+
+def test_the_resumed_run_publishes_the_same_version_and_its_folder_goes(
+    warehouse: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the launcher's folder (runs/<run>), periodic checkpoints on, stopped by SIGTERM (exit code 75):
+    the published version is the uninterrupted run's, and nothing of the run's folder is left."""
+    plan = _plan(warehouse, "groupdro", checkpoint_every=3)
+    plain, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=lambda _: None)
+    out_dir = launch.scratch_dir(warehouse, plan)
+    assert not out_dir.exists()
+    monkeypatch.setenv(TEST_HOOK, "7")
+    monkeypatch.setenv(TEST_SIGNAL, str(int(signal.SIGTERM)))
+    with pytest.raises(Interrupted) as stopped:
+        launch.train_in_process(warehouse, plan, out_dir, log=lambda _: None)
+    assert stopped.value.exit_code == EXIT_REQUEUE and "(SIGTERM)" in stopped.value.line()
+    assert sorted(p.name for p in (out_dir / "resume").iterdir()) == ["state-000000007.pt", "state.json"]
+    lines: list[str] = []
+    resumed, summary = launch.train_in_process(warehouse, plan, out_dir, log=lines.append)
+    assert any(line.startswith("resuming from iteration 7 ") for line in lines) and summary["resumed_from"] == 7
+    assert resumed.staged.version == plain.staged.version and not resumed.staged.created
+    assert not out_dir.exists()
+
+
+def _stop_at(plan: launch.RunPlan, out_dir: Path, point: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TEST_HOOK, point)
+    with pytest.raises(Interrupted):
+        run_job(plan.job(out_dir), log=lambda _: None)
+    monkeypatch.delenv(TEST_HOOK)
+
+
+def test_a_checkpoint_of_another_run_is_refused_naming_what_differs(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _stop_at(_plan(warehouse, "erm"), tmp_path, "2", monkeypatch)
+    state = tmp_path / "resume" / "state.json"
+    before = state.read_bytes()
+    other = _plan(warehouse, "erm", lr=0.01)
+    with pytest.raises(InputError) as refused:
+        run_job(other.job(tmp_path), log=lambda _: None)
+    message = str(refused.value)
+    assert message.startswith(f"{state}: checkpoint of another run (lr 0.001 vs 0.01): rerun with --restart")
+    assert f"or delete {tmp_path / 'resume'} to discard it" in message and "\n" not in message
+    assert state.read_bytes() == before  # nothing of it was changed
+    # checkpoint_every is not part of the identity: the same run with another interval resumes
+    run_job(_plan(warehouse, "erm", checkpoint_every=5).job(tmp_path), log=lambda _: None)
+    assert (tmp_path / "run.json").is_file() and not (tmp_path / "resume").exists()
+
+
+def _damaged_cases() -> dict[str, Any]:
+    def flip(path: Path) -> None:
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        path.write_bytes(bytes(data))
+
+    def forged(path: Path) -> None:  # another valid checkpoint's bytes under the recorded name
+        import io
+
+        import torch
+
+        buffer = io.BytesIO()
+        torch.save({"iteration": 1}, buffer)
+        path.write_bytes(buffer.getvalue())
+
+    return {
+        "flipped byte": (flip, "damaged checkpoint ("),
+        "torn": (lambda p: p.write_bytes(p.read_bytes()[:1000]), "damaged checkpoint (torn or corrupt"),
+        "forged": (forged, "damaged checkpoint: SHA-256"),
+        "record": (None, "damaged checkpoint record"),
+        "missing file": (lambda p: p.unlink(), "damaged checkpoint (checkpoint not found)"),
+    }
+
+
+@pytest.mark.parametrize("case", _damaged_cases())
+def test_a_damaged_checkpoint_is_refused_in_one_line(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    plan = _plan(warehouse, "erm")
+    _stop_at(plan, tmp_path, "3", monkeypatch)
+    damage, fragment = _damaged_cases()[case]
+    if damage is None:
+        (tmp_path / "resume" / "state.json").write_text("{not json", "utf-8")
+    else:
+        damage(tmp_path / "resume" / "state-000000003.pt")
+    with pytest.raises(InputError) as refused:
+        run_job(plan.job(tmp_path), log=lambda _: None)
+    message = str(refused.value)
+    assert fragment in message and "--restart" in message and "\n" not in message, message
+
+
+def test_two_jobs_never_share_a_folder(warehouse: Settings, tmp_path: Path) -> None:
+    import fcntl
+
+    tmp_path.mkdir(exist_ok=True)
+    with (tmp_path / ".lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        with pytest.raises(InputError, match="another process is training this run in this folder"):
+            run_job(_plan(warehouse, "erm").job(tmp_path), log=lambda _: None)
+
+
+def test_the_batch_stream_resumes_mid_epoch() -> None:
+    import numpy as np
+    import torch
+
+    from shiftbench.erm.data import standard_batches
+
+    def stream() -> Any:
+        return standard_batches(np.arange(10), 4, torch.Generator().manual_seed(1))
+
+    whole = [next(stream_a := stream()) for _ in range(1)] + [next(stream_a) for _ in range(6)]
+    first = stream()
+    head = [next(first) for _ in range(3)]  # two batches an epoch: the 3rd starts the 2nd epoch
+    again = stream()
+    again.restore(first.state())
+    assert [b.tolist() for b in head + [next(again) for _ in range(4)]] == [b.tolist() for b in whole]
+
+
+def _cli(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "pipelines.cli", "train", CASE, "--preset", "smoke", "--seed", "0",
+            "--set", "max_iters=300", "--set", "eval_every=100", "--set", "checkpoint_every=20",
+            "--set", "threads=1", "--device", "cpu", *extra]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_shiftbench_train_checkpoints_and_the_same_command_resumes(tmp_path: Path) -> None:
+    """A real SIGINT to a real ``shiftbench train`` (to its process group, as a terminal sends Ctrl-C) mid-run: one
+    line, exit 130, no traceback; the same command resumes and publishes what an uninterrupted run publishes."""
+    home = tmp_path / "home"
+    small_sprites_home(home, CASE)
+    env = {**os.environ, "SHIFTBENCH_HOME": str(home), "DAGSTER_HOME": str(tmp_path / "dagster"),
+           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}  # fmt: skip
+    env.pop(TEST_HOOK, None)
+    child = subprocess.Popen(_cli(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(home.glob("runs/*/resume/state.json")) and time.monotonic() < deadline:  # training, past 20
+        time.sleep(0.05)
+    os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == EXIT_INTERRUPTED, (out, err)
+    stopped = [line for line in err.splitlines() if "interrupted at iteration" in line]
+    assert len(stopped) == 1 and "Traceback" not in err and "error" not in err, err
+    line = re.fullmatch(
+        rf"\[train\] {CASE} seed 0: interrupted at iteration (\d+) of 300 \(SIGINT\), checkpoint kept in (\S+); "
+        "run the same command again to resume",
+        stopped[0],
+    )
+    assert line is not None and 20 <= int(line[1]) < 300 and Path(line[2]).is_dir(), stopped
+    again = subprocess.run(_cli(), env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"resuming from iteration {line[1]} " in again.stderr
+    resumed = re.search(r"version (\S+) \(now latest", again.stdout)
+    assert resumed is not None and not Path(line[2]).parent.exists()  # published: the run's folder is gone
+    plain = subprocess.run(_cli("--restart"), env=env, capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0 and f"version {resumed[1]} (already latest" in plain.stdout, plain.stdout
+    assert "resuming" not in plain.stderr
+
+
+def test_checkpoint_every_is_checked() -> None:
+    from shiftbench.erm.config import TrainConfig
+
+    with pytest.raises(InputError, match="parameter 'checkpoint_every': must be an integer >= 0"):
+        TrainConfig.from_mapping({"checkpoint_every": -1})
+    assert "checkpoint_every" not in resume.identity("b", "v", {"checkpoint_every": 5}, {}, None)["config"]
+    assert hashlib.sha256(b"").hexdigest() != resume.code_hash()
+
+
+def test_ctrl_c_stops_a_sweep_after_its_runs_checkpoint(tmp_path: Path) -> None:
+    """Ctrl-C on a sweep: no further run starts; each running run's process group gets SIGINT once and is waited
+    for; their interrupted lines are their outcomes. Runs are stand-ins that answer SIGINT as the job does."""
+    import threading
+
+    from shiftbench.erm import sweep
+
+    answer = (
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(0.5)  # a checkpoint being written\n"
+        "    print('[train] b seed {seed}: interrupted at iteration 7 of 9 (SIGINT), checkpoint kept in x; run the '\n"
+        "          'same command again to resume', flush=True)\n"
+        "    sys.exit(130)\n"
+        "signal.signal(signal.SIGINT, stop)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    plans = [launch.RunPlan(f"r{i}", "b", "conds", "sprites", "v", Path(), "p", {"seed": i}, None, 1) for i in range(3)]  # type: ignore[arg-type]
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(sweep.SweepInterrupted) as stopped:
+        sweep.run_packed(
+            plans, lambda plan: [sys.executable, "-c", answer.format(seed=plan.config["seed"])], 2, tmp_path,
+            lambda _: None,
+        )  # fmt: skip
+    outcomes = {o.plan.run: o for o in stopped.value.outcomes}
+    assert sorted(outcomes) == ["r0", "r1"] and stopped.value.not_started == ["r2"]
+    for seed, run in enumerate(("r0", "r1")):
+        outcome = outcomes[run]
+        assert outcome.interrupted and outcome.exit_code == EXIT_INTERRUPTED and not outcome.ok
+        assert outcome.error is not None and outcome.error.startswith(f"b seed {seed}: interrupted at iteration 7 of 9")
+
+
+def test_the_in_process_dagster_run_stops_and_resumes(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``shiftbench train --in-process``: the asset runs the job in the command's process; stopped at iteration 5 it
+    says so in one line (exit 130), and the same command resumes and publishes the uninterrupted run's version."""
+    from pipelines.cli import main
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    args = ["train", CASE, "--preset", "smoke", "--seed", "1", "--in-process", "--device", "cpu"]
+    args += [item for key, value in TINY.items() for item in ("--set", f"{key}={value}")]
+    monkeypatch.setenv(TEST_HOOK, "5")
+    assert main(args) == EXIT_INTERRUPTED
+    err = capsys.readouterr().err
+    assert re.search(rf"^\[train\] {CASE} seed 1: interrupted at iteration 5 of 12 \(SIGINT\)", err, re.MULTILINE)
+    assert "Traceback" not in err and "error:" not in err, err
+    assert main(args) == 0  # the hook's point was spent: the resumed run goes on
+    out = capsys.readouterr().out
+    resumed = re.search(r"version (\S+) \(now latest", out)
+    monkeypatch.delenv(TEST_HOOK)
+    assert resumed is not None and main([*args, "--restart"]) == 0
+    assert f"version {resumed[1]} (already latest" in capsys.readouterr().out
+
+
+def test_periodic_checkpoints_stay_under_two_percent_of_the_time(tmp_path: Path) -> None:
+    """Every ``checkpoint_every`` iterations, unless the last write took more than 2 % of the time since it."""
+    from shiftbench.erm.interrupt import StopRequest
+    from shiftbench.erm.train import Resumable
+
+    resumable = Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 10, "b seed 0")
+    assert not resumable.due(15, 0) and not resumable.due(10, 10)  # off the interval; the checkpoint resumed from
+    resumable.write_s, resumable.written_at = 0.5, time.perf_counter() - 10.0  # 5 % of the time since
+    assert not resumable.due(20, 0)
+    resumable.written_at = time.perf_counter() - 30.0  # under 2 %
+    assert resumable.due(20, 0)
+    assert not Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 0, "b seed 0").due(20, 0)  # 0: never

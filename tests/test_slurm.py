@@ -1,0 +1,382 @@
+"""Training on Slurm (``shiftbench train ... --backend slurm``) against a real cluster: scripts/slurm_local.sh's
+single node on this machine (CPU). A sweep is one job array whose runs publish what the same runs publish trained
+locally; a cancelled task is one line and publishes nothing while the others publish; a bad settings file is
+refused before anything is submitted; a requeued task resumes (once the training job checkpoints: i36-resume)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from pipelines.cli import main
+from shiftbench.erm.launch import train_in_process
+from shiftbench.erm.sweep import plan_sweep
+from shiftbench.settings import Settings
+from shiftbench.store import Store
+
+from .conftest import PROJECT, small_sprites_home
+
+CASE = "sprites-uniform"
+# The smoke preset, shortened: long enough to interrupt mid-training, short enough for CI.
+SHORT = {"max_iters": 150, "eval_every": 25}
+TRAIN = ["--preset", "smoke", "--device", "cpu", *(f"--set={k}={v}" for k, v in SHORT.items())]
+
+
+@pytest.fixture(scope="module")
+def split_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A warehouse with the sprites split published (copied by each test that trains)."""
+    home = tmp_path_factory.mktemp("slurm") / "base"
+    small_sprites_home(home, CASE)
+    return home
+
+
+@pytest.fixture(scope="module")
+def local_runs(split_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[str, str]]:
+    """Seeds 0-3 trained locally (the library path, one CPU thread each): run -> (version, weights_sha256)."""
+    home = tmp_path_factory.mktemp("local") / "home"
+    shutil.copytree(split_home, home, symlinks=True)
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    overrides = {**SHORT, "device": "cpu", "threads": 1}
+    found = {}
+    for plan in plan_sweep(settings, [CASE], [0, 1, 2, 3], preset="smoke", overrides=dict(overrides)):
+        outcome, summary = train_in_process(settings, plan, settings.runs_dir / plan.run / "local", log=lambda _: None)
+        found[plan.run] = (outcome.staged.version, summary["weights"]["sha256"])
+    return found
+
+
+@pytest.fixture
+def home(split_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster: str) -> Path:
+    """This test's warehouse (a copy of the split's), set in the environment as the CLI reads it."""
+    target = tmp_path / "home"
+    shutil.copytree(split_home, target, symlinks=True)
+    for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(target))
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "40")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    return target
+
+
+def published(home: Path) -> dict[str, tuple[str, str, dict[str, object]]]:
+    """run -> (version, weights_sha256, manifest execution) of every published ERM run."""
+    store = Store(home / "store")
+    found = {}
+    for version in store.versions():
+        if version.family != "erm":
+            continue
+        staged = store.staged("erm", version.benchmark, version.version)
+        weights = pl.read_parquet(staged.table_path("erm_runs"))["weights_sha256"][0]
+        found[version.benchmark] = (version.version, weights, staged.manifest()["execution"])
+    return found
+
+
+def job_ids() -> set[str]:
+    """Every job the controller knows (queued, or finished within MinJobAge)."""
+    done = subprocess.run(["scontrol", "-o", "show", "jobs"], capture_output=True, text=True, check=True)
+    return set(re.findall(r"^JobId=(\d+)", done.stdout, re.MULTILINE))
+
+
+@pytest.mark.slurm
+def test_a_sweep_is_one_array_and_publishes_what_local_runs_publish(
+    home: Path, local_runs: dict[str, tuple[str, str]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Four smoke runs as one array (two at a time): the same versions (so the same weights) as trained locally,
+    each run's log lines streamed with its name, and each manifest saying where it ran."""
+    assert main(["train", CASE, "--seeds", "0-3", "--parallel", "2", "--backend", "slurm", *TRAIN]) == 0
+    out = capsys.readouterr().out
+    array = re.search(r"^\[sweep\] 4 runs as Slurm job array (\d+), 2 at a time, 1 CPU each", out, re.MULTILINE)
+    assert array is not None, out
+    assert "4 published, 0 failed" in out
+    script = next((home / "runs" / "slurm").glob("*/sweep.sbatch")).read_text()
+    assert "#SBATCH --array=0-3%2" in script and "#SBATCH --requeue" in script and "--signal=B:USR1@120" in script
+    runs = published(home)
+    assert {run: (version, weights) for run, (version, weights, _) in runs.items()} == local_runs
+    for run, (_, _, execution) in runs.items():
+        assert re.search(rf"^\[{re.escape(run)}\] \[train\] iteration 150/150", out, re.MULTILINE), out
+        assert execution["backend"] == "slurm" and execution["node"] == socket.gethostname().split(".")[0]
+        assert str(execution["job_id"]).startswith(f"{array[1]}_") and execution["restarts"] == 0
+    assert not [p for p in (home / "runs").iterdir() if p.name != "slurm"]  # published runs leave no scratch
+
+
+class Sweep:
+    """``shiftbench train ... --backend slurm`` in a process of its own, its output read as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        command = [sys.executable, "-m", "pipelines.cli", "train", CASE, "--backend", "slurm", *TRAIN, *args]
+        self.process = subprocess.Popen(
+            command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
+        )
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def wait_for(self, pattern: str, timeout: float = 600) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in list(self.lines):
+                if match := re.search(pattern, line):
+                    return match
+            if self.process.poll() is not None and not self.reader.is_alive():
+                break
+            time.sleep(0.2)
+        pytest.fail(f"no line matching {pattern!r}:\n" + "\n".join(self.lines))
+
+    def finish(self, timeout: float = 600) -> tuple[int, str]:
+        code = self.process.wait(timeout)
+        self.reader.join(10)
+        return code, "\n".join(self.lines)
+
+
+@pytest.fixture
+def sweeps() -> Iterator[list[Sweep]]:
+    started: list[Sweep] = []
+    yield started
+    for sweep in started:  # a failed test leaves no job running
+        if sweep.process.poll() is None:
+            sweep.process.kill()
+        if array := [re.search(r"Slurm job array (\d+)", line) for line in sweep.lines]:
+            for match in filter(None, array):
+                subprocess.run(["scancel", match[1]], check=False)
+
+
+@pytest.mark.slurm
+def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_publish(
+    home: Path, sweeps: list[Sweep], local_runs: dict[str, tuple[str, str]]
+) -> None:
+    sweep = Sweep("--seeds", "0-1", "--parallel", "2")
+    sweeps.append(sweep)
+    array = sweep.wait_for(r"Slurm job array (\d+)")[1]
+    run = sweep.wait_for(r"^\[(\S+seed0)\] \[train\] iteration 25/")[1]
+    subprocess.run(["scancel", f"{array}_0"], check=True)
+    code, out = sweep.finish()
+    assert code == 1, out
+    line = re.search(
+        rf"^error: {re.escape(run)}: Slurm job {array}_0 CANCELLED(, exit code \d+:\d+)? on \S+$", out, re.MULTILINE
+    )
+    assert line is not None, out
+    assert "1 published, 1 failed" in out
+    runs = published(home)
+    assert run not in runs and Store(home / "store").latest(run) is None
+    other = run.replace("seed0", "seed1")
+    assert runs[other][:2] == local_runs[other]
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("partition: debug\npartiton: gpu\n", ":2, parameter 'partiton': unknown setting"),
+        ("cpus_per_task: two\n", ":1, parameter 'cpus_per_task': must be a valid integer, got 'two'"),
+        ("time: 1h\n", ":1, parameter 'time': '1h' is not a Slurm time"),
+        ("partition: debug\ncpus_per_task: -2\n", ":2, parameter 'cpus_per_task': must be greater than or equal to 1"),
+        ("time: '10:00'\nwarning_seconds: 900\n", ":2, parameter 'warning_seconds': 900 s must be less than the time"),
+        ("sbatch_options: [--array=0-9]\n", ":1, parameter 'sbatch_options': --array is set by shiftbench"),
+        ("mem: 16 GB\n", ":1, parameter 'mem': '16 GB' is not a memory size"),
+        ("gres: [gpu]\n", ":1, parameter 'gres': must be a valid string"),
+        ("partition: [debug\n", ":2: invalid YAML"),
+        ("- partition\n", ": expected a mapping of Slurm settings"),
+        (None, ", parameter '--slurm-settings': Slurm settings file not found"),
+    ],
+    ids=[
+        "unknown-key", "wrong-type", "bad-time", "negative-cpus", "warning-after-limit", "managed-option", "bad-mem",
+        "list-for-text", "yaml-syntax", "not-a-mapping", "missing-file",
+    ],
+)  # fmt: skip
+def test_a_bad_settings_file_is_refused_before_anything_is_submitted(
+    home: Path, tmp_path: Path, text: str | None, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "cluster.yaml"
+    if text is not None:
+        path.write_text(text)
+    before = job_ids()
+    code = main(["train", CASE, "--seeds", "0-1", "--backend", "slurm", "--slurm-settings", str(path), *TRAIN])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith(f"error: {path}{where}") and "\n" not in err, err
+    assert job_ids() == before and not (home / "runs").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--slurm-settings", "x.yaml"], "parameter '--slurm-settings': only with --backend slurm"),
+        (["--backend", "slurm", "--in-process"], "parameter '--in-process': a Slurm job trains on a node"),
+        (["--backend", "slurm", "--parallel", "0"], "parameter '--parallel': must be at least 1"),
+        (["--backend", "slurm", "--seeds", "0-12"], "parameter '--seeds': seeds are partitions 0..9"),
+        (["--backend", "slurm", "--seeds", "0", "--seed", "1"], "parameter '--seeds': give --seed or --seeds"),
+    ],
+)
+def test_bad_backend_flags_are_one_line_and_submit_nothing(
+    home: Path, flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = job_ids()
+    assert main(["train", CASE, *TRAIN, *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"error: {message}" or err.startswith(f"error: {message}"), err
+    assert job_ids() == before and not (home / "runs" / "slurm").exists()
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("interruption", ["scontrol requeue", "time-limit warning"])
+def test_a_requeued_task_resumes_and_publishes_the_uninterrupted_result(
+    home: Path, sweeps: list[Sweep], local_runs: dict[str, tuple[str, str]], interruption: str
+) -> None:
+    """Requeued mid-training from outside (preemption's path: SIGTERM to the job), or warned before its time
+    limit (USR1 to the batch script, which passes it on and requeues the checkpointed job): the task runs again,
+    resumes from the checkpoint and publishes exactly the run trained without interruption."""
+    sweep = Sweep("--seeds", "0")
+    sweeps.append(sweep)
+    array = sweep.wait_for(r"Slurm job array (\d+)")[1]
+    run = sweep.wait_for(r"^\[(\S+seed0)\] \[train\] iteration 50/")[1]
+    if interruption == "scontrol requeue":
+        subprocess.run(["scontrol", "requeue", f"{array}_0"], check=True)
+    else:  # what --signal=B:USR1@<s> sends before the time limit
+        subprocess.run(["scancel", "--batch", "--signal=USR1", f"{array}_0"], check=True)
+    code, out = sweep.finish()
+    assert code == 0, out
+    assert re.search(rf"^\[{re.escape(run)}\] \[slurm\] .* attempt 2$", out, re.MULTILINE), out
+    assert re.search(rf"^\[{re.escape(run)}\] .*resuming from iteration", out, re.MULTILINE), out
+    version, weights, execution = published(home)[run]
+    assert (version, weights) == local_runs[run] and execution["restarts"] == 1
+    assert json.loads(json.dumps(execution))["backend"] == "slurm"
+
+
+@pytest.mark.slurm
+def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
+    home: Path, tmp_path: Path, local_runs: dict[str, tuple[str, str]]
+) -> None:
+    """``SHIFTBENCH_TRAIN_BACKEND=slurm``: the ERM asset's partition trains as a Slurm job, the job's lines reach
+    the Dagster run's event log, and the run published is the one trained locally, its manifest naming the job."""
+    import dagster as dg
+
+    from assets import erm
+    from assets.resources import ShiftbenchSettings
+    from shiftbench.conds.family import CASE as KIND
+    from shiftbench.conds.family import CONDS
+
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("cpus_per_task: 1\ntime: '10:00'\n")
+    baseline, _ = erm.baseline_assets(CONDS, KIND)
+    resources = {
+        "settings": ShiftbenchSettings(home=str(home), train_backend="slurm", slurm_settings=str(cluster)),
+        "erm_pipes_client": dg.PipesSubprocessClient(),
+    }
+    key = dg.MultiPartitionKey({"benchmark": CASE, "seed": "2"})
+    config = {"preset": "smoke", "device": "cpu", "threads": 1, **SHORT}
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(KIND.qualified, [CASE])
+        result = dg.materialize(
+            [baseline], resources=resources, partition_key=key, instance=instance,
+            run_config={"ops": {"erm__conds_case_baseline": {"config": config}}},
+        )  # fmt: skip
+        assert result.success
+        logs = [str(e.message) for e in instance.all_logs(result.run_id) if e.user_message]
+    run = next(r for r in local_runs if r.endswith(".seed2"))
+    assert any(re.search(rf"^{re.escape(run)}: submitted as Slurm job \d+_0", m) for m in logs), logs
+    assert any("[train] iteration 150/150" in m for m in logs), "the job's lines reach the run's event log"
+    version, weights, execution = published(home)[run]
+    assert (version, weights) == local_runs[run]
+    assert execution["backend"] == "slurm" and re.fullmatch(r"\d+_0", str(execution["job_id"]))
+
+
+@pytest.mark.slurm
+def test_a_refused_submission_is_one_line(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A partition the cluster does not have: sbatch's own reason in one line, exit 2, no job."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("partition: nosuchpartition\n")
+    before = job_ids()
+    assert main(["train", CASE, "--backend", "slurm", "--slurm-settings", str(cluster), *TRAIN]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"error: \S+/sweep\.sbatch: sbatch refused the jobs: .*[Pp]artition.*", err), err
+    assert job_ids() == before
+
+
+@pytest.mark.slurm
+def test_ctrl_c_in_the_submitter_cancels_the_array(home: Path, sweeps: list[Sweep]) -> None:
+    sweep = Sweep("--seeds", "0-1", "--parallel", "1")
+    sweeps.append(sweep)
+    array = sweep.wait_for(r"Slurm job array (\d+)")[1]
+    sweep.wait_for(r"\[train\] iteration 25/")
+    sweep.process.send_signal(signal.SIGINT)
+    code, out = sweep.finish()
+    assert code == 130 and "the job array was cancelled, nothing more is published" in out, out
+    deadline = time.monotonic() + 60
+    while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
+        assert time.monotonic() < deadline, "the array is still queued"
+        time.sleep(1)
+    assert not published(home)
+
+
+def test_a_node_local_warehouse_is_refused_for_a_partition_of_several_nodes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule (no cluster of several nodes here): runs under /tmp and a partition of 3 nodes is refused before
+    submitting; one node (this machine's cluster) or a shared path is allowed."""
+    from shiftbench.erm import backends, slurm
+    from shiftbench.erm.slurm_settings import ClusterSettings
+    from shiftbench.errors import InputError
+
+    nodes = {"count": 3}
+    monkeypatch.setattr(slurm, "partition_nodes", lambda partition: nodes["count"])
+    under_tmp = Settings.from_env({"SHIFTBENCH_HOME": "/tmp/shiftbench-home"})
+    with pytest.raises(InputError, match=r"under /tmp, local to each node, and partition gpu has 3 nodes"):
+        backends.check_shared(under_tmp, ClusterSettings(partition="gpu"))
+    backends.check_shared(Settings.from_env({"SHIFTBENCH_HOME": "/shared/lab/shiftbench"}), ClusterSettings())
+    nodes["count"] = 1
+    backends.check_shared(under_tmp, ClusterSettings(partition="gpu"))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30", 1800), ("5:30", 330), ("1:00:00", 3600), ("2-0", 172800), ("1-2:30", 95400), ("0-0:0:45", 45)],
+)
+def test_slurm_times_are_read_as_sbatch_reads_them(text: str, seconds: int) -> None:
+    from shiftbench.erm.slurm_settings import time_seconds
+
+    assert time_seconds(text) == seconds
+
+
+def test_the_settings_become_the_array_scripts_options(tmp_path: Path) -> None:
+    """Every key reaches the script as sbatch takes it, beside the array, log, requeue and warning options."""
+    from shiftbench.erm import slurm
+    from shiftbench.erm.slurm_settings import load_cluster_settings
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "partition: gpu\naccount: lab\nqos: high\ntime: '2:00:00'\ngres: gpu:a100:1\ncpus_per_task: 8\nmem: 32G\n"
+        "constraint: a100\nsetup: [module load cuda]\nsbatch_options: [--exclusive]\nwarning_seconds: 300\n"
+    )
+    cluster = load_cluster_settings(path)
+    tasks = [
+        slurm.Task(i, f"run{i}", tmp_path / f"job-{i}.json", tmp_path / f"out{i}", tmp_path / f"task-{i}.log")
+        for i in range(5)
+    ]
+    script = slurm.batch_script(cluster, tasks, "/opt/py/bin/python", 3, "shiftbench-train")
+    options = re.findall(r"^#SBATCH (\S+)$", script, re.MULTILINE)
+    assert options == [
+        "--job-name=shiftbench-train", "--array=0-4%3", f"--output={tmp_path}/task-%a.log", "--open-mode=append",
+        "--requeue", "--signal=B:USR1@300", "--time=2:00:00", "--cpus-per-task=8", "--partition=gpu",
+        "--account=lab", "--qos=high", "--gres=gpu:a100:1", "--mem=32G", "--constraint=a100", "--exclusive",
+    ]  # fmt: skip
+    assert "\nmodule load cuda\n" in script and "python=/opt/py/bin/python" in script
+    bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
+    assert bash.returncode == 0, bash.stderr
