@@ -29,7 +29,7 @@ from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
 from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.interrupt import Stopped
+from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import ContractViolation, InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
@@ -315,8 +315,36 @@ def _recorded_staged(context: dg.AssetExecutionContext, staged_key: dg.AssetKey,
 def _train_and_stage(
     context: dg.AssetExecutionContext, settings: Settings, plan: launch.RunPlan, config: Any, client: Any
 ) -> tuple[Any, Any]:
-    # The run's folder is the same for every attempt: an interrupted attempt's checkpoint is resumed from.
-    out_dir = launch.scratch_dir(settings, plan, restart=config.restart)
+    # The run's folder is the same for every attempt: an interrupted attempt's checkpoint is resumed from (a retry
+    # never restarts, whatever the first attempt was asked).
+    out_dir = launch.scratch_dir(settings, plan, restart=config.restart and context.retry_number == 0)
+    try:
+        _train(context, settings, plan, config, client, out_dir)
+    except Stopped as stopped:
+        _retry_if_requeued(context, settings, stopped)
+        raise
+    staged, results, _summary = launch.stage_run(settings, plan, out_dir)
+    launch.discard_scratch(out_dir)  # the results are in the store: the outputs (and any checkpoint) go
+    return staged, results
+
+
+def _retry_if_requeued(context: dg.AssetExecutionContext, settings: Settings, stopped: Stopped) -> None:
+    """A training stopped by SIGTERM or SIGUSR1 (a pod deleted or evicted, a preemption) checkpointed and asks to
+    run again: Dagster's retry runs the step again (on Kubernetes, a new pod), and the job resumes."""
+    if stopped.exit_code != EXIT_REQUEUE or context.retry_number >= settings.train_retries:
+        return
+    attempt = context.retry_number + 2
+    context.log.warning(
+        f"{stopped.line()}: retrying (attempt {attempt} of at most {settings.train_retries + 1}, "
+        "SHIFTBENCH_TRAIN_RETRIES); the retry resumes from the checkpoint"
+    )
+    raise dg.RetryRequested(max_retries=settings.train_retries) from None
+
+
+def _train(
+    context: dg.AssetExecutionContext, settings: Settings, plan: launch.RunPlan, config: Any, client: Any, out_dir: Any
+) -> None:
+    """Run the job where the settings say: in this process, as a Slurm job, or through the bound Pipes client."""
     job = plan.job(out_dir)
     context.log.info(f"{plan.run}: {plan.benchmark} version {plan.split_version}, images {plan.images.kind}")
     if config.in_process:
@@ -337,9 +365,6 @@ def _train_and_stage(
             if stopped is not None:  # stopped on a signal after checkpointing: its one line
                 raise Stopped.from_dict(stopped) from None
             raise
-    staged, results, _summary = launch.stage_run(settings, plan, out_dir)
-    launch.discard_scratch(out_dir)  # the results are in the store: the outputs (and any checkpoint) go
-    return staged, results
 
 
 def _describe(settings: Settings, staged: Any) -> dict[str, Any]:

@@ -72,6 +72,13 @@ class Settings(BaseSettings):
         description="a YAML file of the Slurm jobs' settings with the slurm backend: partition, account, qos, time, "
         "gres, cpus_per_task, mem, the nodes' python, extra sbatch options (docs/clusters.md); none: the defaults",
     )
+    train_retries: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="how often the ERM asset runs a training again after it stopped on SIGTERM or SIGUSR1 (a "
+        "Kubernetes pod deleted or evicted, a preemption) and checkpointed; each retry resumes from the checkpoint",
+    )
     check_memory: str = Field(
         "1GB",
         description="DuckDB's memory for one version's contract checks (a size such as `1GB` or `512MB`); beyond it "

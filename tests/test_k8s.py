@@ -320,6 +320,7 @@ def test_the_subprocess_path_needs_no_dagster_k8s(tmp_path: Path, monkeypatch: p
         ("- image: x\n", ": ", "expected a mapping of pod settings"),
         ("image: [unclosed\n", ":2: ", "invalid YAML"),
         ('{"image": "x", "keep_pod": "sometimes"}', ":1, parameter 'keep_pod'", "valid boolean"),
+        ("terminationGracePeriodSeconds: 0\n", ":1, parameter 'termination_grace_period_seconds'", "or equal to 1"),
     ],
 )
 def test_bad_pod_settings_are_one_line_naming_the_file(tmp_path: Path, text: str, where: str, fragment: str) -> None:
@@ -330,6 +331,16 @@ def test_bad_pod_settings_are_one_line_naming_the_file(tmp_path: Path, text: str
     assert "\n" not in message
     assert message.startswith(f"{pod}{where}"), message
     assert fragment in message
+
+
+def test_the_pod_gives_the_job_time_to_checkpoint_and_is_never_restarted_in_place(tmp_path: Path) -> None:
+    """A deleted or evicted pod gets SIGTERM, then SIGKILL after the grace period: the job checkpoints in it. The pod
+    itself is not restarted; the asset's retry runs a new one, which resumes (tests/test_resume.py)."""
+    job = job_under(tmp_path, image_root=tmp_path / "data" / "imagenet" / "train")
+    spec = submitted(launch_k8s(tmp_path, pod_file(tmp_path, FULL_POD), job))["spec"]
+    assert (spec["restartPolicy"], spec["terminationGracePeriodSeconds"]) == ("Never", 300)
+    longer = pod_file(tmp_path, FULL_POD + "terminationGracePeriodSeconds: 900\n")
+    assert submitted(launch_k8s(tmp_path, longer, job))["spec"]["terminationGracePeriodSeconds"] == 900
 
 
 def test_a_bad_pod_file_fails_the_launch_before_submitting(tmp_path: Path) -> None:

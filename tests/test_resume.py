@@ -342,6 +342,42 @@ def test_the_in_process_dagster_run_stops_and_resumes(
     assert f"version {resumed[1]} (already latest" in capsys.readouterr().out
 
 
+def test_a_training_stopped_by_sigterm_is_retried_by_the_asset_and_resumes(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A deleted or evicted pod's path, without a cluster: SIGTERM to the job (the test hook sends the real signal
+    at iteration 5) checkpoints and exits 75; the ERM asset asks Dagster for a retry (SHIFTBENCH_TRAIN_RETRIES), the
+    step runs again, resumes from the checkpoint and publishes the uninterrupted run's version, in one command.
+    With no retries left, the stop is the command's one line and exit 75."""
+    from pipelines.cli import main
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    args = ["train", CASE, "--preset", "smoke", "--seed", "2", "--in-process", "--device", "cpu"]
+    args += [item for key, value in TINY.items() for item in ("--set", f"{key}={value}")]
+    monkeypatch.setenv(TEST_SIGNAL, str(int(signal.SIGTERM)))
+    monkeypatch.setenv(TEST_HOOK, "5")
+    monkeypatch.setenv("SHIFTBENCH_TRAIN_RETRIES", "0")
+    assert main(args) == EXIT_REQUEUE
+    assert re.search(rf"{CASE} seed 2: interrupted at iteration 5 of 12 \(SIGTERM\)", capfd.readouterr().err)
+
+    args[args.index("--seed") + 1] = "3"  # another run, stopped the same way, now with a retry left
+    monkeypatch.setenv("SHIFTBENCH_TRAIN_RETRIES", "1")
+    assert main(args) == 0
+    out = capfd.readouterr().out
+    import dagster as dg
+
+    instance = dg.DagsterInstance.get()
+    run = instance.get_runs(limit=1)[0]
+    said = "\n".join(entry.user_message for entry in instance.all_logs(run.run_id))
+    assert "interrupted at iteration 5 of 12 (SIGTERM)" in said and "retrying (attempt 2 of at most 2" in said, said
+    assert 'Started re-execution (attempt # 2) of step "erm__conds_case_baseline"' in said, said
+    retried = re.search(r"version (\S+) \(now latest", out)
+    monkeypatch.delenv(TEST_HOOK)
+    assert retried is not None and main([*args, "--restart"]) == 0  # trained once more, uninterrupted
+    assert f"version {retried[1]} (already latest" in capfd.readouterr().out
+
+
 def test_periodic_checkpoints_stay_under_two_percent_of_the_time(tmp_path: Path) -> None:
     """Every ``checkpoint_every`` iterations, unless the last write took more than 2 % of the time since it."""
     from shiftbench.erm.interrupt import StopRequest

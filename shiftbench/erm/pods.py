@@ -276,6 +276,13 @@ class PodSettings(_Model):
     annotations: dict[str, str] = Field(default_factory=dict)
     wait_timeout_s: float = Field(default=86_400.0, gt=0, description="how long to wait for the pod to finish")
     keep_pod: bool = Field(default=False, description="leave the finished pod in the cluster (to read its logs)")
+    termination_grace_period_seconds: int = Field(
+        default=300,
+        ge=1,
+        le=86_400,
+        description="how long Kubernetes waits after SIGTERM (a deleted or evicted pod) before it kills the job: "
+        "the time the job has to finish its step and write its checkpoint",
+    )
 
     _source: str | None = PrivateAttr(None)  # the file the settings came from, for error messages
 
@@ -365,7 +372,11 @@ class PodSettings(_Model):
             container["envFrom"] = [{"secretRef": {"name": name}} for name in self.env_from_secrets]
         if self.mounts():
             container["volumeMounts"] = [mount.as_k8s() for mount in self.mounts()]
-        spec: dict[str, Any] = {"containers": [container], "restartPolicy": "Never"}
+        spec: dict[str, Any] = {
+            "containers": [container],
+            "restartPolicy": "Never",  # a stopped job is run again by the asset's retry, in a new pod (it resumes)
+            "terminationGracePeriodSeconds": self.termination_grace_period_seconds,
+        }
         if self.volumes:
             spec["volumes"] = [volume.as_k8s() for volume in self.volumes]
         if self.node_selector:
