@@ -169,7 +169,12 @@ def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_pub
     code, out = sweep.finish()
     assert code == 1, out
     line = re.search(
-        rf"^error: {re.escape(run)}: Slurm job {array}_0 CANCELLED(, exit code \d+:\d+)? on \S+$", out, re.MULTILINE
+        # The job checkpoints on scancel's SIGTERM and says so after Slurm's reason (a later run of the same command
+        # resumes from it); one line either way.
+        rf"^error: {re.escape(run)}: Slurm job {array}_0 CANCELLED(, exit code \d+:\d+)? on \S+(: .*interrupted at "
+        r"iteration \d+ of \d+ \(SIGTERM\), checkpoint kept in \S+; run the same command again to resume)?$",
+        out,
+        re.MULTILINE,
     )
     assert line is not None, out
     assert "1 published, 1 failed" in out
