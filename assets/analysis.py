@@ -12,11 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
+from shiftbench.assets.automation import reanalyse
+from shiftbench.assets.erm import baseline_keys
+from shiftbench.assets.metadata import metadata_table
+from shiftbench.assets.resources import ShiftbenchSettings
 
-from assets.automation import reanalyse
-from assets.erm import baseline_keys
-from assets.metadata import metadata_table
-from assets.resources import ShiftbenchSettings
 from shiftbench import registry
 from shiftbench.analysis import Analysis
 from shiftbench.analysis import publish as publish_analysis

@@ -20,11 +20,11 @@ from typing import Any
 
 import dagster as dg
 from pydantic import Field, create_model
+from shiftbench.assets.automation import publish, retrain
+from shiftbench.assets.factory import partitions_of
+from shiftbench.assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
+from shiftbench.assets.resources import ShiftbenchSettings
 
-from assets.automation import publish, retrain
-from assets.factory import partitions_of
-from assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
-from assets.resources import ShiftbenchSettings
 from shiftbench import cards
 from shiftbench.catalog import refresh_and_report
 from shiftbench.erm import backends, launch, pods, sweep

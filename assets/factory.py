@@ -33,9 +33,8 @@ from dagster._core.definitions.data_version import (
     get_input_event_pointer_tag,
 )
 from pydantic import Field, create_model
-
-from assets.automation import observe_nightly, publish, rebuild
-from assets.metadata import (
+from shiftbench.assets.automation import observe_nightly, publish, rebuild
+from shiftbench.assets.metadata import (
     ARTIFACT_RECORD,
     artifact_metadata,
     contract_check_specs,
@@ -45,7 +44,8 @@ from assets.metadata import (
     render,
     staged_metadata,
 )
-from assets.resources import ShiftbenchSettings
+from shiftbench.assets.resources import ShiftbenchSettings
+
 from shiftbench import building, progress, registry, variants
 from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.catalog import refresh_and_report

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+from shiftbench.assets.factory import load_input
+from shiftbench.assets.metadata import data_version_tags, published_metadata, render, staged_metadata
+from shiftbench.assets.resources import ShiftbenchSettings
 
-from assets.factory import load_input
-from assets.metadata import data_version_tags, published_metadata, render, staged_metadata
-from assets.resources import ShiftbenchSettings
 from shiftbench import building, variants
 from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError

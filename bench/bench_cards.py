@@ -62,7 +62,7 @@ def cli_build(checkout: Path, args: list[str], env_extra: dict[str, str], warm: 
     }
     started = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", *args], cwd=checkout, env=env, capture_output=True, text=True
+        [sys.executable, "-m", "shiftbench.pipelines.cli", *args], cwd=checkout, env=env, capture_output=True, text=True
     )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:

@@ -37,8 +37,8 @@ def prepare(out: Path, preset: str, seeds: list[int], per_combination: int) -> N
     import shutil
 
     import pyarrow.parquet as pq
+    from shiftbench.pipelines.cli import main
 
-    from pipelines.cli import main
     from shiftbench.erm.launch import plan_run
     from shiftbench.settings import Settings
 
@@ -125,7 +125,7 @@ def cli(cases: int, preset: str, parallel: int, sets: list[str]) -> None:
     """The CLI sweep on this machine: packed, one by one (all cores), one by one (the packed threads)."""
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "SHIFTBENCH_HOME": home}
-        shiftbench = [sys.executable, "-m", "pipelines.cli"]
+        shiftbench = [sys.executable, "-m", "shiftbench.pipelines.cli"]
         from shiftbench.settings import Settings
 
         os.environ["SHIFTBENCH_HOME"] = home

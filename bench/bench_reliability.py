@@ -38,7 +38,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parents[1]
 FIXTURES = PROJECT.parent / "shared" / "fixtures"
 PYTHON_C = [sys.executable, "-c"]
-CLI = [sys.executable, "-m", "pipelines.cli"]
+CLI = [sys.executable, "-m", "shiftbench.pipelines.cli"]
 
 
 def median_of(runs: int, fn: Callable[[], float]) -> dict[str, Any]:
@@ -100,7 +100,7 @@ os.environ["DAGSTER_HOME"] = sys.argv[1]
 import dagster as dg
 after = sys.argv[2] == "after"
 if after:
-    from pipelines.cli import _instance
+    from shiftbench.pipelines.cli import _instance
     from shiftbench.settings import Settings
     settings = Settings.from_env({"SHIFTBENCH_HOME": sys.argv[1]})
 times = []

@@ -6,7 +6,7 @@
 with this project's virtualenv and the same fixtures, so both columns share machine, data and
 libraries. Measured, each as the median of ``--runs`` repetitions:
 
-- ``import``: ``import pipelines.definitions`` in a fresh interpreter (what every run process and
+- ``import``: ``import shiftbench.pipelines.definitions`` in a fresh interpreter (what every run process and
   the CLI pay first).
 - ``breeds_16`` / ``breeds_1``: ``shiftbench build breeds`` (the 16 benchmarks) and ``shiftbench build
   --benchmark living17``, both warm (everything built once before), as wall time of the command;
@@ -80,7 +80,7 @@ class Checkout:
     def cli(self, env: dict[str, str], *args: str) -> float:
         started = time.perf_counter()
         proc = subprocess.run(
-            [PYTHON, "-m", "pipelines.cli", *args], cwd=self.root, env=env, capture_output=True, text=True
+            [PYTHON, "-m", "shiftbench.pipelines.cli", *args], cwd=self.root, env=env, capture_output=True, text=True
         )
         elapsed = time.perf_counter() - started
         if proc.returncode != 0:
@@ -101,9 +101,11 @@ def runs_count(checkout: Checkout, env: dict[str, str]) -> int:
 
 def measure_import(checkout: Checkout, runs: int) -> dict[str, Any]:
     env = checkout.env(checkout.home("import"))
-    code = "import time; t = time.perf_counter(); import pipelines.definitions; print(time.perf_counter() - t)"
+    code = (
+        "import time; t = time.perf_counter(); import shiftbench.pipelines.definitions; print(time.perf_counter() - t)"
+    )
     result = median_of(runs, lambda: float(checkout.python(env, code).splitlines()[-1]))
-    torch = checkout.python(env, "import sys, pipelines.definitions; print('torch' in sys.modules)")
+    torch = checkout.python(env, "import sys, shiftbench.pipelines.definitions; print('torch' in sys.modules)")
     return {**result, "imports_torch": torch.splitlines()[-1] == "True"}
 
 

@@ -31,7 +31,7 @@ CASE = "sprites-uniform"
 def sweep(env: dict[str, str], args: argparse.Namespace, slurm: list[str]) -> tuple[float, dict[str, str]]:
     """One sweep through the CLI: its wall time and the versions it published (run -> version)."""
     last = args.runs - 1
-    command = [sys.executable, "-m", "pipelines.cli", "train", CASE, "--seeds", f"0-{last}", "--parallel"]
+    command = [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--seeds", f"0-{last}", "--parallel"]
     command += [str(args.parallel), "--preset", args.preset, "--device", "cpu", *slurm]
     started = time.perf_counter()
     done = subprocess.run(command, cwd=PROJECT, env=env, capture_output=True, text=True, check=False)

@@ -25,7 +25,7 @@ from dagster._utils.error import SerializableErrorInfo
 from shiftbench.errors import ShiftbenchError, disk_full
 
 PROJECT = Path(__file__).resolve().parents[1]
-MODULE = "pipelines.definitions"
+MODULE = "shiftbench.pipelines.definitions"
 LOCATION = "shiftbench"  # [tool.dagster] code_location_name
 REPOSITORY = "__repository__"  # the repository a Definitions object becomes
 RANGE_START = "dagster/asset_partition_range_start"

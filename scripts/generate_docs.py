@@ -5,7 +5,7 @@
 
 - ``docs/settings.md``: every field of :class:`shiftbench.settings.Settings` (and of a registered family's own
   settings model, where a family declares one): its ``SHIFTBENCH_*`` variable, type, default and description.
-- ``docs/tables.md``: every data contract (``shiftbench/data_contracts/*.yaml``, read with
+- ``docs/tables.md``: every data contract (``data_contracts/*.yaml``, read with
   :func:`shiftbench.contracts.contracts`): the table's purpose, its columns and its quality rules.
 
 The output is deterministic (sorted, no timestamps), so ``tests/test_generated_docs.py`` can compare the
@@ -171,7 +171,7 @@ def _rule_kind(kind: str, metric: str | None) -> str:
 
 
 def _relative(path: Path) -> str:
-    """A contract's path beside the ``shiftbench`` package (``shiftbench/data_contracts/x.yaml``; its file name
+    """A contract's path beside the ``shiftbench`` package (``data_contracts/x.yaml``; its file name
     where it lies elsewhere), the same in a checkout and an installed package."""
     try:
         return path.resolve().relative_to(Path(contracts_module.__file__).resolve().parent.parent).as_posix()
@@ -225,7 +225,7 @@ def render_tables(contracts: Mapping[str, Contract] | None = None) -> str:
         "",
         _GENERATED,
         "",
-        "One section per published table, from its data contract (`shiftbench/data_contracts/<table>.yaml`, or a "
+        "One section per published table, from its data contract (`data_contracts/<table>.yaml`, or a "
         "family's own contracts folder; Open Data Contract Standard v3). Each table is a view of the catalog "
         "`catalog.duckdb` showing the latest version of every benchmark, with `<table>_history` holding every "
         "published version; how the store, the versions and the catalog work, the views that are no table "

@@ -10,9 +10,8 @@ export SHIFTBENCH_REQUIRE_CLIENTS=1
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "[test] mypy (--strict on the library)"
-.venv/bin/mypy --strict shiftbench
-.venv/bin/mypy assets pipelines
+echo "[test] mypy (--strict on the library) on the package as it is imported"
+bash scripts/typecheck.sh
 echo "[test] a single-node Slurm cluster for the tests marked slurm (stopped on exit)"
 # scripts/slurm_local.sh installs slurm-wlm and munge when missing and prints the SLURM_CONF to export.
 trap 'bash scripts/slurm_local.sh stop' EXIT

@@ -15,6 +15,10 @@ git ls-files -z | xargs -0 cp --parents -t "$work/src"
 .venv/bin/pip wheel --quiet --no-deps --no-build-isolation -w "$work/dist" "$work/src" >/dev/null
 .venv/bin/python -m venv "$work/venv"
 wheel=$(ls "$work"/dist/shiftbench-*.whl)
+# One import name: the wheel holds shiftbench/ (assets, pipelines, sql and data_contracts mapped into it) and its
+# metadata, nothing else at the top of site-packages.
+tops=$(.venv/bin/python -c 'import sys, zipfile; print(*sorted({n.split("/")[0] for n in zipfile.ZipFile(sys.argv[1]).namelist()}))' "$wheel")
+[[ "$tops" =~ ^shiftbench\ shiftbench-[0-9.]+\.dist-info$ ]] || { echo "[wheel] installs more than shiftbench: $tops" >&2; exit 1; }
 .venv/bin/python -m pip install --dry-run --ignore-installed --quiet --report "$work/resolved.json" \
   -c constraints-cpu.txt "$wheel" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 .venv/bin/python scripts/wheel_env.py "$work/resolved.json" \
@@ -27,6 +31,10 @@ cd "$work/run"
 import importlib.util, shiftbench, shiftbench.contracts, shiftbench.catalog, sys
 where = shiftbench.__file__
 assert importlib.util.find_spec("pytest") is None, "a dev tool is importable: the environment is not the wheel's"
+assert importlib.util.find_spec("assets") is None and importlib.util.find_spec("pipelines") is None
+import shiftbench.pipelines.definitions, shiftbench.package_files as files
+assert files.SQL_DIR.is_relative_to(files.PACKAGE_DIR) and files.CONTRACTS_DIR.is_relative_to(files.PACKAGE_DIR)
+assert (files.CONTRACTS_DIR / "breeds" / "breeds_hierarchy.yaml").is_file()
 assert where.startswith(sys.prefix), f"shiftbench imported from {where}, not the wheel's environment"
 assert len(shiftbench.contracts.contracts()) >= 30 and (shiftbench.catalog.SQL_DIR / "catalog").is_dir()
 print(f"[wheel] shiftbench from {where}")

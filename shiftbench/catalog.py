@@ -1,6 +1,6 @@
 """The DuckDB catalog: ``$SHIFTBENCH_HOME/catalog.duckdb`` with views over the store.
 
-Views are created from the SQL files in ``shiftbench/sql/catalog/``: ``create_base_views.sql``
+Views are created from the SQL files in ``sql/catalog/``: ``create_base_views.sql``
 (the ``shiftbench_files`` macro, publications, latest versions, ``benchmarks`` and ``benchmarks_history``) and, for
 every table that has a contract, ``create_table_views.sql`` (``<table>`` and ``<table>_history``), or
 ``create_result_views.sql`` for results tables, whose views carry ``is_current`` (the split they
@@ -35,7 +35,6 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from importlib import resources
 from pathlib import Path, PurePosixPath
 
 import duckdb
@@ -54,8 +53,8 @@ from shiftbench.catalog_files import (
 )
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import InputError, StoreError, disk_full
+from shiftbench.package_files import SQL_DIR
 
-SQL_DIR = Path(str(resources.files("shiftbench") / "sql"))  # package data, as the contracts
 LOCK_TIMEOUT_S = 120.0
 # The storage format the catalog is written in: DuckDB 1.4 and every later version open it (DuckDB 2.x writes
 # a format 1.x cannot read unless told). pyproject's lower bound on duckdb is the same 1.4: keep them together.

@@ -1,4 +1,4 @@
-"""Data contracts (ODCS v3 YAML: shared tables in ``shiftbench/data_contracts/``, a family's own in its package's
+"""Data contracts (ODCS v3 YAML: shared tables in ``data_contracts/``, a family's own in its package's
 ``contracts/``) and their enforcement with DuckDB.
 
 Each published table has one contract. A contract is parsed with the ODCS pydantic model
@@ -34,7 +34,6 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,11 @@ from open_data_contract_standard.model import (
 from pydantic import ValidationError
 
 from shiftbench.errors import InputError
+from shiftbench.package_files import CONTRACTS_DIR
 from shiftbench.settings import Settings
 
-# Package data (importlib.resources): the same files in a checkout, an editable install and a wheel.
-# Shared tables' contracts; a family package of shiftbench keeps its own tables' in ``<package>/contracts/``.
-PACKAGE_DIR = Path(str(resources.files("shiftbench")))
-CONTRACTS_DIR = PACKAGE_DIR / "data_contracts"
+# Shared tables' contracts in ``data_contracts/``; a packaged family keeps its own tables' in a folder of its name
+# there (``data_contracts/breeds/``), a family registered from outside the package in the folder it names.
 # libyaml's parser where PyYAML was built with it: the same documents, 10x faster (the 34 contracts: 0.2 -> 0.02 s)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CUSTOM_ENGINE = "shiftbench"  # the engine of type: custom rules (functions of this package)
@@ -234,7 +232,7 @@ def contracts(directory: Path = CONTRACTS_DIR) -> dict[str, Contract]:
     long-lived process checks today's rules)."""
     directories = [directory.resolve()]
     if directory == CONTRACTS_DIR:  # the shared contracts, the packaged families' and the registered ones'
-        packaged = sorted(p.resolve() for p in PACKAGE_DIR.glob("*/contracts") if p.is_dir())
+        packaged = sorted(p.resolve() for p in CONTRACTS_DIR.iterdir() if p.is_dir())
         directories = list(dict.fromkeys([*directories, *packaged, *_FAMILY_DIRECTORIES]))
     files = [p for d in directories for p in sorted(d.glob("*.yaml"))]
     stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)

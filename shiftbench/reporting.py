@@ -18,7 +18,7 @@ from shiftbench.erm.metrics import METRIC_NAMES, METRIC_PREFIXES
 from shiftbench.errors import InputError
 from shiftbench.variants import suggest
 
-# The WILDS split names of ``examples.split`` (shiftbench/data_contracts/examples.yaml) that results are reported on.
+# The WILDS split names of ``examples.split`` (data_contracts/examples.yaml) that results are reported on.
 EVAL_SPLITS = ("train", "id_val", "id_test", "val", "test", "ood_train")
 
 

@@ -38,7 +38,7 @@ from shiftbench.store import Store
 FAMILY = "eval"
 PROBABILITY_TOLERANCE = 1e-3  # |sum of a row's probabilities - 1|
 _METHOD = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-# The columns both tables start with, and those of eval_runs (their contracts: shiftbench/data_contracts/eval_*.yaml).
+# The columns both tables start with, and those of eval_runs (their contracts: data_contracts/eval_*.yaml).
 SchemaType = pl.DataType | type[pl.DataType]
 KEY_SCHEMA: dict[str, SchemaType] = {
     "benchmark": pl.String,

@@ -12,8 +12,8 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.breeds.figures import source_vs_target
 from shiftbench.conds.figures import conds_grid_vs_paper
 from shiftbench.metashift.figures import accuracy_vs_distance
@@ -196,7 +196,7 @@ def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
     assert (version / "files" / "card.md").is_file()
 
     # The asset: the same version (same results -> same content id), the plot on the materialization.
-    from pipelines.definitions import build_definitions
+    from shiftbench.pipelines.definitions import build_definitions
 
     defs = build_definitions()
     key = dg.AssetKey(["analysis", "conds_accuracy_by_shift"])

@@ -12,9 +12,9 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
 import shiftbench
-from pipelines.cli import main
 from shiftbench.errors import InputError, StoreError
 from shiftbench.settings import Settings
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -515,7 +515,7 @@ def test_the_command_exits_without_teardown_but_after_exit_handlers(tmp_path: Pa
     script.write_text(
         "import atexit, sys, tempfile, threading, time\n"
         "from pathlib import Path\n"
-        "from pipelines.cli import leave\n"
+        "from shiftbench.pipelines.cli import leave\n"
         "out = Path(sys.argv[1])\n"
         "kept = tempfile.TemporaryDirectory()\n"
         "(out / 'tmpdir').write_text(kept.name)\n"

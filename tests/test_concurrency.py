@@ -22,7 +22,7 @@ TOY_SPECS = "family: breeds\nbenchmarks:\n" + "".join(
 LIMIT_S = 240  # each command; the test fails rather than hangs
 _QUERIES = """
 import contextlib, io, pathlib
-from pipelines.cli import main
+from shiftbench.pipelines.cli import main
 n = 0
 while not pathlib.Path({stop!r}).exists():
     out = io.StringIO()
@@ -47,7 +47,7 @@ def _env(settings: Settings, directory: Path, specs: Path) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "pipelines.cli", *args]
+    command = [sys.executable, "-m", "shiftbench.pipelines.cli", *args]
     return subprocess.Popen(command, cwd=PROJECT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

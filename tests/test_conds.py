@@ -384,7 +384,7 @@ def test_cli_builds_conds_cases_on_generated_sprites(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     settings = make_settings()
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))

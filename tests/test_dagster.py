@@ -24,11 +24,12 @@ from .conftest import BREEDS_FIXTURE, PROJECT, PUBLISHED_SPLITS
 
 warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
-from assets import erm as erm_assets  # noqa: E402
-from assets.factory import spec_source_key  # noqa: E402
-from assets.resources import ShiftbenchSettings  # noqa: E402
-from pipelines.definitions import build_definitions, defs  # noqa: E402
-from pipelines.sensors import partitions_sensor  # noqa: E402
+from shiftbench.assets import erm as erm_assets  # noqa: E402
+from shiftbench.assets.factory import spec_source_key  # noqa: E402
+from shiftbench.assets.resources import ShiftbenchSettings  # noqa: E402
+from shiftbench.pipelines.definitions import build_definitions, defs  # noqa: E402
+from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
+
 from shiftbench import registry  # noqa: E402
 from shiftbench.family import Kind  # noqa: E402
 from shiftbench.store import Store  # noqa: E402
@@ -119,7 +120,7 @@ def test_erm_assets_exist_only_where_images_are(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_the_code_location_imports_without_torch() -> None:
-    code = "import sys, pipelines.definitions; sys.exit('torch' in sys.modules)"
+    code = "import sys, shiftbench.pipelines.definitions; sys.exit('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=PROJECT, timeout=120).returncode == 0
 
 
@@ -441,7 +442,7 @@ def execute(
         keys = [k for k in ("/".join(kind.staged_key), "/".join(kind.publish_key)) if k in wanted]
         names = sorted({n for k in keys for n in wanted[k] or []})
         order = instance.get_dynamic_partitions(kind.qualified)
-        from pipelines.runs import contiguous_blocks
+        from shiftbench.pipelines.runs import contiguous_blocks
 
         for block in contiguous_blocks(names, order) if names else []:
             selection = [dg.AssetKey.from_user_string(k) for k in keys]
@@ -620,7 +621,7 @@ def ui(instance: dg.DagsterInstance) -> Iterator[Callable[..., Any]]:
     from dagster_graphql.test.utils import execute_dagster_graphql
 
     target = LoadableTargetOrigin(
-        module_name="pipelines.definitions", attribute="build_definitions", working_directory=str(PROJECT)
+        module_name="shiftbench.pipelines.definitions", attribute="build_definitions", working_directory=str(PROJECT)
     )
     origin = InProcessCodeLocationOrigin(target, location_name="shiftbench")
     with WorkspaceProcessContext(instance, InProcessWorkspaceLoadTarget(origin)) as process:
@@ -668,8 +669,8 @@ def test_after_a_fresh_cli_build_the_ui_shows_the_published_analyses_and_nothing
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
-    from pipelines import runs
-    from pipelines.cli import main
+    from shiftbench.pipelines import runs
+    from shiftbench.pipelines.cli import main
 
     settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
     assert main(["build", "conds", "--benchmark", "sprites-uniform"]) == 0  # inputs, stage, check, publish
@@ -731,7 +732,8 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     """The CLI's rule (pipelines/cli/app.py): a failure of shiftbench itself is one line for the user, and its
     traceback is kept for the report, in the run's log and on the terminal: inside one benchmark's build (the
     others still publish), in an analysis and in a training run."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
+
     from shiftbench.conds import build as conds_build
 
     settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
@@ -754,12 +756,12 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     assert "case_tables_with_a_bug" in failure["traceback sprites-sc-object_color"]  # on the run's failure, in the UI
 
     # An analysis whose code fails: the run fails, the terminal shows the traceback and one line.
-    import assets.analysis
+    import shiftbench.assets.analysis
 
     def publish_with_a_bug(*args: Any) -> Any:
         raise ZeroDivisionError("an analysis divided by zero")
 
-    monkeypatch.setattr(assets.analysis, "publish_analysis", publish_with_a_bug)
+    monkeypatch.setattr(shiftbench.assets.analysis, "publish_analysis", publish_with_a_bug)
     assert main(["analyse", "conds-accuracy-by-shift"]) == 1
     err = capfd.readouterr().err
     assert "conds-accuracy-by-shift: error: ZeroDivisionError: an analysis divided by zero; nothing published" in err
@@ -835,7 +837,7 @@ def test_a_staged_benchmark_goes_stale_on_a_changed_spec_not_on_an_input_rebuilt
     """Staged versions record what they were built from as Dagster's provenance: building another benchmark
     materializes the inputs again (same content) and leaves the first fresh; a changed spec, observed by the
     partition sensor, makes exactly its benchmark stale."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     spec_file = tmp_path / "mine.yaml"
     spec = "family: breeds\nbenchmarks:\n  {name}:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"

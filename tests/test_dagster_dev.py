@@ -55,7 +55,7 @@ def test_dagster_dev_serves_the_graph_and_lists_cli_runs_under_their_job(
         "SHIFTBENCH_BREEDS_HIERARCHY_DIR": str(BREEDS_FIXTURE),
     }
     cli = subprocess.run(
-        [sys.executable, "-m", "pipelines.cli", "build", "--benchmark", "living17"],
+        [sys.executable, "-m", "shiftbench.pipelines.cli", "build", "--benchmark", "living17"],
         cwd=PROJECT,
         env=env,
         capture_output=True,

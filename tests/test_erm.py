@@ -180,8 +180,9 @@ def test_the_split_is_read_as_wilds_metadata(warehouse: Settings) -> None:
 def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
     warehouse: Settings, tmp_path: Path
 ) -> None:
-    from assets import erm
-    from assets.resources import ShiftbenchSettings
+    from shiftbench.assets import erm
+    from shiftbench.assets.resources import ShiftbenchSettings
+
     from shiftbench.conds.family import CASE, CONDS
 
     baseline, _ = erm.baseline_assets(CONDS, CASE)
@@ -265,7 +266,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
 def test_cli_trains_with_progress_and_exports_an_imagefolder(
     warehouse: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
@@ -387,7 +388,7 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
 def test_a_named_variant_trains_and_its_results_go_stale_when_the_split_is_republished(
     make_settings: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     settings = make_settings()
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))

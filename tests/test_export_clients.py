@@ -25,8 +25,8 @@ from typing import Any
 
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench import registry
 from shiftbench.settings import Settings
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import export as cli_export
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import export as cli_export
-from pipelines.cli import main
 from shiftbench import registry
 from shiftbench.erm.launch import PublishedSplit, published_split, resolve_images
 from shiftbench.errors import InputError

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.metashift.specs import parse_specs
 from shiftbench.settings import Settings
 

@@ -18,9 +18,9 @@ import pytest
 from dagster_k8s import PipesK8sClient
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
+from shiftbench.assets import erm
+from shiftbench.assets.resources import ShiftbenchSettings
 
-from assets import erm
-from assets.resources import ShiftbenchSettings
 from shiftbench.erm import pods
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -275,7 +275,7 @@ def test_the_subprocess_path_needs_no_dagster_k8s(tmp_path: Path, monkeypatch: p
     erm._launch(asset_context(tmp_path, None), client, job_under(tmp_path), erm.BaselineConfig())
     assert client.calls[0]["command"] == erm.JOB_COMMAND
     # And the code location's modules import without it.
-    script = "import sys; sys.modules['dagster_k8s'] = None; import assets.erm, shiftbench.erm.pods"
+    script = "import sys; sys.modules['dagster_k8s'] = None; import shiftbench.assets.erm, shiftbench.erm.pods"
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
 
@@ -362,7 +362,7 @@ def test_the_fanned_out_collection_job_runs_on_the_executor_the_setting_names(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same fan-out job on Dagster's multiprocess executor, or on dagster-k8s' job executor (a pod per step)."""
-    from pipelines.definitions import build_definitions
+    from shiftbench.pipelines.definitions import build_definitions
 
     for setting, executor in (("multiprocess", "multiprocess"), ("k8s", "k8s")):
         monkeypatch.setenv("SHIFTBENCH_FANOUT_EXECUTOR", setting)

@@ -447,7 +447,7 @@ def test_cli_builds_metashift_and_the_catalog_answers(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     settings = make_settings()
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
@@ -722,7 +722,7 @@ def test_a_declared_scope_is_in_the_params_and_on_the_card(
 def test_a_class_list_with_an_unknown_class_is_one_line_and_publishes_nothing(
     cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     listed = tmp_path / "classes.txt"
     listed.write_text("cat\n# and\ndgo\n")
@@ -799,7 +799,7 @@ def test_the_fanout_job_runs_units_as_steps_and_publishes_the_same_version(
 ) -> None:
     """`build --units 2`: one Dagster run of metashift_collections_fanout (plan -> 2 unit steps -> publish) on the
     multiprocess executor, then the same build in one piece: the same version, already latest."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     cli_env()
     assert main(["build", "metashift", "--benchmark", "metashift@generated", "--units", "2"]) == 0
@@ -819,7 +819,8 @@ def test_more_units_than_classes_is_one_line_never_fewer_steps(
 ) -> None:
     """A unit builds whole classes: `--units 3` on a two-class collection is refused in one line (exit 2, nothing
     published, the name left free), not a two-step run, nor the long run a huge count planned."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
+
     from shiftbench.variants import load_variants
 
     settings = cli_env()

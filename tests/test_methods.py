@@ -15,8 +15,8 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.augment import augment
 from shiftbench.erm.config import TrainConfig

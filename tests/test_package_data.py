@@ -13,8 +13,8 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.breeds import calibrated as cal
 from shiftbench.calibration import apply_edits, read_edit_file
 from shiftbench.hierarchy import Hierarchy

@@ -16,8 +16,8 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench import analysis
 from shiftbench.erm import launch
 from shiftbench.registry import analyses

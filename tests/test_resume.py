@@ -236,7 +236,7 @@ def test_the_batch_stream_resumes_mid_epoch() -> None:
 
 
 def _cli(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "pipelines.cli", "train", CASE, "--preset", "smoke", "--seed", "0",
+    return [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--preset", "smoke", "--seed", "0",
             "--set", "max_iters=300", "--set", "eval_every=100", "--set", "checkpoint_every=20",
             "--set", "threads=1", "--device", "cpu", *extra]  # fmt: skip
 
@@ -323,7 +323,7 @@ def test_the_in_process_dagster_run_stops_and_resumes(
 ) -> None:
     """``shiftbench train --in-process``: the asset runs the job in the command's process; stopped at iteration 5 it
     says so in one line (exit 130), and the same command resumes and publishes the uninterrupted run's version."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
@@ -349,7 +349,7 @@ def test_a_training_stopped_by_sigterm_is_retried_by_the_asset_and_resumes(
     at iteration 5) checkpoints and exits 75; the ERM asset asks Dagster for a retry (SHIFTBENCH_TRAIN_RETRIES), the
     step runs again, resumes from the checkpoint and publishes the uninterrupted run's version, in one command.
     With no retries left, the stop is the command's one line and exit 75."""
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))

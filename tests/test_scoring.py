@@ -12,8 +12,8 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.erm import metrics as m
 from shiftbench.settings import Settings
 from shiftbench.store import Store

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.erm.launch import train_in_process
 from shiftbench.erm.sweep import plan_sweep
 from shiftbench.settings import Settings
@@ -115,7 +115,7 @@ class Sweep:
     """``shiftbench train ... --backend slurm`` in a process of its own, its output read as it comes."""
 
     def __init__(self, *args: str) -> None:
-        command = [sys.executable, "-m", "pipelines.cli", "train", CASE, "--backend", "slurm", *TRAIN, *args]
+        command = [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--backend", "slurm", *TRAIN, *args]
         self.process = subprocess.Popen(
             command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
         )
@@ -272,9 +272,9 @@ def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     """``SHIFTBENCH_TRAIN_BACKEND=slurm``: the ERM asset's partition trains as a Slurm job, the job's lines reach
     the Dagster run's event log, and the run published is the one trained locally, its manifest naming the job."""
     import dagster as dg
+    from shiftbench.assets import erm
+    from shiftbench.assets.resources import ShiftbenchSettings
 
-    from assets import erm
-    from assets.resources import ShiftbenchSettings
     from shiftbench.conds.family import CASE as KIND
     from shiftbench.conds.family import CONDS
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.contracts import check_contract, connect_tables, contract_for, empty_relation
 from shiftbench.settings import Settings
 from shiftbench.store import Store

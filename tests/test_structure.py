@@ -27,7 +27,10 @@ from pathlib import Path
 import pytest
 
 PROJECT = Path(__file__).resolve().parents[1]
-LAYERS = ("shiftbench", "assets", "pipelines")  # lowest first: a layer may import only itself and those below
+# The source folders and the import names the package gives them (pyproject.toml maps the top-level assets/ and
+# pipelines/ into shiftbench), lowest layer first: a layer may import only itself and those below.
+IMPORT_NAMES = {"shiftbench": "shiftbench", "assets": "shiftbench.assets", "pipelines": "shiftbench.pipelines"}
+LAYERS = tuple(IMPORT_NAMES)
 MAX_FUNCTION_LINES = 80
 MAX_CLASS_LINES = 250
 LONG_COMMENT = re.compile(r"long:\s*\S")  # "long:" followed by the reason
@@ -44,6 +47,7 @@ class Source:
 
 def _module_name(path: Path, root: Path) -> tuple[str, bool]:
     parts = list(path.relative_to(root).with_suffix("").parts)
+    parts[0] = IMPORT_NAMES.get(parts[0], parts[0])
     is_package = parts[-1] == "__init__"
     return ".".join(parts[:-1] if is_package else parts), is_package
 
@@ -175,12 +179,20 @@ def import_cycles(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
     return found
 
 
-def _forbidden(layer: str, target: str, layers: Sequence[str]) -> bool:
+def _layer(module: str, layers: Sequence[str]) -> int | None:
+    """The index of the layer a module belongs to (the longest import name it starts with), None if outside."""
+    names = [IMPORT_NAMES.get(layer, layer) for layer in layers]
+    inside = [k for k, name in enumerate(names) if module == name or module.startswith(name + ".")]
+    return max(inside, key=lambda k: len(names[k])) if inside else None
+
+
+def _forbidden(layer: int, target: str, layers: Sequence[str]) -> bool:
+    above = _layer(target, layers)
+    if above is not None:
+        return above > layer
     top = target.split(".")[0]
-    if top in layers:
-        return layers.index(top) > layers.index(layer)
     dagster = top == "dagster" or (top.startswith("dagster_") and top != "dagster_pipes")
-    return layer == layers[0] and dagster
+    return layer == 0 and dagster
 
 
 def upward_imports(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
@@ -189,7 +201,8 @@ def upward_imports(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
     known = set(sources)
     found = []
     for source in sources.values():
-        layer = source.module.split(".")[0]
+        layer = _layer(source.module, packages)
+        assert layer is not None, source.module
         for target, node in imported(source, known):
             if _forbidden(layer, target, packages):
                 found.append(f"{_where(source, node, root)}: {source.module} imports {target}")
@@ -322,19 +335,21 @@ def test_every_upward_import_is_named_with_its_line(tmp_path: Path) -> None:
             "shiftbench/__init__.py": "",
             "shiftbench/lib.py": (
                 "import dagster\nfrom dagster_pipes import open_dagster_pipes\n\n\n"
-                "def f():\n    from assets.x import y\n    import pipelines.cli\n"
+                "def f():\n    from shiftbench.assets.x import y\n    import shiftbench.pipelines.cli\n"
             ),
             "assets/__init__.py": "from shiftbench import lib\n",
-            "assets/x.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pipelines import resources\n",
-            "pipelines/__init__.py": "import assets\nimport shiftbench.lib\nimport dagster\n",
+            "assets/x.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from shiftbench.pipelines import resources\n"
+            ),
+            "pipelines/__init__.py": "import shiftbench.assets\nimport shiftbench.lib\nimport dagster\n",
             "pipelines/resources.py": "",
         },
     )
     assert upward_imports(root) == [
-        "assets/x.py:3: assets.x imports pipelines.resources",
+        "assets/x.py:3: shiftbench.assets.x imports shiftbench.pipelines.resources",
         "shiftbench/lib.py:1: shiftbench.lib imports dagster",
-        "shiftbench/lib.py:6: shiftbench.lib imports assets.x",
-        "shiftbench/lib.py:7: shiftbench.lib imports pipelines.cli",
+        "shiftbench/lib.py:6: shiftbench.lib imports shiftbench.assets.x",
+        "shiftbench/lib.py:7: shiftbench.lib imports shiftbench.pipelines.cli",
     ]
 
 
@@ -388,3 +403,37 @@ def test_relative_imports_resolve_from_the_module_s_package(
 ) -> None:
     source = Source(module, Path("x.py"), is_package, ast.parse(""), "")
     assert _absolute(source, name, level) == expected
+
+
+def bare_folder_imports(root: Path, packages: Sequence[str] = LAYERS) -> list[str]:
+    """``file:line: module imports target`` for every import of a top-level folder by its folder name
+    (``assets.x``) instead of its import name (``shiftbench.assets.x``): it works in a checkout, where the folder
+    is on ``sys.path``, and fails in the installed wheel."""
+    sources = read_sources(root, packages)
+    renamed = {folder for folder, name in IMPORT_NAMES.items() if folder != name}
+    found = []
+    for source in sources.values():
+        for target, node in imported(source, set(sources)):
+            if target.split(".")[0] in renamed:
+                found.append(f"{_where(source, node, root)}: {source.module} imports {target}")
+    return sorted(set(found), key=_by_place)
+
+
+def test_bare_folder_imports_are_named_with_their_line(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "",
+            "assets/__init__.py": "",
+            "assets/x.py": "import shiftbench\n",
+            "pipelines/__init__.py": "from assets.x import y\nfrom shiftbench.assets import x\n",
+        },
+    )
+    assert bare_folder_imports(root) == ["pipelines/__init__.py:1: shiftbench.pipelines imports assets.x"]
+
+
+def test_top_level_folders_are_imported_by_their_package_name() -> None:
+    bare = bare_folder_imports(PROJECT, [*LAYERS, "tests", "bench", "scripts"])
+    assert not bare, "import these as shiftbench.assets / shiftbench.pipelines (the wheel has no other):\n" + "\n".join(
+        bare
+    )

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from shiftbench.pipelines.cli import main
 
-from pipelines.cli import main
 from shiftbench.erm import sweep
 from shiftbench.erm.launch import RunPlan
 from shiftbench.errors import InputError

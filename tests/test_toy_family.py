@@ -44,8 +44,7 @@ def test_the_code_location_gives_it_assets_checks_partitions_and_jobs(
     toy: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import dagster as dg
-
-    from pipelines.definitions import build_definitions
+    from shiftbench.pipelines.definitions import build_definitions
 
     monkeypatch.setenv("SHIFTBENCH_TOY_PER_CELL", "6")
     definitions = build_definitions()
@@ -67,7 +66,7 @@ def test_the_code_location_gives_it_assets_checks_partitions_and_jobs(
 def test_build_query_card_and_train_through_the_cli(
     toy: None, cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from pipelines.cli import main
+    from shiftbench.pipelines.cli import main
 
     settings = cli_env(SHIFTBENCH_TOY_PER_CELL="8")
     assert main(["build", "toy"]) == 0

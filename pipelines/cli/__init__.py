@@ -23,8 +23,8 @@ One module per command group, each adding its own subcommands: ``build`` (build)
 (the build plan, overrides, which runs can train) are the library's (:mod:`shiftbench.plans`).
 """
 
-from pipelines.cli.app import build_parser, entry, leave, main
-from pipelines.cli.common import OneLineParser, dagster_instance, ensure_dagster_home
+from shiftbench.pipelines.cli.app import build_parser, entry, leave, main
+from shiftbench.pipelines.cli.common import OneLineParser, dagster_instance, ensure_dagster_home
 
 _instance = dagster_instance  # the name bench/ scripts open the instance by
 

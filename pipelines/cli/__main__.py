@@ -1,5 +1,5 @@
-"""``python -m pipelines.cli ...``: the ``shiftbench`` command (how a sweep starts its runs)."""
+"""``python -m shiftbench.pipelines.cli ...``: the ``shiftbench`` command (how a sweep starts its runs)."""
 
-from pipelines.cli import entry
+from shiftbench.pipelines.cli import entry
 
 entry()

@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from pipelines.cli import build, export, generate, results, train, warehouse
-from pipelines.cli.common import OneLineParser, Subcommands
+from shiftbench.pipelines.cli import build, export, generate, results, train, warehouse
+from shiftbench.pipelines.cli.common import OneLineParser, Subcommands
+
 from shiftbench import progress
 from shiftbench.cpus import yielding_waits
 from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes
@@ -72,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _print_traceback(event: progress.Event) -> None:
     """A failure of shiftbench inside a build is that benchmark's outcome (its one line, exit code 1) and the
     others go on; being a bug, its traceback is printed too, just before that line (the run's log keeps it as
-    well). A bug that stops a run is printed by :func:`pipelines.runs.run_job`; one outside any run, by Python."""
+    well). A bug that stops a run is printed by :func:`shiftbench.pipelines.runs.run_job`; one outside any run,
+    by Python."""
     traceback = getattr(event.outcome, "traceback", None)
     if traceback:
         print(f"{event.name}: a failure of shiftbench itself; its traceback, also in the run's log:\n"

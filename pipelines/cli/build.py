@@ -9,7 +9,8 @@ import dataclasses
 import time
 from typing import Any
 
-from pipelines.cli.common import Subcommands, asset_key, dagster_instance
+from shiftbench.pipelines.cli.common import Subcommands, asset_key, dagster_instance
+
 from shiftbench.errors import InputError, disk_full, free_bytes
 from shiftbench.settings import Settings
 
@@ -51,8 +52,8 @@ def cmd_build(args: argparse.Namespace) -> int:
         )
     overrides = parse_overrides(args.set or [])
     plan = build_plan(settings, args.family, args.benchmark or [], overrides, args.name)
-    from assets.factory import forget_variant
-    from pipelines.terminal import Reporter
+    from shiftbench.assets.factory import forget_variant
+    from shiftbench.pipelines.terminal import Reporter
 
     instance = dagster_instance(settings)
     reporter = Reporter()
@@ -102,8 +103,8 @@ def _report_full_disk(reporter: Any, settings: Settings, failed: int) -> None:
 
 def _run_plan(instance: Any, reporter: Any, plan: Any, needed: list[str], run_failures: list[tuple[bool, int]]) -> None:
     """One Dagster run per block of partitions of each kind; failures not explained by a benchmark are counted."""
-    from assets.factory import inputs_read
-    from pipelines import runs
+    from shiftbench.assets.factory import inputs_read
+    from shiftbench.pipelines import runs
 
     first = True
     with reporter.listening():
@@ -131,8 +132,8 @@ def _run_fanned_out(
 ) -> None:
     """Each benchmark in ``units`` units side by side: one run of the kind's fan-out job (plan -> units -> publish)
     on Dagster's multiprocess executor, after one run that builds the inputs."""
-    from assets.factory import inputs_read
-    from pipelines import runs
+    from shiftbench.assets.factory import inputs_read
+    from shiftbench.pipelines import runs
 
     kinds = plan.fanned_out_kinds()
     with reporter.listening():
@@ -158,8 +159,7 @@ def _run_units(
 ) -> None:
     """One run of the kind's fan-out job for one benchmark, and its line."""
     import dagster as dg
-
-    from pipelines import runs
+    from shiftbench.pipelines import runs
 
     prefix = kind.fanout_prefix
     config = {"benchmark": name, "units": units}

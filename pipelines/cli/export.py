@@ -3,7 +3,8 @@
 import argparse
 from pathlib import Path
 
-from pipelines.cli.common import Subcommands
+from shiftbench.pipelines.cli.common import Subcommands
+
 from shiftbench.settings import Settings
 
 LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")  # shiftbench.exports.LAYOUTS (imported lazily: polars)

@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipelines.cli.common import OneLineParser, Subcommands, comma_list
+from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list
+
 from shiftbench.errors import InputError
 from shiftbench.outputs import output_file, write_output_file
 from shiftbench.settings import Settings

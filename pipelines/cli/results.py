@@ -4,7 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipelines.cli.common import Subcommands, comma_list
+from shiftbench.pipelines.cli.common import Subcommands, comma_list
+
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
@@ -140,10 +141,10 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     """Rebuild the papers' analyses from the results in the catalog and publish the ones with data: a run of their
     assets (job ``analyses``) on the instance the UI reads, so each published analysis shows materialized there."""
     import dagster as dg
+    from shiftbench.assets.analysis import JOB, NO_RESULTS, analysis_key
+    from shiftbench.pipelines import runs
+    from shiftbench.pipelines.cli.common import dagster_instance
 
-    from assets.analysis import JOB, NO_RESULTS, analysis_key
-    from pipelines import runs
-    from pipelines.cli.common import dagster_instance
     from shiftbench import registry
 
     analyses = registry.analyses()

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.cli.sweep import _Bar, _summary
+from shiftbench.pipelines.cli.sweep import _Bar, _summary
+
 from shiftbench.erm import backends
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.erm.sweep import parse_seeds, plan_sweep

@@ -86,7 +86,15 @@ def _gpu_will_train(args: argparse.Namespace, overrides: dict[str, Any]) -> bool
 
 def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> list[str]:
     """``shiftbench train`` for one run of the sweep, with the sweep's options and settings."""
-    command = [sys.executable, "-m", "pipelines.cli", "train", plan.benchmark, "--seed", str(plan.config["seed"])]
+    command = [
+        sys.executable,
+        "-m",
+        "shiftbench.pipelines.cli",
+        "train",
+        plan.benchmark,
+        "--seed",
+        str(plan.config["seed"]),
+    ]
     for name in _FORWARDED:
         value = getattr(args, name, None)
         if value:
@@ -104,7 +112,8 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
 
 def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
     """Every benchmark's ERM partition, added once here rather than by runs racing to add it."""
-    from pipelines.cli.common import dagster_instance
+    from shiftbench.pipelines.cli.common import dagster_instance
+
     from shiftbench import registry
 
     dagster_kinds: dict[str, list[str]] = {}

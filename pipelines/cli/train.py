@@ -1,6 +1,6 @@
 """``shiftbench train``: one ERM run through the kind's ERM job (the partition the UI would run), or a sweep.
 
-Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`pipelines.cli.sweep`): each run is then
+Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`shiftbench.pipelines.cli.sweep`): each run is then
 ``shiftbench train B --seed S`` in a process of its own.
 """
 
@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pipelines.cli.common import Subcommands, dagster_instance
+from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
+
 from shiftbench.errors import InputError, StoreError
 from shiftbench.settings import Settings
 
@@ -46,8 +47,9 @@ def add_train(sub: Subcommands) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
-    from pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
-    from pipelines.cli.sweep import cmd_sweep, wants_sweep
+    from shiftbench.pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
+    from shiftbench.pipelines.cli.sweep import cmd_sweep, wants_sweep
+
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
     from shiftbench.plans import trainable_kind, training_overrides, training_seed
@@ -93,10 +95,10 @@ def _train_in_dagster(
 ) -> int:
     """The run of the kind's ERM job for the partition (benchmark, seed), and its lines."""
     import dagster as dg
+    from shiftbench.assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
+    from shiftbench.pipelines import runs
+    from shiftbench.pipelines.terminal import Reporter
 
-    from assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
-    from pipelines import runs
-    from pipelines.terminal import Reporter
     from shiftbench.erm.interrupt import deferred_interrupts
     from shiftbench.erm.launch import job_interrupted, scratch_dir
 
@@ -140,7 +142,8 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     """``--set`` values as the typed launchpad config of the ERM asset (nullable ones as YAML text)."""
     from dataclasses import fields
 
-    from assets.erm import NULLABLE
+    from shiftbench.assets.erm import NULLABLE
+
     from shiftbench.erm.config import TrainConfig, coerce_value
     from shiftbench.spec_files import format_value
 

@@ -3,7 +3,8 @@
 import argparse
 import sys
 
-from pipelines.cli.common import Subcommands
+from shiftbench.pipelines.cli.common import Subcommands
+
 from shiftbench.settings import Settings
 
 
@@ -34,7 +35,8 @@ def add_gc(sub: Subcommands) -> None:
 
 
 def cmd_versions(args: argparse.Namespace) -> int:
-    from pipelines.terminal import table
+    from shiftbench.pipelines.terminal import table
+
     from shiftbench.store import Store
 
     settings = Settings.from_env()

@@ -30,6 +30,7 @@ from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
+from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
 from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ
@@ -379,7 +380,6 @@ def _training_unavailable(settings: Settings) -> str | None:
 
 
 # The paper's analyses over this family's results (shiftbench.analysis).
-PACKAGE = Path(__file__).parent
 ANALYSES = (
     Analysis(
         "breeds-source-vs-target",
@@ -390,7 +390,7 @@ ANALYSES = (
         "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5 and Figure 4",
         source_vs_target,
         "source_vs_target.png",
-        PACKAGE / "sql",
+        SQL_DIR / "breeds",
     ),
 )
 BREEDS = Family(
@@ -424,5 +424,5 @@ BREEDS = Family(
     settings=BreedsSettings,
     no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",
     analyses=ANALYSES,
-    contracts_dir=PACKAGE / "contracts",
+    contracts_dir=CONTRACTS_DIR / "breeds",
 )

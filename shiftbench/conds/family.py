@@ -32,6 +32,7 @@ from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown
 from shiftbench.fingerprint import sha256_files, sha256_json, sha256_table, sha256_text
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
+from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
 from shiftbench.settings import Settings
 from shiftbench.sources import celeba as celeba_files
 from shiftbench.sources import sprites
@@ -369,7 +370,6 @@ CASE = Kind(
     example="sprites-uniform",
 )
 # The paper's analyses over this family's results (shiftbench.analysis).
-PACKAGE = Path(__file__).parent
 ANALYSES = (
     Analysis(
         "conds-accuracy-by-shift",
@@ -380,7 +380,7 @@ ANALYSES = (
         "Jeon et al., Concurrent distribution shifts (TMLR 2025), Sections 4-5",
         accuracy_by_shift,
         "accuracy_by_shift.png",
-        PACKAGE / "sql",
+        SQL_DIR / "conds",
     ),
     Analysis(
         "conds-grid-vs-paper",
@@ -391,7 +391,7 @@ ANALYSES = (
         "Jeon et al., Concurrent distribution shifts (TMLR 2025), Table 3 and Figure 4",
         conds_grid_vs_paper,
         "grid_vs_paper.png",
-        PACKAGE / "sql",
+        SQL_DIR / "conds",
     ),
 )
 CONDS = Family(
@@ -415,5 +415,5 @@ CONDS = Family(
     eval_subsets=shift_subsets,
     settings=CondsSettings,
     analyses=ANALYSES,
-    contracts_dir=PACKAGE / "contracts",
+    contracts_dir=CONTRACTS_DIR / "conds",
 )

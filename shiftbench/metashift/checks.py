@@ -1,6 +1,6 @@
 """Contract rules of the MetaShift tables written in code: those SQL cannot run in reasonable time.
 
-Each function is named by a ``type: custom`` quality rule of a contract in ``shiftbench/data_contracts/``
+Each function is named by a ``type: custom`` quality rule of a contract in ``data_contracts/``
 (``implementation: shiftbench.metashift.checks:<function>``), receives the version's table files and
 returns the number the rule compares (here: how many rows break it). See :mod:`shiftbench.contracts`.
 """

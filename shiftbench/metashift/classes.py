@@ -5,7 +5,7 @@ class's cap on contexts, the class's count of large subsets), the overlaps betwe
 (its meta-graph's edges), its communities and its spectral embedding. Nothing here looks at another class,
 so classes are built in any grouping (threads, buckets of processes, Dagster steps) with the same result;
 and nothing is stored per pair of subsets: distances are a view over the embeddings
-(``shiftbench/metashift/contracts/metashift_distances.sql``).
+(``data_contracts/metashift/metashift_distances.sql``).
 """
 
 from __future__ import annotations

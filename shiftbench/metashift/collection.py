@@ -17,7 +17,7 @@ What a collection stores grows with its inputs, never with pairs of subsets:
   (exact order statistics, no array of every distance).
 
 ``metashift_distances`` is a view computing Euclidean distances from the embeddings when queried
-(``shiftbench/metashift/contracts/<table>.sql``); ``store_distances: true`` also materializes it, for small collections.
+(``data_contracts/metashift/<table>.sql``); ``store_distances: true`` also materializes it, for small collections.
 
 Classes are independent (:mod:`shiftbench.metashift.classes`): :func:`build_classes` runs them on threads
 (compiled loops and LAPACK release the GIL), :func:`build_bucket` runs one bucket of them from a saved index,

@@ -211,7 +211,7 @@ class PairDistances:
         return names
 
 
-# One definition of a distance, here and in the catalog's view (shiftbench/metashift/contracts/
+# One definition of a distance, here and in the catalog's view (data_contracts/metashift/
 # metashift_distances.sql): the squared differences summed in dimension order, then the square root. scipy's
 # pdist sums so for every dimension (tested), and so does the view's list_reduce; numpy's norm would sum
 # pairwise from 8 dimensions on (other last bits).

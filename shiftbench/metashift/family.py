@@ -58,6 +58,7 @@ from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
+from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects
@@ -656,7 +657,6 @@ def _training_unavailable(settings: Settings) -> str | None:
 
 
 # The paper's analyses over this family's results (shiftbench.analysis).
-PACKAGE = Path(__file__).parent
 ANALYSES = (
     Analysis(
         "metashift-accuracy-vs-distance",
@@ -667,7 +667,7 @@ ANALYSES = (
         "Liang and Zou, MetaShift (ICLR 2022), Section 4.2 and Figure 5",
         accuracy_vs_distance,
         "accuracy_vs_distance.png",
-        PACKAGE / "sql",
+        SQL_DIR / "metashift",
     ),
 )
 METASHIFT = Family(
@@ -690,5 +690,5 @@ METASHIFT = Family(
     tag_meaning=TAG_MEANINGS.get,
     settings=MetaShiftSettings,
     analyses=ANALYSES,
-    contracts_dir=PACKAGE / "contracts",
+    contracts_dir=CONTRACTS_DIR / "metashift",
 )
