@@ -381,7 +381,7 @@ def test_a_training_stopped_by_sigterm_is_retried_by_the_asset_and_resumes(
 def test_periodic_checkpoints_stay_under_two_percent_of_the_time(tmp_path: Path) -> None:
     """Every ``checkpoint_every`` iterations, unless the last write took more than 2 % of the time since it."""
     from shiftbench.erm.interrupt import StopRequest
-    from shiftbench.erm.train import Resumable
+    from shiftbench.erm.run import Resumable
 
     resumable = Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 10, "b seed 0")
     assert not resumable.due(15, 0) and not resumable.due(10, 10)  # off the interval; the checkpoint resumed from

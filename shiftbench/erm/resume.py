@@ -40,7 +40,7 @@ from shiftbench.erm.checkpoints import read as read_checkpoint
 from shiftbench.errors import InputError
 
 FORMAT = 1
-# The largest share of a run's time periodic checkpoints may take (shiftbench.erm.train.Resumable.due).
+# The largest share of a run's time periodic checkpoints may take (shiftbench.erm.run.Resumable.due).
 MAX_OVERHEAD = 0.02
 FOLDER = "resume"
 STATE = "state.json"
