@@ -437,3 +437,58 @@ def test_top_level_folders_are_imported_by_their_package_name() -> None:
     assert not bare, "import these as shiftbench.assets / shiftbench.pipelines (the wheel has no other):\n" + "\n".join(
         bare
     )
+
+
+# --- no file over 500 lines without a reason (issue 38) -------------------------------------------------------------
+
+MAX_FILE_LINES = 500
+FILE_HEAD_LINES = 10  # where a file's ``# long: why`` comment must stand, so a reader meets it first
+
+
+def long_files(root: Path, packages: Sequence[str] = LAYERS, max_lines: int = MAX_FILE_LINES) -> list[str]:
+    """``file: N lines (at most M)`` for every module over the limit without a ``# long: why`` comment in its first
+    ``FILE_HEAD_LINES`` lines (a comment, not a docstring: the same rule as a long definition's)."""
+    found = []
+    for source in read_sources(root, packages).values():
+        size = len(source.text.splitlines())
+        if size <= max_lines:
+            continue
+        head = [comment for line, comment in _comments(source.text).items() if line <= FILE_HEAD_LINES]
+        if not any(LONG_COMMENT.search(comment) for comment in head):
+            found.append(f"{source.path.relative_to(root)}: {size} lines (at most {max_lines})")
+    return sorted(found)
+
+
+def test_no_file_over_500_lines_without_a_reason() -> None:
+    long = long_files(PROJECT)
+    assert not long, (
+        "split these by job, or say why not in a '# long: ...' comment in their first lines:\n" + "\n".join(long)
+    )
+
+
+def test_long_files_are_named_unless_explained(tmp_path: Path) -> None:
+    lines = "".join(f"x{k} = {k}\n" for k in range(6))  # 6 lines: over the limit of 5 here
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "",
+            "shiftbench/short.py": lines[: lines.index("x5")],  # 5 lines: at the limit
+            "shiftbench/plain.py": lines,
+            "shiftbench/reason.py": "# long: one table of cases reads best in one file\n" + lines,
+            "shiftbench/pkg/__init__.py": '"""A package."""\n\n# long: the registry of every rule\n' + lines,
+            "shiftbench/no_reason.py": "# long:\n" + lines,
+            "shiftbench/in_docstring.py": '"""long: not a comment"""\n' + lines,
+            "shiftbench/too_late.py": lines + "y = 1\n" * 5 + "# long: below the first lines\n",
+            "assets/__init__.py": "",
+            "assets/big.py": lines,
+            "pipelines/__init__.py": lines,
+        },
+    )
+    assert long_files(root, max_lines=5) == [
+        "assets/big.py: 6 lines (at most 5)",
+        "pipelines/__init__.py: 6 lines (at most 5)",
+        "shiftbench/in_docstring.py: 7 lines (at most 5)",
+        "shiftbench/no_reason.py: 7 lines (at most 5)",
+        "shiftbench/plain.py: 6 lines (at most 5)",
+        "shiftbench/too_late.py: 12 lines (at most 5)",
+    ]
