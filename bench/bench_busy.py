@@ -1,6 +1,7 @@
 """A training run on a busy machine: the quick preset alone, and beside other CPU-bound work.
 
-    .venv/bin/python bench/bench_busy.py --home warehouse [--benchmark sprites-uniform] [--runs 3]
+    .venv/bin/python bench/bench_busy.py --home warehouse [--benchmark sprites-uniform] [--runs 3] \
+        [--record bench/figures/busy.json]
 
 Each measurement times the whole ``shiftbench train BENCHMARK --preset quick`` command (the Pipes subprocess
 included) on a fresh copy of the warehouse, in three conditions: quiet; beside one single-threaded busy loop
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import records
 
 SHIFTBENCH = Path(sys.executable).with_name("shiftbench")
 
@@ -62,17 +65,31 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--policies", default="ACTIVE,PASSIVE")
     parser.add_argument("--conditions", default="quiet,busy loop,second training")
+    records.add_argument(parser)
     args = parser.parse_args()
+    recording = records.start(args.record)
+    figures = {}
     with tempfile.TemporaryDirectory(prefix="bench-busy-") as scratch:
         for policy in args.policies.split(","):
             quiet: float | None = None
             for beside in args.conditions.split(","):
                 times = [_once(args.home, Path(scratch), args.benchmark, policy, beside) for _ in range(args.runs)]
+                for number, seconds in enumerate(times):
+                    recording.run(policy=policy, beside=beside, round=number, seconds=seconds)
                 median = statistics.median(times)
+                key = f"{policy}.{beside.replace(' ', '-')}"
+                figures[key] = records.median_figure(times, "s", 1, f"{policy} waits, {beside}")
+                if quiet and beside != "quiet":
+                    figures[f"{key}.ratio"] = {
+                        "what": f"{policy} waits, {beside} / quiet", "figure": f"{median / quiet:.2f}\u00d7",
+                        "value": median / quiet,
+                    }  # fmt: skip
                 quiet = median if beside == "quiet" else quiet
                 ratio = f"   {median / quiet:.2f}x quiet" if quiet else ""
                 listed = ", ".join(f"{t:.1f}" for t in times)
                 print(f"{policy:<8} {beside:<16} median {median:7.1f} s ({listed}){ratio}", flush=True)
+    what = f"the whole `shiftbench train {args.benchmark} --preset quick` command, quiet and beside other work"
+    recording.save(what, figures)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """What the catalog's damage check costs: refreshes (every version hashed, or the cheap check of unchanged ones),
 opening it (a stat per listed file, then DuckDB's read-only, locked connection) and a query through it.
 
-    .venv/bin/python bench/bench_catalog.py --store warehouse/store [--copies 10] [--runs 5]
+    .venv/bin/python bench/bench_catalog.py --store warehouse/store [--copies 10] [--runs 5] \
+        [--record bench/figures/catalog.json]
 
 ``--hash-mib`` measures sha256's throughput on a file of that size (what verifying a version of that size
 costs). The store is copied to a temporary warehouse first (nothing is written to it); ``--copies K`` adds K copies of
@@ -21,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import records
 
 from shiftbench.catalog import open_catalog, refresh_catalog
 from shiftbench.catalog_files import changed_files, recorded_states
@@ -45,7 +47,15 @@ def _timed(runs: int, setup: Callable[[], None], work: Callable[[], object]) -> 
     return times
 
 
-def _report(name: str, times: list[float]) -> None:
+RECORDING = records.start(None)  # main() starts it with --record
+FIGURES: dict[str, dict] = {}
+
+
+def _report(name: str, times: list[float], key: str) -> None:
+    """Print a measurement's line and record its runs and median as the figure ``key``."""
+    for number, seconds in enumerate(times):
+        RECORDING.run(measurement=key, round=number, seconds=seconds)
+    FIGURES[key] = records.median_figure(times, "s", 3, name)
     listed = ", ".join(f"{t:.3f}" for t in times)
     print(f"{name:<58} median {statistics.median(times):8.3f} s   ({listed})", flush=True)
 
@@ -67,7 +77,9 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=0)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--hash-mib", type=int, default=1024, help="size of a file to measure sha256's throughput")
+    records.add_argument(parser)
     args = parser.parse_args()
+    RECORDING.path = args.record
     with tempfile.TemporaryDirectory(prefix="bench-catalog-") as tmp:
         home = Path(tmp) / "warehouse"
         store, catalog = home / "store", home / "catalog.duckdb"
@@ -80,25 +92,34 @@ def main() -> None:
         _report(
             "refresh, no previous catalog (every version hashed)",
             _timed(args.runs, remove, lambda: refresh_catalog(catalog, store)),
+            "refresh_first",
         )
         keep = lambda: None  # noqa: E731
         _report(
-            "refresh, nothing changed (cheap check)", _timed(args.runs, keep, lambda: refresh_catalog(catalog, store))
+            "refresh, nothing changed (cheap check)",
+            _timed(args.runs, keep, lambda: refresh_catalog(catalog, store)),
+            "refresh_unchanged",
         )
         recorded = recorded_states(catalog) or {}
         _report(
-            f"stat the {len(recorded)} listed files", _timed(args.runs, keep, lambda: changed_files(home, recorded))
+            f"stat the {len(recorded)} listed files",
+            _timed(args.runs, keep, lambda: changed_files(home, recorded)),
+            "stat_files",
         )
         _report(
             "open_catalog, nothing changed (stats + locked connection)",
             _timed(args.runs, keep, lambda: open_catalog(catalog, store)[0].close()),
+            "open",
         )
         _report(
             "open_catalog + SELECT count(*) FROM examples",
             _timed(args.runs, keep, lambda: _open_and_query(catalog, store)),
+            "open_query",
         )
         _report(
-            "plain duckdb.connect + the same query (no checks)", _timed(args.runs, keep, lambda: _plain_query(catalog))
+            "plain duckdb.connect + the same query (no checks)",
+            _timed(args.runs, keep, lambda: _plain_query(catalog)),
+            "plain_query",
         )
         largest = max(files, key=lambda f: f.stat().st_size)
 
@@ -110,9 +131,10 @@ def main() -> None:
             for _ in range(args.hash_mib):
                 handle.write(os.urandom(2**20))
         hashed = _timed(args.runs, keep, lambda: sha256_file(blob))
-        _report(f"sha256 of {args.hash_mib} MiB (a version's verification: size / this)", hashed)
+        _report(f"sha256 of {args.hash_mib} MiB (a version's verification: size / this)", hashed, "sha256")
         touched = f"open_catalog after a touch of the largest file ({largest.stat().st_size / 2**20:.1f} MiB)"
-        _report(touched, _timed(args.runs, touch, lambda: open_catalog(catalog, store)[0].close()))
+        _report(touched, _timed(args.runs, touch, lambda: open_catalog(catalog, store)[0].close()), "open_after_touch")
+    RECORDING.save(f"the catalog's damage check on {args.store} with {args.copies} extra copies", FIGURES)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Checkpoint overhead of a training run (shiftbench.erm.resume): results go to BENCHMARKS.md.
 
-    .venv/bin/python bench/bench_checkpoint.py [--preset quick] [--repeats 3] [--every 0 100]
+    .venv/bin/python bench/bench_checkpoint.py [--preset quick] [--repeats 3] [--every 0 100] \
+        [--record bench/figures/checkpoint.json]
 
 Trains the preset on a published sprites split (40 images per combination) through the job
 (:func:`shiftbench.erm.job.run_job`, as ``shiftbench train`` runs it) once per ``--every`` value, alternating,
@@ -25,6 +26,8 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+import records  # noqa: E402  (bench/, the script's folder, is on the path)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -32,7 +35,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--every", type=int, nargs="+", default=[0, 100])
     parser.add_argument("--threads", type=int, default=1)
+    records.add_argument(parser)
     args = parser.parse_args()
+    recording = records.start(args.record)
 
     import torch
 
@@ -66,8 +71,10 @@ def main() -> None:
                 "checkpoint_s": sum(s for s, _ in saves), "bytes": max((b for _, b in saves), default=0),
             })  # fmt: skip
             print(json.dumps({"every": every, "repeat": repeat, **rows[every][-1]}), flush=True)
+            recording.run(every=every, repeat=repeat, **rows[every][-1])
     base = statistics.median(r["wall_s"] for r in rows[args.every[0]])
     report = {"preset": args.preset, "torch": torch.__version__, "machine": platform.processor() or platform.machine()}
+    figures: dict[str, dict[str, Any]] = {}
     for every, found in rows.items():
         wall = statistics.median(r["wall_s"] for r in found)
         spent = statistics.median(r["checkpoint_s"] for r in found)
@@ -76,7 +83,15 @@ def main() -> None:
             "median_checkpoint_s": round(spent, 3), "checkpoint_share": round(spent / wall, 4),
             "checkpoints": found[0]["checkpoints"], "checkpoint_bytes": found[0]["bytes"],
         }  # fmt: skip
+        figures[f"every={every}.wall"] = records.median_figure([r["wall_s"] for r in found], "s", 1, "the job's wall")
+        figures[f"every={every}.share"] = {
+            "what": "median seconds writing checkpoints / median wall", "figure": f"{100 * spent / wall:.2f} %",
+            "value": spent / wall, "checkpoint_s": [r["checkpoint_s"] for r in found],
+        }  # fmt: skip
     print(json.dumps(report, indent=1))
+    recording.save(
+        f"checkpoint overhead of the {args.preset} preset on sprites-uniform, threads={args.threads}", figures
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_erm.py                       # build the data here, measure here
     .venv/bin/python bench/bench_erm.py --prepare DIR         # only build the data (polars, duckdb)
     python3 bench/bench_erm.py --data DIR --device cuda       # measure where only torch is (a GPU box)
+    ... [--record bench/figures/erm_throughput.json]          # also keep the rows (bench/records.py)
 
 For ResNet-18 (Adam) at each input size and batch, on one device, side by side in one process:
 
@@ -38,6 +39,7 @@ from typing import Any
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+import records  # noqa: E402  (bench/, the script's folder, is on the path)
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -214,7 +216,9 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true", help="also torch.compile(mode='reduce-overhead')")
     parser.add_argument("--prepare", type=Path, help="only write the data into this folder")
     parser.add_argument("--data", type=Path, help="data written by --prepare (default: made now)")
+    records.add_argument(parser)
     args = parser.parse_args()
+    recording = records.start(args.record)
     if args.prepare:
         prepare(args.prepare)
         return
@@ -230,9 +234,24 @@ def main() -> None:
             for batch in batches:
                 rows.append(measure(data, size, batch, args.iterations, device, args.compile))
                 print(json.dumps(rows[-1]), flush=True)
+                recording.run(**rows[-1])
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     info = {"device": name, "threads": torch.get_num_threads(), "torch": torch.__version__}
     print(json.dumps({**info, "python": platform.python_version(), "rows": rows}, indent=2))
+    recording.save(f"ResNet-18 training throughput on {name}, {args.iterations} iterations", _figures(rows))
+
+
+def _figures(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each row's images/s (medians of per-iteration throughputs) and its ratios to the device's limit."""
+    figures: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        at = f"{row['size']}x{row['size']}.batch{row['batch']}"
+        for name in ("job", "job_eager", "step_eager", "step_graph", "step_compiled", "naive"):
+            if row[name] is not None:
+                figures[f"{at}.{name}"] = {"what": name, "figure": f"{row[name]:,.0f} images/s", "value": row[name]}
+        for name in ("job_over_limit", "naive_over_limit"):
+            figures[f"{at}.{name}"] = {"what": name, "figure": f"{row[name]:.2f}", "value": row[name]}
+    return figures
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 the Slurm sweep's wall time <= 1.25x the local one).
 
     bash scripts/slurm_local.sh start      # then export the SLURM_CONF it prints
-    .venv/bin/python bench/bench_slurm.py [--runs 8] [--parallel 2] [--repeats 3] [--preset smoke]
+    .venv/bin/python bench/bench_slurm.py [--runs 8] [--parallel 2] [--repeats 3] [--preset smoke] \
+        [--record bench/figures/slurm.json]
 
 Both are what users run, through the CLI, timed from the command's start to its exit (planning, training, and
 publishing every run): ``shiftbench train CASE --seeds 0-<runs-1> --parallel K`` (each run a Dagster run in a
@@ -25,6 +26,9 @@ from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
+
+import records  # noqa: E402  (bench/, the script's folder, is on the path)
+
 CASE = "sprites-uniform"
 
 
@@ -50,7 +54,9 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--preset", default="smoke")
+    records.add_argument(parser)
     args = parser.parse_args()
+    recording = records.start(args.record)
     from tests.conftest import small_sprites_home
 
     work = Path(tempfile.mkdtemp(prefix="bench-slurm-"))
@@ -67,6 +73,7 @@ def main() -> None:
         for name, extra in (("local", []), ("slurm", ["--backend", "slurm", "--slurm-settings", str(cluster)])):
             seconds, versions[name] = sweep(env, args, extra)
             timings[name].append(seconds)
+            recording.run(repeat=repeat, sweep=name, seconds=seconds, versions=versions[name])
             print(f"repeat {repeat + 1} {name}: {seconds:.1f}s", flush=True)
     same = versions["local"] == versions["slurm"]
     local, slurm = statistics.median(timings["local"]), statistics.median(timings["slurm"])
@@ -74,6 +81,11 @@ def main() -> None:
     print(f"local sweep  median {local:7.1f}s  ({', '.join(f'{t:.1f}' for t in timings['local'])})")
     print(f"slurm sweep  median {slurm:7.1f}s  ({', '.join(f'{t:.1f}' for t in timings['slurm'])})")
     print(f"slurm / local: {slurm / local:.2f}x; same versions: {same}")
+    figures = {name: records.median_figure(times, "s", 1, f"the {name} sweep") for name, times in timings.items()}
+    figures["ratio"] = {"what": "slurm / local", "figure": f"{slurm / local:.2f}\u00d7", "value": slurm / local}
+    figures["same_versions"] = {"what": "both sweeps published the same versions", "figure": str(same), "value": same}
+    what = f"{args.runs} {args.preset} runs of {CASE}, {args.parallel} at a time, locally and through Slurm"
+    recording.save(what, figures)
 
 
 if __name__ == "__main__":
