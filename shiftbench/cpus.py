@@ -6,7 +6,7 @@ thread per core and the threads fight over the few CPUs they share. OpenMP's wai
 (GNU OpenMP's default), so a second CPU-bound process beside a training run slows it far more than the
 share of CPU it takes. :func:`available_cpus` is the smallest of what the scheduler, the CPU affinity and
 the cgroup quota allow; :func:`yielding_waits` asks OpenMP to let waiting threads sleep. Measured in
-BENCHMARKS.md ("Training on a busy machine"). No torch here: the waits must be set before torch loads.
+BENCHMARKS.md ("Training on CPU"). No torch here: the waits must be set before torch loads.
 """
 
 from __future__ import annotations

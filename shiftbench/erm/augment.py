@@ -12,7 +12,7 @@ multiple of 90 degrees (the dihedral group of the square: lossless on square ima
 (scale 0.7-1, aspect 3/4-4/3, back to the input size), horizontal flip (p 1/2), ColorJitter 0.3
 (brightness, contrast, saturation, hue) and greyscale (p 0.1). Written here because torchvision's v2
 transforms draw one set of parameters per call (a batch would share one crop) and torchvision does not
-import beside the CPU torch wheel (BENCHMARKS.md, "torchvision"). Crop and flip are one affine
+import beside the CPU torch wheel (BENCHMARKS.md, "Training on CPU"). Crop and flip are one affine
 resampling (``grid_sample``, bilinear). The jitter factors are applied in a fixed order (torchvision
 permutes them per call), and hue is turned in YIQ space, a linear stand-in for torchvision's HSV round
 trip.
