@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_conds_grid.py prepare DIR [--preset conds_controlled] [--seeds 0 1 2]
     python3 bench/bench_conds_grid.py run DIR --parallel 1 4 [--device cuda]      # torch + pyarrow only
     .venv/bin/python bench/bench_conds_grid.py cli [--cases 4] [--preset quick] [--parallel 2]
+    ... run|cli ... --record bench/figures/conds_grid.json                         # also keep the runs
 
 ``prepare`` builds the 34 sprites cases here and writes, into DIR (about 26 MB: carry it to a GPU box),
 each case's split tables, the images, and ``grid.json``: one resolved job per (case, seed). ``run`` trains
@@ -30,6 +31,9 @@ from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
+
+import records  # noqa: E402  (bench/, the script's folder, is on the path)
+
 TEMPLATE = "images/{}.png"
 
 
@@ -71,7 +75,7 @@ def _sprites_cases(settings: Any) -> list[str]:
     return [name for name in registry.family("conds").kind("case").specs(settings) if name.startswith("sprites-")]
 
 
-def run(data: Path, parallels: list[int], device: str | None, limit: int | None) -> None:
+def run(data: Path, parallels: list[int], device: str | None, limit: int | None, recording: records.Recording) -> None:
     grid = json.loads((data / "grid.json").read_text("utf-8"))
     jobs = grid["jobs"][:limit] if limit else grid["jobs"]
     results: dict[int, dict[str, Any]] = {}
@@ -84,16 +88,29 @@ def run(data: Path, parallels: list[int], device: str | None, limit: int | None)
                 done = list(pool.map(_one, [(data, Path(scratch), job, device, threads) for job in jobs]))
             wall = time.perf_counter() - started
         results[parallel] = {"wall_s": wall, "runs": {d["run"]: d for d in done}}
+        for d in done:
+            recording.run(parallel=parallel, **d)
         failed = [d["run"] for d in done if d["exit_code"] != 0]
         print(json.dumps({"parallel": parallel, "runs": len(jobs), "wall_s": round(wall, 1), "failed": failed}))
     base = results[parallels[0]]
+    figures: dict[str, dict[str, Any]] = {}
     for parallel, result in results.items():
         same = all(result["runs"][r]["metrics"] == base["runs"][r]["metrics"] for r in base["runs"])
         speedup = base["wall_s"] / result["wall_s"]
         print(json.dumps({"parallel": parallel, "speedup_over_first": round(speedup, 2), "same_metrics": same}))
+        wall = result["wall_s"]
+        at = f"{len(jobs)} runs, {parallel} at a time"
+        figures[f"parallel={parallel}"] = {"what": at, "figure": f"{wall / 60:.1f} min", "value": wall}
+        figures[f"parallel={parallel}.speedup"] = {
+            "what": f"{at}, over {parallels[0]} at a time", "figure": f"{speedup:.2f}x", "value": speedup,
+            "same_metrics": same,
+        }  # fmt: skip
     accuracy = [d["metrics"].get("test/acc_avg") for d in base["runs"].values()]
     measured = [a for a in accuracy if a is not None]
-    print(json.dumps({"preset": grid["preset"], "mean_test_acc": sum(measured) / max(1, len(measured))}))
+    mean = sum(measured) / max(1, len(measured))
+    print(json.dumps({"preset": grid["preset"], "mean_test_acc": mean}))
+    figures["mean_test_acc"] = {"what": "mean test acc_avg", "figure": f"{mean:.3f}", "value": mean}
+    recording.save(f"the ConDS grid ({grid['preset']}), one lean job process per run, K at a time", figures)
 
 
 def _one(item: tuple[Path, Path, dict[str, Any], str | None, int]) -> dict[str, Any]:
@@ -121,7 +138,7 @@ def _one(item: tuple[Path, Path, dict[str, Any], str | None, int]) -> dict[str, 
             "metrics": metrics, "error": done.stderr.strip().splitlines()[-1:] if done.returncode else []}  # fmt: skip
 
 
-def cli(cases: int, preset: str, parallel: int, sets: list[str]) -> None:
+def cli(cases: int, preset: str, parallel: int, sets: list[str], recording: records.Recording) -> None:
     """The CLI sweep on this machine: packed, one by one (all cores), one by one (the packed threads)."""
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "SHIFTBENCH_HOME": home}
@@ -146,12 +163,25 @@ def cli(cases: int, preset: str, parallel: int, sets: list[str]) -> None:
             wall = time.perf_counter() - started
             versions = dict(re.findall(r"\] (\S+) version (\S+) \(", done.stdout))
             rows[label] = {"wall_s": round(wall, 1), "exit_code": done.returncode, "versions": versions}
+            recording.run(mode=label, wall_s=wall, exit_code=done.returncode, versions=versions)
             print(json.dumps({"mode": label, "wall_s": round(wall, 1), "runs": len(versions)}), flush=True)
         same = rows["packed"]["versions"] == rows["one_by_one_packed_threads"]["versions"]
         speedup = rows["one_by_one_all_cores"]["wall_s"] / rows["packed"]["wall_s"]
         print(json.dumps({"cases": len(names), "preset": preset, "parallel": parallel, "threads_packed": threads,
                           "packed_over_one_by_one_all_cores": round(speedup, 2),
                           "same_versions_as_one_by_one_with_the_packed_threads": same}))  # fmt: skip
+        figures = {
+            "packed": records.median_figure([rows["packed"]["wall_s"]], "s", 1, f"packed, {parallel} at a time"),
+            "one_by_one": records.median_figure([rows["one_by_one_all_cores"]["wall_s"]], "s", 1, "one by one"),
+            "one_by_one_packed_threads": records.median_figure(
+                [rows["one_by_one_packed_threads"]["wall_s"]], "s", 1, f"one by one, {threads} thread(s) each"
+            ),
+            "speedup": {"what": "packed vs one by one with every core", "figure": f"{speedup:.2f}x", "value": speedup},
+            "same_versions": {"what": "packed and one by one with the packed threads", "figure": str(same)},
+        }
+        recording.save(
+            f"{len(names)} sprites cases x seed 0 with {preset} through the CLI, packed vs one by one", figures
+        )
 
 
 def main() -> None:
@@ -172,13 +202,15 @@ def main() -> None:
     c.add_argument("--preset", default="quick")
     c.add_argument("--parallel", type=int, default=2)
     c.add_argument("--set", action="append", default=[])
+    for measuring in (r, c):
+        records.add_argument(measuring)
     args = parser.parse_args()
     if args.command == "prepare":
         prepare(args.dir, args.preset, args.seeds, args.per_combination)
     elif args.command == "run":
-        run(args.dir, args.parallel, args.device, args.limit)
+        run(args.dir, args.parallel, args.device, args.limit, records.start(args.record))
     else:
-        cli(args.cases, args.preset, args.parallel, args.set)
+        cli(args.cases, args.preset, args.parallel, args.set, records.start(args.record))
 
 
 if __name__ == "__main__":
