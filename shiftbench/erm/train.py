@@ -29,7 +29,6 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import (
     Batches,
     BatchStream,
-    SplitTable,
     group_balanced_batches,
     group_batches,
     normalize,
@@ -38,7 +37,11 @@ from shiftbench.erm.data import (
 )
 from shiftbench.erm.interrupt import Interrupted, StopRequest
 from shiftbench.erm.methods import Method, build_method
-from shiftbench.erm.metrics import (
+from shiftbench.erm.models import build_model, load_checkpoint
+from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints, random_states, restore_random_states
+from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, autocast, build_step
+from shiftbench.errors import InputError
+from shiftbench.metrics import (
     Metric,
     calibration_metrics,
     class_metrics,
@@ -46,11 +49,8 @@ from shiftbench.erm.metrics import (
     split_metrics,
     value_of,
 )
-from shiftbench.erm.models import build_model, load_checkpoint
-from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints, random_states, restore_random_states
-from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, autocast, build_step
-from shiftbench.errors import InputError
 from shiftbench.seeding import seed_for
+from shiftbench.split_table import SplitTable
 
 Log = Callable[[str], None]
 
