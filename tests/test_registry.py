@@ -149,3 +149,15 @@ def test_the_dagster_resource_is_typed_with_a_field_per_setting_of_the_registry(
     assert isinstance(bound, ShiftbenchSettings)
     settings = with_toy(home="given").get()  # the field wins over the environment, which fills the rest
     assert settings.home == Path("given").absolute() and settings.of(TOY.settings).toy_per_cell == 5  # type: ignore[arg-type]
+
+
+def test_a_shift_measure_means_the_same_whatever_was_imported_first() -> None:
+    """A card describes its version's measures (an ERM run's card: its split's) in a process that may have imported
+    no family: the meaning is found through the registry, importing that family only."""
+    code = (
+        "import sys\nfrom shiftbench.magnitudes import meaning\nprint(meaning('conds', 'tv_distance'))\n"
+        "print(sorted(m for m in sys.modules if m.endswith('.family') and m.startswith('shiftbench.')))"
+    )
+    text, imported = _run(code).splitlines()
+    assert text.startswith("ConDS: total variation distance")
+    assert imported == "['shiftbench.conds.family', 'shiftbench.family']"
