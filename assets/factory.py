@@ -1,4 +1,4 @@
-"""One asset factory for every family of the registry (``shiftbench.registry.FAMILIES``).
+"""One asset factory for every family of the registry (``shiftbench.registry.families``).
 
 For a family it makes:
 

@@ -1,9 +1,11 @@
 """Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource.
 
-Its fields are generated from :class:`shiftbench.settings.Settings` and the registered families' own
-settings models (one definition of the settings, never two): every setting is a field, bound at load
-time to ``EnvVar("SHIFTBENCH_X")`` when that variable is set, so the UI's resource page shows where
-each value comes from. A field left unset falls back to the process environment, then to the default.
+:class:`ShiftbenchSettings` is the resource the assets, ops and sensors take: :meth:`ShiftbenchSettings.get` makes
+the run's :class:`~shiftbench.settings.Settings`. Its fields are one per setting, made from the settings models
+themselves (one definition of the settings, never two) by :func:`resource_class`: those of the shared model and of
+each family the registry holds, so a family registered later (the test family) brings its own. Each field is bound
+at load time to ``EnvVar("SHIFTBENCH_X")`` when that variable is set, so the UI's resource page shows where each
+value comes from; a field left unset falls back to the process environment, then to the default.
 """
 
 import functools
@@ -11,56 +13,54 @@ import os
 from typing import Any
 
 import dagster as dg
-from pydantic import Field, create_model
+from pydantic import BaseModel, Field, create_model
 
-from shiftbench import registry
+from shiftbench.family_registry import REGISTRY, Registry
 from shiftbench.settings import Settings, variable
 
-
-def _get(self: Any) -> Settings:
-    """The settings of this run: the resource's fields over the process environment."""
-    names = [name for name in type(self).model_fields if name in _descriptions()]
-    values: dict[str, Any] = {
-        name: os.environ[variable(name)] for name in names if os.environ.get(variable(name), "").strip()
-    }
-    values.update({name: getattr(self, name) for name in names if getattr(self, name) is not None})
-    return Settings.parse(values)
+_DOC = "Every SHIFTBENCH_* setting (see docs/settings.md); unset fields fall back to the environment."
 
 
-def _descriptions() -> dict[str, str]:
-    """Every setting by field name: the shared ones, then each registered family's own."""
-    found = {name: field.description or "" for name, field in Settings.model_fields.items()}
-    for family in registry.FAMILIES.values():
-        if family.settings is not None:
-            found.update({name: field.description or "" for name, field in family.settings.model_fields.items()})
-    return found
+class ShiftbenchSettings(dg.ConfigurableResource):
+    """Every SHIFTBENCH_* setting (see docs/settings.md); unset fields fall back to the environment.
+
+    The fields (one per setting, text as the environment gives it) are those of the class
+    :func:`resource_class` makes from the settings models; this class holds what every such class does."""
+
+    def get(self) -> Settings:
+        """The settings of this run: the resource's fields over the process environment."""
+        names = list(type(self).model_fields)
+        values: dict[str, Any] = {
+            name: os.environ[variable(name)] for name in names if os.environ.get(variable(name), "").strip()
+        }
+        values.update({name: value for name in names if (value := getattr(self, name)) is not None})
+        return Settings.parse(values)
 
 
-def _fields(names: list[str]) -> dict[str, Any]:
-    described = _descriptions()
-    return {name: (str | None, Field(None, description=f"{variable(name)}: {described[name]}")) for name in names}
-
-
-ShiftbenchSettings: Any = create_model(  # type: ignore[call-overload]
-    "ShiftbenchSettings",
-    __base__=dg.ConfigurableResource,
-    __doc__="Every SHIFTBENCH_* setting (see docs/settings.md); unset fields fall back to the environment.",
-    **_fields(list(_descriptions())),  # the shared settings and those of the families registered at import
-)
-ShiftbenchSettings.get = _get
+def resource_class(registry: Registry = REGISTRY) -> type[ShiftbenchSettings]:
+    """The resource with a field per setting: the shared ones, then each of ``registry``'s families' own."""
+    return _with_fields(tuple(registry.settings_models()))
 
 
 @functools.cache
-def _with_family_fields(names: tuple[str, ...]) -> Any:
-    """The resource class with the settings of families registered after import as fields too."""
-    if not names:
-        return ShiftbenchSettings
-    return create_model("ShiftbenchSettings", __base__=ShiftbenchSettings, **_fields(list(names)))
+def _with_fields(models: tuple[type[BaseModel], ...]) -> type[ShiftbenchSettings]:
+    described: dict[str, str] = {}
+    every: list[type[BaseModel]] = [Settings, *models]
+    for model in every:
+        described.update({name: field.description or "" for name, field in model.model_fields.items()})
+    fields: dict[str, Any] = {
+        name: (str | None, Field(None, description=f"{variable(name)}: {text}")) for name, text in described.items()
+    }
+    made: type[ShiftbenchSettings] = create_model(  # type: ignore[call-overload]
+        "ShiftbenchSettings", __base__=ShiftbenchSettings, __doc__=_DOC, **fields
+    )
+    return made
 
 
-def settings_from_environment() -> Any:
+def settings_from_environment(registry: Registry = REGISTRY) -> ShiftbenchSettings:
     """The resource with an ``EnvVar`` for every ``SHIFTBENCH_*`` variable set now."""
-    names = list(_descriptions())
-    resource = _with_family_fields(tuple(n for n in names if n not in ShiftbenchSettings.model_fields))
-    bound = {name: dg.EnvVar(variable(name)) for name in names if os.environ.get(variable(name), "").strip()}
+    resource = resource_class(registry)
+    bound = {
+        name: dg.EnvVar(variable(name)) for name in resource.model_fields if os.environ.get(variable(name), "").strip()
+    }
     return resource(**bound)

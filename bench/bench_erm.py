@@ -44,10 +44,12 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from shiftbench.erm.config import TrainConfig  # noqa: E402
-from shiftbench.erm.data import SplitDataset, normalize, read_split  # noqa: E402
+from shiftbench.erm.data import normalize  # noqa: E402
 from shiftbench.erm.models import build_model  # noqa: E402
 from shiftbench.erm.train import resolve_device, train  # noqa: E402
 from shiftbench.images import image_paths  # noqa: E402
+from shiftbench.split_dataset import SplitDataset  # noqa: E402
+from shiftbench.split_table import read_split  # noqa: E402
 
 WARMUP = 3
 TEMPLATE = "images/{}.png"
@@ -59,10 +61,9 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
 
     import polars as pl
 
-    from shiftbench import building
+    from shiftbench import building, splits
     from shiftbench.conds.family import CASE, CONDS
     from shiftbench.conds.specs import load_specs
-    from shiftbench.erm import launch
     from shiftbench.family import Target
     from shiftbench.publishing import check_version, publish_staged
     from shiftbench.settings import Settings
@@ -80,7 +81,7 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
         examples = pl.read_parquet(staged.table_path("examples")).filter(pl.col("split") == "train")
         out.mkdir(parents=True, exist_ok=True)
         examples.write_parquet(out / "examples.parquet")
-        root = Path(launch.published_split(settings, "sprites-uniform").manifest["origin"]["image_root"])
+        root = Path(splits.published_split(settings, "sprites-uniform").manifest["origin"]["image_root"])
         (out / "images").mkdir(exist_ok=True)
         for example_id in examples["example_id"]:
             shutil.copy2(root / TEMPLATE.format(example_id), out / TEMPLATE.format(example_id))

@@ -59,7 +59,7 @@ def build_store(home: Path) -> None:
             "SHIFTBENCH_BREEDS_HIERARCHY_DIR": str(FIXTURES / "breeds" / "modified"),
         }
     )
-    for family in registry.FAMILIES.values():
+    for family in registry.families().values():
         for kind in family.kinds:
             targets = variants.targets(settings, kind)
             outcomes = building.build(settings, family, [(kind, t) for t in targets.values()])

@@ -39,7 +39,6 @@ from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
 
 from shiftbench import registry  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
-from shiftbench.registry import FAMILIES  # noqa: E402
 from shiftbench.settings import ENV_PREFIX, Settings  # noqa: E402
 
 
@@ -78,9 +77,10 @@ def build_definitions() -> dg.Definitions:
     ``dagster dev`` loads it once as ``defs``; the CLI builds it afresh for each run (25 ms), so a run
     always sees the environment it was started in.
     """
-    families = {name: family_assets(family) for name, family in FAMILIES.items()}
+    registered = registry.families()  # the registry's families, asked now: one registered later is in the next
+    families = {name: family_assets(family) for name, family in registered.items()}
     settings = graph_settings()
-    trained = [kind for family in FAMILIES.values() for kind in trainable_kinds(family, settings)]
+    trained = [kind for family in registered.values() for kind in trainable_kinds(family, settings)]
     erm = [baseline_assets(registry.family(kind.family), kind) for kind in trained]
     observe_sources_job = dg.define_asset_job(
         "observe_sources",
@@ -103,7 +103,7 @@ def build_definitions() -> dg.Definitions:
             *[job for family in families.values() for job in family.jobs],
             *[
                 job
-                for family in FAMILIES.values()
+                for family in registered.values()
                 for kind in family.kinds
                 if (job := fanout_job(family, kind, settings)) is not None
             ],

@@ -93,10 +93,10 @@ def _settings_rows(model: type[BaseModel]) -> list[tuple[str, str, str, str]]:
 
 def family_settings_models() -> dict[str, type[BaseModel]]:
     """The registered families' own settings models (a family may declare one), by family name."""
-    from shiftbench.registry import FAMILIES
+    from shiftbench.registry import families
 
     found: dict[str, type[BaseModel]] = {}
-    for name, family in FAMILIES.items():
+    for name, family in families().items():
         model = getattr(family, "settings", None)
         if isinstance(model, type) and issubclass(model, BaseModel):
             found[name] = model

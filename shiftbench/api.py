@@ -3,8 +3,10 @@
 A :class:`Split` holds the examples (a polars DataFrame with the split column and decoded attribute
 values), the version a paper cites, the shift card, a torch ``Dataset`` of any split yielding WILDS-style
 ``(x, y, metadata)`` with images resolved as the training job resolves them, and ``evaluate``, which
-scores predictions with the code ``shiftbench eval`` runs (:func:`shiftbench.scoring.score`), so the
-numbers are the CLI's. torch is imported only by :meth:`Split.dataset`.
+scores predictions with the function ``shiftbench eval`` calls (:func:`shiftbench.evaluation.score`), so the
+numbers are the CLI's. Reading goes down the layers only: this module, the split reader
+(:mod:`shiftbench.splits`), the store; never through training or a family other than the split's own. torch is
+imported only by :meth:`Split.dataset`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import polars as pl
 from shiftbench.errors import InputError, StoreError
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
+from shiftbench.splits import PublishedSplit, published_split
 from shiftbench.store_layout import check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
@@ -33,20 +36,12 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
     (default: ``SHIFTBENCH_HOME``, else the README's default). An unknown or malformed name or version is one
     :class:`~shiftbench.errors.InputError` naming it; a version whose files do not match its manifest's
     checksums is never served (:class:`~shiftbench.errors.StoreError` naming the file)."""
-    from shiftbench.erm.launch import published_split
-    from shiftbench.store import Store
-
     check_benchmark_name(_text(name, "name"), "name")
     if version is not None:
         _text(version, "version")
     settings = Settings.from_env({**os.environ, "SHIFTBENCH_HOME": str(home)} if home is not None else None)
-    store = Store(settings.store_dir)
-    family = store.family_of(name)
-    if version is not None:
-        known = [v.version for v in store.versions() if v.benchmark == name]
-        if family is not None and version not in known:
-            raise InputError(f"{name} has no version {version!r}; published: {', '.join(known)}", parameter="version")
-    return Split(settings, published_split(settings, name, version))  # a damaged version: StoreError, not served
+    # A damaged version: StoreError, not served; a version staged but never published: InputError.
+    return Split(settings, published_split(settings, name, version, published_only=True))
 
 
 def _text(value: object, parameter: str) -> str:
@@ -60,24 +55,24 @@ class Split:
     """One published version of a benchmark (see :func:`load_split`)."""
 
     settings: Settings
-    published: Any = field(repr=False)  # shiftbench.erm.launch.PublishedSplit
+    published: PublishedSplit = field(repr=False)
 
     @property
     def name(self) -> str:
-        return str(self.published.benchmark)
+        return self.published.benchmark
 
     @property
     def version(self) -> str:
         """The content-addressed version id to cite."""
-        return str(self.published.version)
+        return self.published.version
 
     @property
     def family(self) -> str:
-        return str(self.published.family)
+        return self.published.family
 
     @property
     def path(self) -> Path:
-        return Path(self.published.path)
+        return self.published.path
 
     @cached_property
     def card(self) -> str:
@@ -124,13 +119,14 @@ class Split:
         ``transform`` when given), the image found as the training job finds it, metadata the WILDS fields
         ``[group, y, attributes...]`` as integer codes. ``image_size``: resize to S (default: the first
         image's own size)."""
-        from shiftbench.erm.data import SplitDataset, read_split
-        from shiftbench.erm.launch import resolve_images
         from shiftbench.images import image_paths
+        from shiftbench.split_dataset import SplitDataset
+        from shiftbench.split_table import read_split
+        from shiftbench.splits import split_images
 
         self._rows(split)
         table = read_split(self.path)
-        images = resolve_images(self.settings, self.published, None, None)
+        images = split_images(self.settings, self.published)
         paths = image_paths(table.example_ids, images.root, images.template)
         size = image_size or _side(paths[0])
         return _transformed(SplitDataset(table, paths, table.indices(split), size), transform)
@@ -142,21 +138,18 @@ class Split:
         ``examples`` order): ``eval_split, metric, group, value``. ``group_by``: metadata fields whose
         value combinations are the groups, as a list or as the CLI's ``"y,object_color"`` (default: the
         split's own groups)."""
-        from shiftbench.scoring import Predictions, score
+        from shiftbench.evaluation import Predictions, score
 
         rows = self._rows(split)
         values = self._labels(y_pred, rows)
         fields = _group_fields(group_by)
         frame = pl.DataFrame({"row": np.arange(rows.height), "example_id": rows["example_id"], "y_pred": values})
-        digest = hashlib.sha256(values.tobytes()).hexdigest()
-        predictions = Predictions(Path(f"y_pred of {split}"), frame, None, digest)
         own = () if fields == ("group",) else fields
-        tables = score(self.published, predictions, "python-api", 0, own, group_parameter="group_by")
-        return tables["eval_results"].select("eval_split", "metric", "group", "value")
+        return score(self.published, Predictions(frame), own, group_parameter="group_by").table()
 
     def _labels(self, y_pred: object, rows: pl.DataFrame) -> np.ndarray:
         """``y_pred`` as int64 class indices, one per row: never by a cast that wraps (``2**64 - 1`` is not -1)."""
-        n_classes = int(self.published.examples["y"].max()) + 1
+        n_classes = int(self.published.examples.select(pl.col("y").max()).item()) + 1
         given: list[int] | None = None
         if isinstance(y_pred, list | tuple) and all(type(v) is int for v in y_pred):
             given = list(y_pred)  # Python ints of any size: judged as they are, never through a float or a wrap
@@ -185,7 +178,7 @@ class Split:
 
 def _group_fields(group_by: object) -> tuple[str, ...]:
     """The fields of ``group_by``: a Grouper, a list of names, or the CLI's comma string (never its characters);
-    :func:`shiftbench.scoring.score` checks that the split has them."""
+    :func:`shiftbench.evaluation.score` checks that the split has them."""
     if group_by is None:
         return ()
     if isinstance(group_by, Grouper):

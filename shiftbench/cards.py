@@ -23,7 +23,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.magnitudes import MEASURES, SCOPE_ALL
+from shiftbench.magnitudes import SCOPE_ALL, meaning
 from shiftbench.store import SCHEMA_VERSION
 from shiftbench.streamed import StreamedTable, in_memory
 
@@ -242,8 +242,8 @@ def card(v: Version) -> str:
     if magnitudes is not None and magnitudes.height:
         overall = magnitudes.filter(pl.col("scope") == SCOPE_ALL).sort("measure")
         lines += [markdown_table(overall.select("measure", "value")), ""]
-        for measure in overall["measure"].to_list():
-            lines.append(f"- `{measure}`: {MEASURES[measure]}")
+        for family, measure in overall.select("family", "measure").iter_rows():
+            lines.append(f"- `{measure}`: {meaning(family, measure)}")
         n_scoped = magnitudes.height - overall.height
         if n_scoped:
             lines.append(f"- {n_scoped} more values per superclass, class, community or attribute: "

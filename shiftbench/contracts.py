@@ -48,6 +48,7 @@ from open_data_contract_standard.model import (
 from pydantic import ValidationError
 
 from shiftbench.errors import InputError
+from shiftbench.family_registry import REGISTRY
 from shiftbench.package_files import CONTRACTS_DIR
 from shiftbench.settings import Settings
 
@@ -200,21 +201,6 @@ def _custom_function(quality: DataQuality, path: Path) -> Callable[[Mapping[str,
     return found  # type: ignore[no-any-return]
 
 
-# Registered families that ship contracts for their own tables in their package (shiftbench.registry.register).
-_FAMILY_DIRECTORIES: list[Path] = []
-
-
-def add_directory(directory: Path) -> None:
-    """Read a family's own contracts from ``directory`` too (the registry calls this for each family)."""
-    if directory.resolve() not in _FAMILY_DIRECTORIES:
-        _FAMILY_DIRECTORIES.append(directory.resolve())
-
-
-def remove_directory(directory: Path) -> None:
-    if directory.resolve() in _FAMILY_DIRECTORIES:
-        _FAMILY_DIRECTORIES.remove(directory.resolve())
-
-
 @cache
 def _load_all(directories: tuple[Path, ...], stamp: tuple[tuple[str, int, int], ...]) -> dict[str, Contract]:
     loaded: dict[str, Contract] = {}
@@ -233,7 +219,8 @@ def contracts(directory: Path = CONTRACTS_DIR) -> dict[str, Contract]:
     directories = [directory.resolve()]
     if directory == CONTRACTS_DIR:  # the shared contracts, the packaged families' and the registered ones'
         packaged = sorted(p.resolve() for p in CONTRACTS_DIR.iterdir() if p.is_dir())
-        directories = list(dict.fromkeys([*directories, *packaged, *_FAMILY_DIRECTORIES]))
+        registered = [p.resolve() for p in REGISTRY.contract_directories()]
+        directories = list(dict.fromkeys([*directories, *packaged, *registered]))
     files = [p for d in directories for p in sorted(d.glob("*.yaml"))]
     stamp = tuple((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in files)
     return _load_all(tuple(directories), stamp)

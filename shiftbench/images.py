@@ -23,7 +23,7 @@ from shiftbench.outputs import check_path_template
 if TYPE_CHECKING:  # the training job imports this module without pydantic: settings stay out of it
     from shiftbench.settings import Settings
 
-STANDIN = "standin"  # generated stand-in images (shiftbench.erm.standin), for splits without real ones
+STANDIN = "standin"  # generated stand-in images (shiftbench.standin), for splits without real ones
 
 
 @dataclass(frozen=True)

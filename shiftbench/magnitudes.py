@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from shiftbench.family_registry import REGISTRY
+
 SCOPE_ALL = "all"
 
 # The vocabulary: every measure a family defines (define_measures, at the import of its package), with what it
@@ -28,6 +30,15 @@ def define_measures(family: str, measures: dict[str, str]) -> None:
     for name, meaning in measures.items():
         if MEASURES.setdefault(name, meaning) != meaning:
             raise ValueError(f"shift measure {name!r} of {family} is already defined otherwise: {MEASURES[name]}")
+
+
+def meaning(family: str, measure: str) -> str:
+    """What ``measure`` of ``family`` means. A family defines its measures when its package is imported, so a family
+    not imported yet in this process is imported now (through the registry): the answer never depends on what was
+    imported before."""
+    if measure not in MEASURES:
+        REGISTRY.get(family)
+    return MEASURES[measure]
 
 
 SCHEMA = {"family": pl.String, "measure": pl.String, "scope": pl.String, "value": pl.Float64}

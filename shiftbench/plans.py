@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from shiftbench import registry, variants
-from shiftbench.erm.sweep import SEEDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.settings import Settings
@@ -158,11 +157,3 @@ def trainable_kind(settings: Settings, benchmark: str) -> Kind:
     if not kind.trainable:
         raise InputError(f"{benchmark} is a {kind.family} {kind.name}: it has no examples to train on")
     return kind
-
-
-def training_seed(seed: int | None) -> int:
-    """The seed of one run (default 0): seeds are the partitions 0..9."""
-    seed = 0 if seed is None else seed
-    if seed not in SEEDS:
-        raise InputError("seeds are partitions 0..9", parameter="--seed")
-    return seed

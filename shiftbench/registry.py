@@ -1,7 +1,9 @@
-"""The registry of benchmark families: one line per family (DomainBed-style, explicit, no lookup by string).
+"""The registered benchmark families, typed, and the rules on benchmark names across them (DomainBed-style: explicit,
+no lookup by string).
 
-The Dagster asset factory, the CLI and the tests loop over :data:`FAMILIES`; nothing else names a
-family. To add one: a package that builds a :class:`~shiftbench.family.Family`, and a line here.
+The families are registered in :data:`shiftbench.family_registry.REGISTRY` (the built-in ones by module path,
+imported on first use; one :func:`register` call for a family made elsewhere). The Dagster asset factory, the CLI
+and the tests ask here (:func:`families`, :func:`family`, :func:`kinds`); nothing else names a family.
 """
 
 from __future__ import annotations
@@ -9,64 +11,63 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from shiftbench import contracts
-from shiftbench import settings as settings_module
 from shiftbench import variants as _variants
 from shiftbench.analysis import Analysis
-from shiftbench.breeds.family import BREEDS
-from shiftbench.conds.family import CONDS
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
-from shiftbench.metashift.family import METASHIFT
+from shiftbench.family_registry import REGISTRY
 from shiftbench.naming import TAG_SEPARATOR, paper_name, refusal, tagged, tagged_instead
 from shiftbench.settings import Settings
 from shiftbench.store import check_benchmark_name
 from shiftbench.variants import Variant, load_variants, suggest
 
-FAMILIES: dict[str, Family] = {}
-
 
 def register(family: Family) -> None:
     """Make ``family`` known to the pipeline: its assets, checks, partitions, catalog views, CLI and training."""
-    if family.name in FAMILIES and FAMILIES[family.name] is not family:
-        raise InputError(f"a family named {family.name!r} is already registered", parameter="family")
-    FAMILIES[family.name] = family
-    if family.contracts_dir is not None:
-        contracts.add_directory(family.contracts_dir)
-    if family.settings is not None:
-        settings_module.add_family_settings(family.settings)
+    REGISTRY.register(family)
 
 
 def unregister(name: str) -> None:
-    family = FAMILIES.pop(name)
-    if family.contracts_dir is not None:
-        contracts.remove_directory(family.contracts_dir)
-    if family.settings is not None:
-        settings_module.remove_family_settings(family.settings)
+    REGISTRY.unregister(name)
 
 
-for _family in (BREEDS, METASHIFT, CONDS):  # the registry: one entry per family
-    register(_family)
+def names() -> list[str]:
+    """The registered families' names, in registration order (no family is imported)."""
+    return REGISTRY.names()
+
+
+def find(name: str) -> Family | None:
+    """The registered family ``name`` (imported on first use), None when there is none."""
+    found = REGISTRY.get(name)
+    if found is not None and not isinstance(found, Family):
+        raise TypeError(f"the family registered as {name!r} is a {type(found).__name__}, not a Family")
+    return found
+
+
+def family(name: str) -> Family:
+    found = find(name)
+    if found is None:
+        raise InputError(f"unknown family {name!r}; known: {', '.join(names())}", parameter="family")
+    return found
+
+
+def families() -> dict[str, Family]:
+    """Every registered family by name, in registration order (each imported)."""
+    return {name: family(name) for name in names()}
 
 
 def analyses() -> dict[str, Analysis]:
     """Every registered family's analyses by name."""
-    return {a.name: a for family in FAMILIES.values() for a in family.analyses}
+    return {a.name: a for family in families().values() for a in family.analyses}
 
 
 def default_family() -> str:
     """What ``shiftbench build`` builds when given neither a family nor benchmarks: the first registered."""
-    return next(iter(FAMILIES))
-
-
-def family(name: str) -> Family:
-    if name not in FAMILIES:
-        raise InputError(f"unknown family {name!r}; known: {', '.join(FAMILIES)}", parameter="family")
-    return FAMILIES[name]
+    return names()[0]
 
 
 def kinds() -> list[Kind]:
-    return [kind for family in FAMILIES.values() for kind in family.kinds]
+    return [kind for family in families().values() for kind in family.kinds]
 
 
 def spec_kinds(settings: Settings) -> dict[str, Kind]:
@@ -110,7 +111,7 @@ def kind_of(settings: Settings, benchmark: str) -> Kind:
     variants = load_variants(settings)
     variant = variants.get(benchmark)
     if variant is not None:
-        return FAMILIES[variant.family].kind(variant.kind)
+        return family(variant.family).kind(variant.kind)
     kinds_by_name = spec_kinds(settings)
     refused = refused_paper_name(benchmark, {name: kind.family for name, kind in kinds_by_name.items()})
     if refused is not None:
@@ -127,9 +128,9 @@ def refused_paper_name(benchmark: str, families: Mapping[str, str], *, published
     ``NAME@TAG`` is, with what each tag says about the data and the name to use; None for any other name."""
     instead: dict[str, str | None] = {}
     for name in tagged_instead(benchmark, families):
-        family = FAMILIES.get(families[name])
-        if family is not None and benchmark in family.shipped_names():
-            instead[name] = family.tag_meaning(name.partition(TAG_SEPARATOR)[2])
+        owner = find(families[name])
+        if owner is not None and benchmark in owner.shipped_names():
+            instead[name] = owner.tag_meaning(name.partition(TAG_SEPARATOR)[2])
     return refusal(benchmark, instead, published=published) if instead else None
 
 

@@ -14,8 +14,8 @@ import duckdb
 import polars as pl
 
 from shiftbench.cards import markdown_table
-from shiftbench.erm.metrics import METRIC_NAMES, METRIC_PREFIXES
 from shiftbench.errors import InputError
+from shiftbench.metrics import METRIC_NAMES, METRIC_PREFIXES
 from shiftbench.variants import suggest
 
 # The WILDS split names of ``examples.split`` (data_contracts/examples.yaml) that results are reported on.
@@ -26,7 +26,7 @@ def check_request(
     con: duckdb.DuckDBPyConnection, benchmarks: Sequence[str], metrics: Sequence[str], splits: Sequence[str]
 ) -> None:
     """Every name a leaderboard is asked for exists: a published benchmark, a metric of the vocabulary
-    (:mod:`shiftbench.erm.metrics`), a WILDS split. A misspelt one would print "no results" and look like data."""
+    (:mod:`shiftbench.metrics`), a WILDS split. A misspelt one would print "no results" and look like data."""
     if not metrics:
         raise InputError("name at least one metric", parameter="--metrics")
     if not splits:

@@ -19,6 +19,7 @@ from pydantic import BaseModel, BeforeValidator, Field, PrivateAttr, ValidationE
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from shiftbench.errors import InputError
+from shiftbench.family_registry import REGISTRY
 
 ENV_PREFIX = "SHIFTBENCH_"
 # Off while :meth:`Settings.parse` validates given values: they are the whole configuration, never mixed with
@@ -136,7 +137,7 @@ class Settings(BaseSettings):
         """Keep the families' values and validate every registered family's settings now: a bad value is
         one line at the start of any command, whichever family it belongs to."""
         self._family_values.update(values)
-        for model in _FAMILY_MODELS:
+        for model in REGISTRY.settings_models():
             self.of(model)
         return self
 
@@ -154,7 +155,7 @@ class Settings(BaseSettings):
         """The setting ``name``, a field here or of a registered family (None when unset)."""
         if name in type(self).model_fields:
             return getattr(self, name)
-        for model in _FAMILY_MODELS:
+        for model in REGISTRY.settings_models():
             if name in model.model_fields:
                 return getattr(self.of(model), name)
         return self._family_values.get(name)
@@ -185,20 +186,6 @@ class Settings(BaseSettings):
     def variants_path(self) -> Path:
         """Named variants (``--name``): their base spec and overrides, one file for every family."""
         return self.home / "variants.json"
-
-
-# The registered families' settings models (shiftbench.registry.register adds them).
-_FAMILY_MODELS: list[type[BaseModel]] = []
-
-
-def add_family_settings(model: type[BaseModel]) -> None:
-    if model not in _FAMILY_MODELS:
-        _FAMILY_MODELS.append(model)
-
-
-def remove_family_settings(model: type[BaseModel]) -> None:
-    if model in _FAMILY_MODELS:
-        _FAMILY_MODELS.remove(model)
 
 
 def flag(value: Any) -> Any:

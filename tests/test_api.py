@@ -3,8 +3,11 @@ numbers, the dataset yields the training job's items, and bad inputs are one Inp
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,24 @@ def test_the_readme_s_python_example_runs_verbatim(
     out = capsys.readouterr().out
     assert out.startswith(f"{CASE} ") and "['id_val', 'test', 'train']" in out
     assert "acc_wg" in out and "y=0,object_color=" in out
+
+
+def test_load_split_reads_down_the_layers_and_imports_no_family(home: Path) -> None:
+    """API -> split reader -> store, in a fresh process as a researcher's script runs: ``load_split(...).examples``
+    imports no family's modules (the settings validate every family's settings model, small pydantic modules, and
+    nothing else of a family), nothing of training or the registry of families, and none of numba, scipy, networkx,
+    pandas or torch."""
+    code = (
+        "import json, sys\nimport shiftbench\nsplit = shiftbench.load_split(sys.argv[1], home=sys.argv[2])\n"
+        "assert split.examples.height\nprint(json.dumps(sorted(sys.modules)))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, CASE, str(home)], capture_output=True, text=True, check=True)
+    modules = json.loads(done.stdout)
+    packages = ("shiftbench.breeds", "shiftbench.metashift", "shiftbench.conds")
+    family_modules = [m for m in modules if m.startswith(packages) and m not in packages]
+    assert family_modules and all(m.endswith(".settings") for m in family_modules), family_modules
+    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.registry"))] == []
+    assert [m for m in modules if m.split(".")[0] in ("numba", "scipy", "networkx", "pandas", "torch")] == []
 
 
 def test_evaluate_gives_shiftbench_eval_s_numbers(home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -121,14 +142,14 @@ def test_a_comma_string_groups_as_the_cli_s_group_by_never_by_its_characters(hom
 
 def test_scoring_refuses_a_label_outside_the_classes_whoever_built_the_predictions(home: Path) -> None:
     """The guard sits in :func:`score` itself, under the CLI's file reader and the API's checks."""
-    from shiftbench.erm.launch import published_split
-    from shiftbench.scoring import Predictions, score
+    from shiftbench.evaluation import Predictions, score
+    from shiftbench.splits import published_split
 
     split = published_split(Settings.from_env({"SHIFTBENCH_HOME": str(home)}), CASE)
     ids = split.examples.filter(pl.col("split") == "test")["example_id"]
     frame = pl.DataFrame({"row": range(ids.len()), "example_id": ids, "y_pred": [0] * (ids.len() - 1) + [3]})
     with pytest.raises(InputError, match=re.escape(f"example {ids[-1]!r}: y_pred 3 is not a class in 0..2")):
-        score(split, Predictions(Path("p.parquet"), frame, None, "x"), "mine", 0)
+        score(split, Predictions(frame, Path("p.parquet")))
 
 
 @pytest.mark.parametrize("damaged", ["examples.parquet", "conds_examples.parquet", "files/card.md"])
@@ -155,9 +176,10 @@ def test_a_run_trained_with_group_by_reports_the_groups_eval_names_and_they_join
 
     from shiftbench.erm import launch
     from shiftbench.erm.config import TrainConfig
-    from shiftbench.erm.data import Batches, normalize, read_split
+    from shiftbench.erm.data import Batches, normalize
     from shiftbench.erm.models import build_model
     from shiftbench.images import image_paths
+    from shiftbench.split_table import read_split
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
     settings = Settings.from_env()

@@ -385,14 +385,14 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     values that clean to the same text must not share a folder."""
     import dataclasses
 
-    from shiftbench.erm.launch import published_split, resolve_images
     from shiftbench.exports import ExportOptions, export
+    from shiftbench.splits import published_split, split_images
 
     split = published_split(cli, CASE)
     values = pl.Series([".", "..", "a/b", "a_b", "", ".hidden"])
     group = values.gather(pl.int_range(split.examples.height, eager=True) % len(values))
     split = dataclasses.replace(split, examples=split.examples.with_columns(group.alias("group")))
-    images = resolve_images(cli, split, None, None)
+    images = split_images(cli, split)
     target = tmp_path / "out" / "dir"
     counts = export(split, images, target, ExportOptions("domainbed", "group")).counts
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["dir"] and not (tmp_path / "dir").exists()

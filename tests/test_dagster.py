@@ -26,7 +26,7 @@ warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
 from shiftbench.assets import erm as erm_assets  # noqa: E402
 from shiftbench.assets.factory import spec_source_key  # noqa: E402
-from shiftbench.assets.resources import ShiftbenchSettings  # noqa: E402
+from shiftbench.assets.resources import resource_class  # noqa: E402
 from shiftbench.pipelines.definitions import build_definitions, defs  # noqa: E402
 from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
 
@@ -160,7 +160,7 @@ def settings_resource(settings: Settings) -> Any:
     fields = {name: str(value) for name, value in settings.model_dump().items() if value not in (None, (), False)}
     fields["offline"] = "1" if settings.offline else None
     fields.update({name: str(value) for name, value in settings.family_values.items()})  # the families' own
-    return ShiftbenchSettings(**{k: v for k, v in fields.items() if v is not None})
+    return resource_class()(**{k: v for k, v in fields.items() if v is not None})
 
 
 def sync(instance: dg.DagsterInstance, settings: Settings, cursor: str | None = None) -> str | None:
@@ -429,7 +429,7 @@ def execute(
         ]
         outcomes.append(observe(observed, instance=instance, resources=definitions.resources).success)
     inputs = [k for k in wanted if k not in sources and wanted[k] is None and not k.startswith("erm/")]
-    for family in registry.FAMILIES.values():
+    for family in registry.families().values():
         mine = [k for k in inputs if any(k == i.name for i in family.inputs)]
         if mine:
             job = definitions.resolve_job_def(f"{family.name}_inputs")

@@ -16,17 +16,18 @@ import polars as pl
 import pytest
 import torch
 
+from shiftbench import splits
 from shiftbench.conds.specs import load_specs
 from shiftbench.contracts import failures
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import read_split
-from shiftbench.erm.metrics import gap_metrics, split_metrics
 from shiftbench.erm.models import build_model, load_checkpoint
 from shiftbench.erm.train import resolve_device
 from shiftbench.errors import InputError
+from shiftbench.metrics import gap_metrics, split_metrics
 from shiftbench.publishing import check_version, publish_staged
 from shiftbench.settings import Settings
+from shiftbench.split_table import read_split
 from shiftbench.store import Store
 
 from .conftest import small_sprites_home, stage_one
@@ -168,7 +169,7 @@ def test_a_run_that_departs_from_its_preset_is_named_apart(warehouse: Settings) 
 
 
 def test_the_split_is_read_as_wilds_metadata(warehouse: Settings) -> None:
-    split = launch.published_split(warehouse, "sprites-sc-object_color")
+    split = splits.published_split(warehouse, "sprites-sc-object_color")
     table = read_split(split.path)
     assert table.metadata_fields[:2] == ["group", "y"]
     assert set(table.metadata_fields[2:]) == {"shape", "object_color", "background_color", "size"}
@@ -181,14 +182,14 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
     warehouse: Settings, tmp_path: Path
 ) -> None:
     from shiftbench.assets import erm
-    from shiftbench.assets.resources import ShiftbenchSettings
+    from shiftbench.assets.resources import resource_class
 
     from shiftbench.conds.family import CASE, CONDS
 
     baseline, _ = erm.baseline_assets(CONDS, CASE)
     staged_key, publish_key = erm.baseline_keys(CASE)
     resources = {
-        "settings": ShiftbenchSettings(home=str(warehouse.home)),
+        "settings": resource_class()(home=str(warehouse.home)),
         "erm_pipes_client": dg.PipesSubprocessClient(),
     }
     key = dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "1"})
@@ -228,7 +229,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         error = next(e for e in failed.all_events if e.is_step_failure).event_specific_data.error  # type: ignore[union-attr]
         while error.cause is not None:
             error = error.cause
-        n = launch.published_split(warehouse, "sprites-sc-object_color").examples.height
+        n = splits.published_split(warehouse, "sprites-sc-object_color").examples.height
         assert f"1 of {n:,} images are missing" in error.message and "sprite_000000.png" in error.message
         assert error.cls_name == "InputError"
         assert Store(warehouse.store_dir).versions() == before
@@ -290,7 +291,7 @@ def test_cli_trains_with_progress_and_exports_an_imagefolder(
     assert main(["export", "sprites-sc-object_color", str(target), "--layout", "imagefolder"]) == 0
     assert "imagefolder layout, 1,242 sprites images" in capsys.readouterr().out  # 432 train + id_val, 810 test
     counts = {p.name: len(list(p.rglob("*.png"))) for p in target.iterdir()}
-    split = launch.published_split(warehouse, "sprites-sc-object_color")
+    split = splits.published_split(warehouse, "sprites-sc-object_color")
     expected = dict(split.examples.group_by("split").len().iter_rows())
     assert counts == expected
     image = next((target / "test" / "000_square").iterdir())
@@ -303,7 +304,7 @@ def test_standin_images_train_any_split_and_are_labelled_as_such(warehouse: Sett
     assert plan.images.kind == "standin" and plan.images.template == "{}.png"
     assert plan.run.endswith(".mlp.seed6@standin")  # never the name of the run on the split's images
     assert len(list(plan.images.root.glob("*.png"))) == len(
-        launch.published_split(warehouse, "sprites-uniform").examples
+        splits.published_split(warehouse, "sprites-uniform").examples
     )
     outcome, _ = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     runs = pl.read_parquet(outcome.staged.table_path("erm_runs"))

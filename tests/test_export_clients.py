@@ -283,14 +283,14 @@ def test_wilds_splits_keep_wilds_codes_and_a_missing_validation_split_is_declare
     ConDS case less its id_val examples) still satisfies check_init: an empty val, said in wilds.json."""
     import dataclasses
 
-    from shiftbench.erm.launch import published_split, resolve_images
     from shiftbench.exports import ExportOptions
     from shiftbench.exports import export as export_split
+    from shiftbench.splits import published_split, split_images
 
     task = export(TASK, tmp_path / "task", "--layout", "wilds", "--image-root", "standin")
     split = published_split(cli, SC)
     split = dataclasses.replace(split, examples=split.examples.filter(pl.col("split") != "id_val"))
-    done = export_split(split, resolve_images(cli, split, None, None), tmp_path / "noval", ExportOptions("wilds"))
+    done = export_split(split, split_images(cli, split), tmp_path / "noval", ExportOptions("wilds"))
     assert done.counts["val"] == 0
     both = json.loads(run_client(clients_python, WILDS_SPLITS, str(task), str(tmp_path / "noval")))
 

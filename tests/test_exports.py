@@ -16,12 +16,12 @@ from shiftbench.pipelines.cli import export as cli_export
 from shiftbench.pipelines.cli import main
 
 from shiftbench import registry
-from shiftbench.erm.launch import PublishedSplit, published_split, resolve_images
 from shiftbench.errors import InputError
 from shiftbench.exports import LAYOUTS, ExportOptions, export, placing
 from shiftbench.exports.folders import INDEX, distinct_folders, domainbed
 from shiftbench.exports.table import ExportTable, file_names
 from shiftbench.settings import Settings
+from shiftbench.splits import PublishedSplit, published_split, split_images
 
 from .conftest import TEST_CACHE, ToyDir, publish_all, toy_tables
 
@@ -130,7 +130,7 @@ def test_an_environment_named_like_the_index_gets_a_folder_of_its_own(published:
     group = values.gather(pl.int_range(split.examples.height, eager=True) % 3)
     split = dataclasses.replace(split, examples=split.examples.with_columns(group.alias("group")))
     target = tmp_path / "out"
-    done = export(split, resolve_images(published, split, None, None), target, ExportOptions("domainbed", "group"))
+    done = export(split, split_images(published, split), target, ExportOptions("domainbed", "group"))
     index = json.loads((target / INDEX).read_text())
     folders = {e["environment"]: e["folder"] for e in index["environments"]}
     assert folders["blue"] == "blue" and (target / INDEX).is_file()

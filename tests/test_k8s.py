@@ -19,7 +19,7 @@ from dagster_k8s import PipesK8sClient
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
 from shiftbench.assets import erm
-from shiftbench.assets.resources import ShiftbenchSettings
+from shiftbench.assets.resources import resource_class
 
 from shiftbench.erm import pods
 from shiftbench.errors import InputError
@@ -93,7 +93,7 @@ labels: {team: vision}
 
 def asset_context(tmp_path: Path, pod: Path | None) -> Any:
     values = {"home": str(tmp_path / "home")} | ({"k8s_pod": str(pod)} if pod is not None else {})
-    return dg.build_asset_context(resources={"settings": ShiftbenchSettings(**values)})
+    return dg.build_asset_context(resources={"settings": resource_class()(**values)})
 
 
 def job_under(tmp_path: Path, image_root: Path | None = None, **config: Any) -> dict[str, Any]:

@@ -17,14 +17,16 @@ import pytest
 import torch
 from shiftbench.pipelines.cli import main
 
+from shiftbench import splits
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.augment import augment
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import MEAN, STD, SplitTable, group_batches, normalize, training_groups
+from shiftbench.erm.data import MEAN, STD, group_batches, normalize, training_groups
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
+from shiftbench.split_table import SplitTable
 
 from .conftest import small_sprites_home
 
@@ -231,10 +233,10 @@ def test_the_papers_presets_are_chosen_by_family_dataset_or_split_parameter(
     warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))  # no weights file on this machine
-    split = launch.published_split(warehouse, CASE)
+    split = splits.published_split(warehouse, CASE)
 
     def preset_for(family: str, dataset: str, params: dict[str, object]) -> str:
-        fake = launch.PublishedSplit(family, "b", "v", split.path, dataset, {"params": params}, split.examples)
+        fake = splits.PublishedSplit(family, "b", "v", split.path, dataset, {"params": params}, split.examples)
         return launch._preset_for(warehouse, fake, None)[0]
 
     assert preset_for("breeds", "breeds", {"level": 5, "n_subclasses": 4}) == "breeds_450"  # Living-17, Non-living-26

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from shiftbench.pipelines.cli import main
 
-from shiftbench import analysis
+from shiftbench import analysis, splits
 from shiftbench.erm import launch
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
@@ -180,7 +180,7 @@ def test_scored_predictions_are_labelled_predictions_and_shown_by_default(
     home = tmp_path / "home"
     shutil.copytree(warehouse.home, home, symlinks=True)
     monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
-    examples = launch.published_split(warehouse, CASE).examples
+    examples = splits.published_split(warehouse, CASE).examples
     examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet(tmp_path / "oracle.parquet")
     assert main(["eval", CASE, str(tmp_path / "oracle.parquet"), "--method", "oracle"]) == 0
     capsys.readouterr()

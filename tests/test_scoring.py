@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 from shiftbench.pipelines.cli import main
 
-from shiftbench.erm import metrics as m
+from shiftbench import metrics as m
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench import registry
 from shiftbench.settings import Settings
 
 
@@ -13,7 +12,6 @@ def test_given_values_are_the_whole_configuration_and_the_environment_is_read_on
 ) -> None:
     """``parse`` and ``from_env(mapping)`` never mix in the process's SHIFTBENCH_* variables (a shared field
     such as the home and a family's field alike); ``from_env()`` reads them."""
-    assert registry.FAMILIES  # the families' settings models are registered
     monkeypatch.setenv("SHIFTBENCH_HOME", str(tmp_path / "from-the-process"))
     monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "7")
     monkeypatch.chdir(tmp_path)

@@ -273,7 +273,7 @@ def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     the Dagster run's event log, and the run published is the one trained locally, its manifest naming the job."""
     import dagster as dg
     from shiftbench.assets import erm
-    from shiftbench.assets.resources import ShiftbenchSettings
+    from shiftbench.assets.resources import resource_class
 
     from shiftbench.conds.family import CASE as KIND
     from shiftbench.conds.family import CONDS
@@ -282,7 +282,7 @@ def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     cluster.write_text("cpus_per_task: 1\ntime: '10:00'\n")
     baseline, _ = erm.baseline_assets(CONDS, KIND)
     resources = {
-        "settings": ShiftbenchSettings(home=str(home), train_backend="slurm", slurm_settings=str(cluster)),
+        "settings": resource_class()(home=str(home), train_backend="slurm", slurm_settings=str(cluster)),
         "erm_pipes_client": dg.PipesSubprocessClient(),
     }
     key = dg.MultiPartitionKey({"benchmark": CASE, "seed": "2"})

@@ -14,11 +14,11 @@ import torch
 from shiftbench.conds.specs import load_specs
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import read_split
 from shiftbench.erm.job import image_paths
 from shiftbench.erm.methods import build_method
 from shiftbench.erm.step import choose_step
 from shiftbench.erm.train import TrainResult, train
+from shiftbench.split_table import read_split
 
 from .conftest import small_sprites_home
 

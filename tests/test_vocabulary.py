@@ -11,7 +11,7 @@ from .conftest import PROJECT
 
 
 def test_every_family_with_shift_magnitudes_defines_its_measures_and_each_is_documented() -> None:
-    with_magnitudes = [f for f in registry.FAMILIES.values() if any("shift_magnitudes" in k.tables for k in f.kinds)]
+    with_magnitudes = [f for f in registry.families().values() if any("shift_magnitudes" in k.tables for k in f.kinds)]
     assert {f.name for f in with_magnitudes} == {"breeds", "metashift", "conds"}
     prefixes = {"breeds": "BREEDS", "metashift": "MetaShift", "conds": "ConDS"}
     for family in with_magnitudes:

@@ -39,15 +39,15 @@ def add_export(sub: Subcommands) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from shiftbench.erm.launch import published_split, resolve_images
     from shiftbench.exports import ExportOptions, check_target, export
+    from shiftbench.splits import published_split, split_images
 
     settings = Settings.from_env()
     options = ExportOptions(args.layout, args.environment, args.images, args.val_split)
     options.check()  # flags the layout does not read: one line, before anything is read
     check_target(args.dir)  # a file, a full or read-only place: one line, before anything is read
     split = published_split(settings, args.benchmark, args.version)
-    images = resolve_images(settings, split, args.image_root, args.path_template)
+    images = split_images(settings, split, args.image_root, args.path_template)
     done = export(split, images, args.dir, options)
     counts = done.counts
     what = "environments" if args.layout == "domainbed" else "splits"

@@ -50,19 +50,22 @@ def add_eval(sub: Subcommands) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Score a predictions file on a published split and publish the results (shiftbench.scoring)."""
+    """Score a predictions file on a published split (shiftbench.evaluation) and publish the results
+    (shiftbench.scored_predictions)."""
     import polars as pl
 
-    from shiftbench.erm.launch import published_split
-    from shiftbench.scoring import check_method, check_seed, publish_scores, read_predictions
+    from shiftbench.evaluation import score
+    from shiftbench.scored_predictions import check_method, check_seed, publish_scores, read_predictions
+    from shiftbench.splits import published_split
 
     settings = Settings.from_env()
     check_method(args.method)
     check_seed(args.seed)
     split = published_split(settings, args.benchmark, args.version)
-    predictions = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
+    submitted = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
     group_by = comma_list(args.group_by) if args.group_by else []
-    outcome, tables = publish_scores(settings, split, predictions, args.method, args.seed, group_by)
+    scores = score(split, submitted.predictions, group_by)
+    outcome, tables = publish_scores(settings, split, submitted, scores, args.method, args.seed, group_by)
     run = tables["eval_runs"].row(0, named=True)
     state = "now latest" if outcome.publication.changed_latest else "already latest"
     print(
@@ -107,7 +110,7 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 STANDIN_NOTE = (
-    "images 'standin': generated stand-in images (shiftbench/erm/standin.py), not the dataset's; "
+    "images 'standin': generated stand-in images (shiftbench/standin.py), not the dataset's; "
     "these numbers say nothing about the real images"
 )
 

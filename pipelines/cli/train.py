@@ -52,7 +52,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     from shiftbench import registry
     from shiftbench.erm.launch import plan_run
-    from shiftbench.plans import trainable_kind, training_overrides, training_seed
+    from shiftbench.erm.sweep import training_seed
+    from shiftbench.plans import trainable_kind, training_overrides
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)

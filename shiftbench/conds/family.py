@@ -24,8 +24,8 @@ from shiftbench.cards import CardInfo
 from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
 from shiftbench.conds.figures import accuracy_by_shift, conds_cell_counts, conds_grid_vs_paper, conds_value_shares
-from shiftbench.conds.scoring import shift_subsets
 from shiftbench.conds.settings import CondsSettings
+from shiftbench.conds.shift_subsets import shift_subsets
 from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
 from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from shiftbench.errors import InputError
+from shiftbench.method_names import METHODS  # the objectives of shiftbench.erm.methods (checked there)
 
 # The architectures of shiftbench.erm.models (checked there against its builders).
 MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
@@ -27,8 +28,6 @@ EXECUTION_ONLY = frozenset(
 # shiftbench.erm.augment; the last four are the ConDS paper's (shiftbench.erm.policies).
 AUGMENTATIONS = ("none", "flip_rot90", "domainbed", "imagenet", "randaugment", "autoaugment", "augmix")
 MAX_DECODE_WORKERS = 256
-# The objectives of shiftbench.erm.methods (checked there against its registry).
-METHODS = ("erm", "reweight", "groupdro", "irm", "coral")
 LOADERS = ("auto", "standard", "group_balanced", "groups")
 NORMALIZATIONS = ("imagenet", "symmetric")
 

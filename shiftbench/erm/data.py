@@ -1,7 +1,8 @@
-"""A published split as torch data: WILDS-style ``(x, y, metadata)``, a uint8 image cache, loaders.
+"""A published split as the training job's batches: a uint8 image cache, loaders, normalisation.
 
-The job reads the split version's Parquet files with pyarrow only (GPU images have torch and
-pyarrow, not polars or duckdb) and decodes images with Pillow (no torchvision, see models.py).
+The job reads the split version's Parquet files with pyarrow only (:mod:`shiftbench.split_table`: GPU images have
+torch and pyarrow, not polars or duckdb) and decodes images with Pillow (:func:`shiftbench.split_dataset.decode`:
+no torchvision, see models.py).
 
 Two input paths:
 
@@ -9,7 +10,7 @@ Two input paths:
   tensor ``[N, 3, H, W]`` kept on the training device when it fits (64x64: 12 KiB an image,
   a million images in 12 GiB). Batches are gathered by index on the device and normalised there,
   so training is not input-bound. This is the default whenever the cache fits its budget.
-- :class:`SplitDataset` decodes per item (a ``torch.utils.data.Dataset`` for a DataLoader with
+- :class:`~shiftbench.split_dataset.SplitDataset` decodes per item (a ``torch.utils.data.Dataset`` for a DataLoader with
   workers): the path for datasets too large to cache, and the naive baseline of the benchmark.
 """
 
@@ -19,130 +20,20 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
 import torch
-from PIL import Image
 
 from shiftbench.erm.config import TrainConfig
-from shiftbench.errors import InputError
-from shiftbench.grouper import Grouper, metadata_table, require_fields
+from shiftbench.grouper import Grouper, require_fields
+from shiftbench.split_dataset import decode
+from shiftbench.split_table import SplitTable
 
 # ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
-_BASE_COLUMNS = {"benchmark", "version", "example_id", "split", "y"}
-
-
-@dataclass(frozen=True)
-class SplitTable:
-    """The examples of one benchmark version, in ``example_id`` order."""
-
-    benchmark: str
-    version: str
-    example_ids: list[str]
-    splits: np.ndarray  # str
-    y: np.ndarray  # int64
-    group_index: np.ndarray  # int64, indexes group_names
-    group_names: list[str]  # every group of the benchmark, sorted
-    class_names: list[str]  # class_names[y]
-    metadata: np.ndarray  # int64 [N, len(metadata_fields)]
-    metadata_fields: list[str]
-    metadata_levels: list[list[str]] | None = None  # each field's value text by code (None: the codes)
-
-    def decoded(self, field: str) -> list[str]:
-        """A metadata field's values as the split stores them (group names, labels, attribute text)."""
-        codes = self.metadata[:, self.metadata_fields.index(field)]
-        if self.metadata_levels is None:
-            return [str(int(c)) for c in codes]
-        levels = self.metadata_levels[self.metadata_fields.index(field)]
-        return [levels[int(c)] for c in codes]
-
-    @property
-    def num_classes(self) -> int:
-        return len(self.class_names)
-
-    def indices(self, split: str) -> np.ndarray:
-        return np.flatnonzero(self.splits == split)
-
-    @property
-    def split_names(self) -> list[str]:
-        order = ["train", "ood_train", "id_val", "val", "id_test", "test"]
-        present = set(self.splits.tolist())
-        return [s for s in order if s in present] + sorted(present - set(order))
-
-
-def read_split(version_dir: Path) -> SplitTable:
-    """``examples.parquet`` (and the family's metadata table, :func:`metadata_table`, when there is one) of a
-    version."""
-    path = version_dir / "examples.parquet"
-    if not path.is_file():
-        raise InputError("no examples table in this version", path=path)
-    table = pq.read_table(path).sort_by("example_id")
-    columns = {name: table.column(name).to_pylist() for name in ("example_id", "split", "y", "y_name", "group")}
-    y = np.asarray(columns["y"], dtype=np.int64)
-    if y.size == 0:
-        raise InputError("the benchmark has no examples", path=path)
-    names: dict[int, str] = {}
-    for label, name in zip(y.tolist(), columns["y_name"], strict=True):
-        if names.setdefault(label, name) != name:
-            raise InputError(f"label {label} has two names: {names[label]!r} and {name!r}", path=path)
-    if y.min() < 0 or sorted(names) != list(range(len(names))):
-        raise InputError(
-            f"labels must be 0..K-1 without gaps; found {sorted(names)[:10]}{' ...' if len(names) > 10 else ''}",
-            path=path,
-        )
-    group_names = sorted(set(columns["group"]))
-    position = {g: i for i, g in enumerate(group_names)}
-    group_index = np.asarray([position[g] for g in columns["group"]], dtype=np.int64)
-    fields, values = ["group", "y"], [group_index, y]
-    levels: list[list[str]] = [group_names, [str(k) for k in range(len(names))]]
-    metadata = metadata_table(str(table.column("family")[0]))
-    attributes = version_dir / f"{metadata}.parquet"
-    if attributes.is_file():  # the family's metadata fields (ConDS: the attributes) are WILDS metadata fields
-        extra = pq.read_table(attributes).sort_by("example_id")
-        if extra.column("example_id").to_pylist() != columns["example_id"]:
-            raise InputError(f"{metadata} and examples list different examples", path=attributes)
-        for name in extra.column_names:
-            if name in _BASE_COLUMNS:
-                continue
-            raw = [str(v) for v in extra.column(name).to_pylist()]
-            ordered = sorted(set(raw))
-            code = {v: i for i, v in enumerate(ordered)}
-            fields.append(name)
-            values.append(np.asarray([code[v] for v in raw], dtype=np.int64))
-            levels.append(ordered)
-    versions = set(table.column("version").to_pylist())
-    benchmarks = set(table.column("benchmark").to_pylist())
-    return SplitTable(
-        benchmark=benchmarks.pop(),
-        version=versions.pop(),
-        example_ids=list(columns["example_id"]),
-        splits=np.asarray(columns["split"]),
-        y=y,
-        group_index=group_index,
-        group_names=group_names,
-        class_names=[names[k] for k in range(len(names))],
-        metadata=np.stack(values, axis=1),
-        metadata_fields=fields,
-        metadata_levels=levels,
-    )
-
-
-def decode(path: Path, image_size: int) -> np.ndarray:
-    """One image as uint8 ``[3, S, S]``: RGB, resized (bilinear, with antialiasing) when needed."""
-    try:
-        with Image.open(path) as image:
-            rgb = image.convert("RGB")
-            if rgb.size != (image_size, image_size):
-                rgb = rgb.resize((image_size, image_size), Image.Resampling.BILINEAR)
-            return np.array(rgb, dtype=np.uint8).transpose(2, 0, 1)
-    except OSError as exc:
-        raise InputError(f"cannot decode image: {exc}", path=path) from None
 
 
 class ImageCache:
@@ -187,21 +78,6 @@ class Batches:
         assert self.pool is not None
         arrays = list(self.pool.map(lambda r: decode(self.paths[r], self.size), index.tolist()))
         return torch.from_numpy(np.stack(arrays)).to(self.device, non_blocking=True)
-
-
-class SplitDataset(torch.utils.data.Dataset[tuple[torch.Tensor, int, torch.Tensor]]):
-    """WILDS-style items ``(x uint8 [3, S, S], y, metadata)`` decoded on access."""
-
-    def __init__(self, table: SplitTable, paths: Sequence[Path], indices: np.ndarray, image_size: int) -> None:
-        self.table, self.paths, self.indices, self.image_size = table, paths, indices, image_size
-
-    def __len__(self) -> int:
-        return int(self.indices.shape[0])
-
-    def __getitem__(self, item: int) -> tuple[torch.Tensor, int, torch.Tensor]:
-        row = int(self.indices[item])
-        x = torch.from_numpy(decode(self.paths[row], self.image_size))
-        return x, int(self.table.y[row]), torch.from_numpy(self.table.metadata[row])
 
 
 @functools.cache

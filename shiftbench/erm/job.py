@@ -44,13 +44,13 @@ import torch  # noqa: E402
 
 from shiftbench.erm import resume  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
-from shiftbench.erm.data import SplitTable, read_split  # noqa: E402
 from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Stopped, job_lock, stop_requests  # noqa: E402
 from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
 from shiftbench.erm.run import Resumable  # noqa: E402
 from shiftbench.erm.train import TrainResult, cpu_threads, train  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
 from shiftbench.images import image_paths  # noqa: E402
+from shiftbench.split_table import SplitTable, read_split  # noqa: E402
 
 JOB_FORMAT = 1
 # A previous attempt's outputs, removed when a job starts (its checkpoint folder is kept: the job resumes from it).

@@ -33,17 +33,15 @@ from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
-from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
-from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
-from shiftbench.erm.standin import write_standins
-from shiftbench.errors import ContractViolation, InputError, StoreError
+from shiftbench.errors import ContractViolation, InputError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
-from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.naming import tagged
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
 from shiftbench.spec_files import merge_named, spec_document, spec_texts
+from shiftbench.splits import PublishedSplit, published_split, split_images
+from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
@@ -165,7 +163,7 @@ def plan_run(
     train_split = str(values.get("train_split", "train"))
     n_train = split.examples.filter(pl.col("split") == train_split).height
     if n_train == 0:
-        family = registry.FAMILIES.get(split.family)
+        family = registry.find(split.family)
         hint = f" ({family.no_training_examples})" if family is not None and family.no_training_examples else ""
         raise InputError(
             f"{benchmark} version {split.version} has no {train_split!r} examples to train on{hint}",
@@ -177,7 +175,7 @@ def plan_run(
         if config.get("init_checkpoint")
         else None
     )
-    images = resolve_images(settings, split, image_root, path_template)
+    images = split_images(settings, split, image_root, path_template)
     preset_config = resolve_config({**preset_values, "seed": seed}, n_train)
     run = run_name(benchmark, name, config, preset_config, images.kind)
     return RunPlan(
@@ -204,63 +202,6 @@ def run_name(
     learner = config["model"] if method == "erm" else f"{config['model']}.{method}"
     name = f"{benchmark}.{protocol}.{learner}.seed{config['seed']}"
     return check_benchmark_name(tagged(name, STANDIN if image_source == STANDIN else None), "benchmark")
-
-
-@dataclass(frozen=True)
-class PublishedSplit:
-    family: str
-    benchmark: str
-    version: str
-    path: Path
-    dataset: str
-    manifest: dict[str, Any]
-    examples: pl.DataFrame  # example_id, split, y, y_name, group
-
-
-# Store entries that are results (ERM runs, scored predictions, analyses over them), not splits.
-RESULT_FAMILIES = (FAMILY, "eval", "analysis")
-
-
-def published_split(settings: Settings, benchmark: str, version: str | None = None) -> PublishedSplit:
-    """A published benchmark version (default: the latest) with its examples; a version whose files do not match
-    its manifest's sizes and SHA-256 is never served (:class:`StoreError` naming the file), whoever asks: ``train``,
-    ``eval``, ``export`` and :func:`shiftbench.load_split`."""
-    store = Store(settings.store_dir)
-    family = store.family_of(benchmark)
-    if family is None or family in RESULT_FAMILIES:
-        splits = {v.benchmark: v.family for v in store.versions() if v.family not in RESULT_FAMILIES}
-        if (refused := registry.refused_paper_name(benchmark, splits, published=True)) is not None:
-            raise InputError(refused, parameter="benchmark")  # a paper's name published only as NAME@TAG
-        known = sorted(splits)
-        hint = f"; published: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}" if known else ""
-        raise InputError(f"no published benchmark {benchmark!r}{hint}", parameter="benchmark")
-    if version is None:
-        latest = store.latest(benchmark, family=family)
-        if latest is None:
-            raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
-        version = latest.version
-    staged = store.staged(family, benchmark, version)
-    problem = store.damage(staged)  # every table file, before anything is read
-    if problem is not None:
-        raise StoreError(f"{problem}: not served (`shiftbench check {benchmark}` reports the damage)")
-    if not staged.table_path("examples").is_file():
-        raise InputError(f"{benchmark} version {version} has no examples to train on", parameter="benchmark")
-    manifest = staged.manifest()
-    dataset = str(manifest.get("params", {}).get("dataset") or manifest.get("sources", {}).get("dataset") or family)
-    examples = pl.read_parquet(staged.table_path("examples"), columns=["example_id", "split", "y", "y_name", "group"])
-    return PublishedSplit(family, benchmark, version, staged.path, dataset, manifest, examples)
-
-
-def resolve_images(
-    settings: Settings, split: PublishedSplit, image_root: str | None, path_template: str | None
-) -> ImageSource:
-    """The split's images as its manifest records them, a user's root, or rendered stand-ins."""
-    images = resolve_manifest_images(settings, split.manifest, image_root, path_template)
-    if images.kind != STANDIN:
-        return images
-    root = settings.cache_dir / "standin" / f"{split.benchmark}-{split.version}"
-    write_standins(split.examples, root)
-    return ImageSource(root, STANDIN_TEMPLATE, STANDIN)
 
 
 def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
@@ -362,7 +303,7 @@ def stage_run(
     store = Store(settings.store_dir)
     described = cards.with_split_magnitudes(tables, plan.split_dir)
     standin = (
-        " Trained and evaluated on generated stand-in images (shiftbench.erm.standin), not the split's own "
+        " Trained and evaluated on generated stand-in images (shiftbench.standin), not the split's own "
         "images: these accuracies say nothing about the real dataset."
         if plan.images.kind == STANDIN
         else ""

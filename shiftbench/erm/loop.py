@@ -18,10 +18,10 @@ from shiftbench import progress
 from shiftbench.erm.data import BatchStream
 from shiftbench.erm.interrupt import Interrupted
 from shiftbench.erm.methods import Method
-from shiftbench.erm.metrics import Metric, value_of
 from shiftbench.erm.resume import random_states, restore_random_states
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep
+from shiftbench.metrics import Metric, value_of
 
 
 class Abandoned(Exception):

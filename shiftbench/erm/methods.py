@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from shiftbench.erm.config import METHODS as CONFIG_METHODS
 from shiftbench.errors import InputError
+from shiftbench.method_names import METHODS as METHOD_NAMES
 
 
 class Method(ABC):
@@ -191,7 +191,7 @@ class CORAL(Method):
 
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL)}
-assert tuple(METHODS) == CONFIG_METHODS, "shiftbench.erm.config.METHODS must list the methods"
+assert tuple(METHODS) == METHOD_NAMES, "shiftbench.method_names.METHODS must list the methods"
 
 
 def build_method(

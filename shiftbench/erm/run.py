@@ -17,11 +17,12 @@ import torch
 from torch import nn
 
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import Batches, SplitTable, normalize
+from shiftbench.erm.data import Batches, normalize
 from shiftbench.erm.interrupt import StopRequest
-from shiftbench.erm.metrics import Metric, calibration_metrics, class_metrics, split_metrics
 from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints
 from shiftbench.erm.step import autocast
+from shiftbench.metrics import Metric, calibration_metrics, class_metrics, split_metrics
+from shiftbench.split_table import SplitTable
 
 Log = Callable[[str], None]
 

@@ -35,6 +35,14 @@ _PUBLISHED = re.compile(r"^\[train\] (\S+) version (\S+) \((now latest|already l
 _INTERRUPTED = re.compile(r"^\[train\] (.*: interrupted at iteration .*)$")
 
 
+def training_seed(seed: int | None) -> int:
+    """The seed of one run (default 0): seeds are the partitions 0..9."""
+    seed = 0 if seed is None else seed
+    if seed not in SEEDS:
+        raise InputError("seeds are partitions 0..9", parameter="--seed")
+    return seed
+
+
 def parse_seeds(text: str) -> list[int]:
     """``0,1,2`` or ``0-2`` (or both, ``0-2,5``): distinct seeds of 0..9, in the order given."""
     seeds: list[int] = []

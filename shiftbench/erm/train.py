@@ -24,11 +24,12 @@ import torch
 
 from shiftbench.cpus import available_cpus
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import Batches, SplitTable, training_groups
+from shiftbench.erm.data import Batches, training_groups
 from shiftbench.erm.fit import Fit, fit_grid
-from shiftbench.erm.metrics import Metric, gap_metrics
 from shiftbench.erm.run import Log, Resumable, Run
 from shiftbench.errors import InputError
+from shiftbench.metrics import Metric, gap_metrics
+from shiftbench.split_table import SplitTable
 
 
 @dataclass

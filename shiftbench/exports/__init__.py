@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from shiftbench.erm.launch import PublishedSplit
 from shiftbench.errors import InputError
 from shiftbench.exports.placing import DEFAULT_MODE, ImageMode, Placed, place_images, staged_folder
 from shiftbench.exports.table import ExportTable, Plan, load_table
 from shiftbench.images import ImageSource
 from shiftbench.outputs import check_output_dir
+from shiftbench.splits import PublishedSplit
 
 Layout = Literal["imagefolder", "wilds", "domainbed", "hf"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)

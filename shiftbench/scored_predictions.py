@@ -1,16 +1,12 @@
-"""Score anyone's predictions on a published split: ``shiftbench eval`` (WILDS' ``dataset.eval``).
+"""Predictions made outside shiftbench, scored on a published split and published: ``shiftbench eval`` (WILDS'
+``dataset.eval``).
 
 Most researchers train with their own code. Their predictions file (Parquet or CSV: ``example_id``,
-``y_pred``, optionally one probability column per class ``p_0 … p_{K-1}``) is checked strictly,
-scored with the metric vocabulary of the ERM baselines (:mod:`shiftbench.erm.metrics`) on every split
-it covers fully, and published like an ERM run: a results version of family ``eval`` (tables
-``eval_results`` and ``eval_runs``), staged, checked against its contracts, then published. The view
-``results`` puts these next to the ERM baselines (method ``erm``).
-
-Groups are the split's own ``group`` column, or any metadata fields of the split (``group_by``: columns
-of ``examples`` or of the family's metadata table, e.g. ConDS' ``object_color``), WILDS' ``CombinatorialGrouper``: the
-group of an example is ``field=value,field=value``. ConDS splits also report accuracy on the values
-unseen in training (UDS), on the rare values (LDD) and on the SC counterexamples.
+``y_pred``, optionally one probability column per class ``p_0 … p_{K-1}``) is checked strictly here
+(:func:`read_predictions`), scored by :func:`shiftbench.evaluation.score` (as :meth:`shiftbench.Split.evaluate`
+scores), and the scores published like an ERM run: a results version of family ``eval`` (tables ``eval_results``
+and ``eval_runs``), staged, checked against its contracts, then published. The view ``results`` puts these next
+to the ERM baselines (method ``erm``).
 """
 
 from __future__ import annotations
@@ -22,17 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
 
-from shiftbench import cards, registry
-from shiftbench.erm import metrics as m
-from shiftbench.erm.config import METHODS as TRAINED_METHODS
-from shiftbench.erm.launch import PublishedSplit
+from shiftbench import cards
 from shiftbench.errors import ContractViolation, InputError
-from shiftbench.grouper import Grouper, metadata_table
+from shiftbench.evaluation import METRICS_SCHEMA, Predictions, Scores
+from shiftbench.method_names import METHODS as TRAINED_METHODS
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
+from shiftbench.splits import PublishedSplit
 from shiftbench.store import Store
 
 FAMILY = "eval"
@@ -58,18 +52,17 @@ RUN_SCHEMA: dict[str, SchemaType] = {
 
 
 @dataclass(frozen=True)
-class Predictions:
-    path: Path
-    frame: pl.DataFrame  # row (0-based), example_id, y_pred, [probabilities: list of K floats]
-    first_line: int | None  # CSV: the file line of row 0; Parquet: None (rows are named by number)
+class PredictionsFile:
+    """A predictions file as read and checked: its predictions and the SHA-256 of its bytes (recorded with the
+    scores)."""
+
+    predictions: Predictions
     sha256: str
 
-    def where(self, row: int) -> dict[str, Any]:
-        """``path``/``line`` for an InputError about ``row``, or the row number in the message."""
-        return {"path": self.path, "line": row + self.first_line} if self.first_line else {"path": self.path}
-
-    def row_text(self, row: int) -> str:
-        return "" if self.first_line else f"row {row + 1}: "
+    @property
+    def path(self) -> Path:
+        assert self.predictions.path is not None
+        return self.predictions.path
 
 
 MAX_SEED = 2**31 - 1  # what torch, numpy and every trainer take as a seed
@@ -94,7 +87,7 @@ def check_seed(seed: int) -> int:
     return seed
 
 
-def read_predictions(path: Path, n_classes: int) -> Predictions:
+def read_predictions(path: Path, n_classes: int) -> PredictionsFile:
     """The predictions file, checked: ids, integer labels in 0..K-1, no duplicates, probabilities summing to 1."""
     if not path.is_file():
         raise InputError("predictions file not found", path=path, parameter="PREDICTIONS")
@@ -113,7 +106,7 @@ def read_predictions(path: Path, n_classes: int) -> Predictions:
         if column not in frame.columns:
             raise InputError(f"no {column!r} column (have {', '.join(frame.columns)})", path=path)
     sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
-    prediction = Predictions(path, frame, first_line, sha256)
+    prediction = Predictions(frame, path, first_line)
     frame = frame.with_row_index("row").with_columns(pl.col("example_id").cast(pl.String))
 
     def fail(row: int, example_id: Any, message: str) -> InputError:
@@ -153,7 +146,7 @@ def read_predictions(path: Path, n_classes: int) -> Predictions:
             raise fail(row["row"], row["example_id"], f"probabilities {values} are not in [0, 1] summing to 1")
         frame = casted.with_columns(pl.concat_list(columns).alias("probabilities"))
         keep.append("probabilities")
-    return Predictions(path, frame.select(keep), first_line, sha256)
+    return PredictionsFile(Predictions(frame.select(keep), path, first_line), sha256)
 
 
 def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
@@ -168,129 +161,24 @@ def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
     return column.cast(pl.Int64, strict=False)
 
 
-def _covered_splits(split: PublishedSplit, joined: pl.DataFrame, predictions: Predictions) -> list[str]:
-    """The splits the predictions cover whole (a split not covered at all is not scored; one covered in part is
-    refused)."""
-    covered = []
-    for name in sorted(joined["split"].unique().to_list()):
-        part = joined.filter(pl.col("split") == name)
-        missing = part.filter(pl.col("y_pred").is_null())
-        if missing.height == part.height:
-            continue
-        if missing.height:
-            raise InputError(
-                f"split {name!r} is covered only in part: example {missing['example_id'].sort()[0]!r} and "
-                f"{missing.height - 1} more of its {part.height} have no prediction",
-                path=predictions.path,
-            )
-        covered.append(name)
-    if not covered:
-        raise InputError(
-            f"no prediction for any example of {split.benchmark} version {split.version}", path=predictions.path
-        )
-    return covered
-
-
-def _require_classes(predictions: Predictions, n_classes: int) -> None:
-    """Every ``y_pred`` a class in 0..K-1, whoever made the frame: a label outside is refused, never scored 0."""
-    outside = predictions.frame.filter((pl.col("y_pred") < 0) | (pl.col("y_pred") >= n_classes)).sort("row")
-    if outside.height:
-        row = outside.row(0, named=True)
-        raise InputError(
-            f"{predictions.row_text(row['row'])}example {row['example_id']!r}: y_pred {row['y_pred']!r} is not a "
-            f"class in 0..{n_classes - 1}",
-            **predictions.where(row["row"]),
-        )
-
-
-def _groups(
-    split: PublishedSplit, examples: pl.DataFrame, group_by: Sequence[str], parameter: str = "--group-by"
-) -> pl.Series:
-    """The group of every example under ``group_by`` (:class:`shiftbench.grouper.Grouper`: the split's
-    own ``group`` when empty), named as training names it."""
-    grouper = Grouper.parse(group_by)
-    if grouper.own:
-        return examples["group"]
-    available = dict.fromkeys(examples.columns)
-    extra = split.path / f"{metadata_table(split.family)}.parquet"
-    if extra.is_file():
-        available |= dict.fromkeys(pl.read_parquet_schema(extra))
-    unknown = grouper.unknown(list(available))
-    if unknown is not None:
-        fields = ", ".join(sorted(c for c in available if c not in ("example_id", "split")))
-        raise InputError(f"{unknown!r} is not a field of {split.benchmark} (fields: {fields})", parameter=parameter)
-    joined = examples
-    needed = [f for f in grouper.fields if f not in examples.columns]
-    if needed:
-        attributes = pl.read_parquet(extra, columns=["example_id", *needed])
-        joined = examples.join(attributes, on="example_id", how="left")
-    columns = [joined[field].cast(pl.String).to_list() for field in grouper.fields]
-    return pl.Series("group", grouper.names(columns), dtype=pl.String)
-
-
-def score(
-    split: PublishedSplit,
-    predictions: Predictions,
-    method: str,
-    seed: int,
-    group_by: Sequence[str] = (),
-    *,
-    group_parameter: str = "--group-by",
+def eval_tables(
+    split: PublishedSplit, submitted: PredictionsFile, scores: Scores, method: str, seed: int, group_by: Sequence[str]
 ) -> dict[str, pl.DataFrame]:
-    """``eval_results`` and ``eval_runs`` of one predictions file: every fully covered split is scored.
-    ``group_parameter``: how the caller's ``group_by`` is named in an error (the CLI's flag, the API's argument)."""
-    examples = split.examples
-    class_names = examples.group_by("y").agg(pl.col("y_name").first()).sort("y")["y_name"].to_list()
-    frame = predictions.frame
-    _require_classes(predictions, int(examples.select(pl.col("y").max()).item()) + 1)
-    unknown = frame.join(examples.select("example_id"), on="example_id", how="anti").sort("row")
-    if unknown.height:
-        row = unknown.row(0, named=True)
-        raise InputError(
-            f"{predictions.row_text(row['row'])}example {row['example_id']!r} is not an example of "
-            f"{split.benchmark} version {split.version}",
-            **predictions.where(row["row"]),
-        )
-    joined = examples.join(frame, on="example_id", how="left")
-    covered = _covered_splits(split, joined, predictions)
-    groups = _groups(split, examples, group_by, group_parameter)
-    joined = joined.with_columns(groups.alias("group"))
-    group_names = sorted(joined["group"].unique().to_list())
-    group_index = {g: i for i, g in enumerate(group_names)}
-    family = registry.FAMILIES.get(split.family)
-    subsets = family.eval_subsets(split.path, joined) if family is not None and family.eval_subsets else {}
-    results: list[m.Metric] = []
-    for name in covered:
-        selected = (joined["split"] == name).to_numpy()
-        part = joined.filter(pl.col("split") == name)
-        y_true = part["y"].to_numpy().astype(np.int64)
-        y_pred = part["y_pred"].to_numpy().astype(np.int64)
-        index = np.array([group_index[g] for g in part["group"].to_list()], dtype=np.int64)
-        results += [
-            metric
-            for metric in m.split_metrics(name, y_true, y_pred, np.zeros(len(y_true)), index, group_names)
-            if metric.metric != "loss_avg"  # predictions carry no loss
-        ]
-        results += m.class_metrics(name, y_true, y_pred, class_names)
-        if "probabilities" in part.columns:
-            results += m.calibration_metrics(name, y_true, np.array(part["probabilities"].to_list()))
-        for subset, mask in sorted(subsets.items()):
-            results.append(m.subset_accuracy(name, subset, y_true, y_pred, mask[selected]))
-    results += m.gap_metrics(results)
+    """``eval_results`` and ``eval_runs`` of one predictions file's scores (their contracts: data_contracts/eval_*)."""
     run = f"{split.benchmark}.{method}.seed{seed}"
     common = {"benchmark": split.benchmark, "run": run, "split_version": split.version, "family": split.family}
     key = {**common, "method": method, "seed": seed}
     eval_results = pl.DataFrame(
-        [{**key, "eval_split": r.eval_split, "metric": r.metric, "group": r.group, "value": r.value} for r in results],
-        schema={**KEY_SCHEMA, "eval_split": pl.String, "metric": pl.String, "group": pl.String, "value": pl.Float64},
+        [{**key, **row} for row in scores.table().iter_rows(named=True)], schema={**KEY_SCHEMA, **METRICS_SCHEMA}
     )
+    frame = submitted.predictions.frame
     run_row = {
         **key,
-        "covered_splits": covered,
+        "covered_splits": scores.covered_splits,
         "group_by": list(group_by),
         "n_predictions": frame.height,
         "has_probabilities": "probabilities" in frame.columns,
-        "predictions_sha256": predictions.sha256,
+        "predictions_sha256": submitted.sha256,
     }
     eval_runs = pl.DataFrame([run_row], schema={**KEY_SCHEMA, **RUN_SCHEMA})
     return {"eval_results": eval_results, "eval_runs": eval_runs}
@@ -299,20 +187,22 @@ def score(
 def publish_scores(
     settings: Settings,
     split: PublishedSplit,
-    predictions: Predictions,
+    submitted: PredictionsFile,
+    scores: Scores,
     method: str,
     seed: int,
     group_by: Sequence[str] = (),
 ) -> tuple[PublishOutcome, dict[str, pl.DataFrame]]:
-    """Score, stage, check and publish a results version; nothing is recorded when a check fails."""
-    tables = score(split, predictions, check_method(method), check_seed(seed), group_by)
+    """Stage, check and publish the scores of a predictions file as a results version; nothing is recorded when a
+    check fails."""
+    tables = eval_tables(split, submitted, scores, check_method(method), check_seed(seed), group_by)
     run = str(tables["eval_runs"]["run"][0])
     manifest = {
         "split": {"family": split.family, "benchmark": split.benchmark, "version": split.version},
         "method": method,
         "seed": seed,
         "group_by": list(group_by),
-        "predictions": {"path": str(predictions.path), "sha256": predictions.sha256},
+        "predictions": {"path": str(submitted.path), "sha256": submitted.sha256},
         "environment": environment(),
     }
     described = cards.with_split_magnitudes(tables, split.path)
