@@ -23,7 +23,7 @@ import polars as pl
 from shiftbench.errors import InputError, StoreError
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
-from shiftbench.store_layout import check_benchmark_name
+from shiftbench.store.layout import check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
 
@@ -41,9 +41,9 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
         _text(version, "version")
     settings = Settings.from_env({**os.environ, "SHIFTBENCH_HOME": str(home)} if home is not None else None)
     store = Store(settings.store_dir)
-    family = store.family_of(name)
+    family = store.layout.family_of(name)
     if version is not None:
-        known = [v.version for v in store.versions() if v.benchmark == name]
+        known = [v.version for v in store.log.versions() if v.benchmark == name]
         if family is not None and version not in known:
             raise InputError(f"{name} has no version {version!r}; published: {', '.join(known)}", parameter="version")
     return Split(settings, published_split(settings, name, version))  # a damaged version: StoreError, not served

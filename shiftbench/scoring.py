@@ -29,11 +29,10 @@ from shiftbench import cards, registry
 from shiftbench.erm import metrics as m
 from shiftbench.erm.config import METHODS as TRAINED_METHODS
 from shiftbench.erm.launch import PublishedSplit
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import InputError
 from shiftbench.grouper import Grouper, metadata_table
-from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
+from shiftbench.publishing import PublishOutcome, environment, stage_check_publish
 from shiftbench.settings import Settings
-from shiftbench.store import Store
 
 FAMILY = "eval"
 PROBABILITY_TOLERANCE = 1e-3  # |sum of a row's probabilities - 1|
@@ -328,10 +327,4 @@ def publish_scores(
         facts = cards.Version(run, version, {**manifest, "family": FAMILY}, described, files, figures, info)
         return cards.documents(facts)
 
-    store = Store(settings.store_dir)
-    staged = store.stage(FAMILY, run, tables, manifest_extra=manifest, documents=documents)
-    results = check_version(store, staged)
-    failed = describe_failures(results)
-    if failed:
-        raise ContractViolation(f"{run} breaks its contracts, not published: {failed}")
-    return PublishOutcome(staged, publish_staged(settings, staged), results), tables
+    return stage_check_publish(settings, FAMILY, run, tables, manifest, documents=documents), tables

@@ -36,15 +36,15 @@ from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
 from shiftbench.erm.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.erm.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.erm.standin import write_standins
-from shiftbench.errors import ContractViolation, InputError, StoreError
+from shiftbench.errors import InputError, StoreError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.naming import tagged
-from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
+from shiftbench.publishing import PublishOutcome, environment, publish_checked, stage_and_check
 from shiftbench.settings import Settings
 from shiftbench.spec_files import merge_named, spec_document, spec_texts
-from shiftbench.store import StagedVersion, Store, check_benchmark_name
+from shiftbench.store import StagedVersion, Store, check_benchmark_name, damage
 
 FAMILY = "erm"
 CODE_VERSION = "erm-3"
@@ -226,21 +226,21 @@ def published_split(settings: Settings, benchmark: str, version: str | None = No
     its manifest's sizes and SHA-256 is never served (:class:`StoreError` naming the file), whoever asks: ``train``,
     ``eval``, ``export`` and :func:`shiftbench.load_split`."""
     store = Store(settings.store_dir)
-    family = store.family_of(benchmark)
+    family = store.layout.family_of(benchmark)
     if family is None or family in RESULT_FAMILIES:
-        splits = {v.benchmark: v.family for v in store.versions() if v.family not in RESULT_FAMILIES}
+        splits = {v.benchmark: v.family for v in store.log.versions() if v.family not in RESULT_FAMILIES}
         if (refused := registry.refused_paper_name(benchmark, splits, published=True)) is not None:
             raise InputError(refused, parameter="benchmark")  # a paper's name published only as NAME@TAG
         known = sorted(splits)
         hint = f"; published: {', '.join(known[:8])}{' ...' if len(known) > 8 else ''}" if known else ""
         raise InputError(f"no published benchmark {benchmark!r}{hint}", parameter="benchmark")
     if version is None:
-        latest = store.latest(benchmark, family=family)
+        latest = store.log.latest(benchmark, family=family)
         if latest is None:
             raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
         version = latest.version
-    staged = store.staged(family, benchmark, version)
-    problem = store.damage(staged)  # every table file, before anything is read
+    staged = store.layout.staged(family, benchmark, version)
+    problem = damage(staged)  # every table file, before anything is read
     if problem is not None:
         raise StoreError(f"{problem}: not served (`shiftbench check {benchmark}` reports the damage)")
     if not staged.table_path("examples").is_file():
@@ -359,7 +359,6 @@ def stage_run(
             "threads": summary.get("threads"),  # torch's CPU threads: CPU results depend on the count
         },
     }
-    store = Store(settings.store_dir)
     described = cards.with_split_magnitudes(tables, plan.split_dir)
     standin = (
         " Trained and evaluated on generated stand-in images (shiftbench.erm.standin), not the split's own "
@@ -381,18 +380,16 @@ def stage_run(
         facts = cards.Version(plan.run, version, {**manifest, "family": FAMILY}, described, files, shown, info)
         return cards.documents(facts)
 
-    staged = store.stage(
-        FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
+    staged, results = stage_and_check(
+        settings, FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
     )
-    return staged, check_version(store, staged), summary
+    return staged, results, summary
 
 
 def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[PublishOutcome, dict[str, Any]]:
     """Stage, check and publish the job's outputs in one call (library users, notebooks)."""
     staged, results, summary = stage_run(settings, plan, out_dir)
-    if any(not r.passed for rules in results.values() for r in rules):
-        raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
-    return PublishOutcome(staged, publish_staged(settings, staged), results), summary
+    return publish_checked(settings, staged, results), summary
 
 
 def execution_record(out_dir: Path) -> dict[str, Any]:
