@@ -25,15 +25,13 @@ from shiftbench.assets.factory import partitions_of
 from shiftbench.assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from shiftbench.assets.resources import ShiftbenchSettings
 
-from shiftbench import cards
-from shiftbench.catalog import refresh_and_report
+from shiftbench import cards, publishing
 from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
 from shiftbench.erm.slurm_settings import load_cluster_settings
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
-from shiftbench.publishing import describe_failures
 from shiftbench.settings import Settings
 from shiftbench.spec_files import parse_value
 from shiftbench.store import Store
@@ -210,19 +208,17 @@ def _run_baseline(
         plan = _plan(settings, keys, config)
         staged, results = _train_and_stage(context, settings, plan, config, client)
         yield _staged_result(staged_key, plan, staged, results, config)
-        if any(not r.passed for rules in results.values() for r in rules):
-            raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
+        publishing.require_passing(staged, results)
     elif _configured(config):  # publish-only for a run the config names
         plan = _plan(settings, keys, config)
-        latest = store.latest_staged(launch.FAMILY, plan.run)
+        latest = store.layout.latest_staged(launch.FAMILY, plan.run)
         if latest is None:
             raise InputError(f"{plan.run} has no staged results: train it first", parameter="benchmark")
         staged = latest
     else:  # publish-only (the automation, a click in the UI): exactly what the staged asset recorded
         staged = _recorded_staged(context, staged_key, store)
     if publish_key in context.selected_asset_keys:
-        publication = store.publish(staged)
-        refresh_and_report(settings.catalog_path, settings.store_dir)
+        publication = publishing.publish_staged(settings, staged)
         yield dg.MaterializeResult(
             asset_key=publish_key,
             metadata={**published_metadata(settings, staged, publication), **_describe(settings, staged)},
@@ -309,7 +305,7 @@ def _recorded_staged(context: dg.AssetExecutionContext, staged_key: dg.AssetKey,
     run, version = metadata.get("run"), metadata.get("version")
     if run is None or version is None:
         raise InputError(f"{context.partition_key}: no staged results recorded: train it first", parameter="benchmark")
-    return store.staged(launch.FAMILY, str(run.value), str(version.value))
+    return store.layout.staged(launch.FAMILY, str(run.value), str(version.value))
 
 
 def _train_and_stage(

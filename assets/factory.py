@@ -46,9 +46,8 @@ from shiftbench.assets.metadata import (
 )
 from shiftbench.assets.resources import ShiftbenchSettings
 
-from shiftbench import building, progress, registry, variants
+from shiftbench import benchmark_builds, progress, publishing, registry, variants
 from shiftbench.cache import CachedArtifact, find_cached
-from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target
 from shiftbench.settings import Settings
@@ -338,7 +337,7 @@ def _targets(settings: Settings, kind: Kind, keys: list[str], errors: list[str])
             variants.resolve(settings, kind, key)
         except InputError as exc:
             errors.append(f"{key}: {exc}")
-            missing = building.Outcome(kind, key, error=str(exc))
+            missing = benchmark_builds.Outcome(kind, key, error=str(exc))
             progress.report(progress.Event(kind.name, key, status="error", detail=str(exc), outcome=missing))
     return targets
 
@@ -360,7 +359,7 @@ def _build_kind(
     inputs = {name: load_input(context.instance, family.input(name), settings) for name in needed} if stage else {}
     published = False
     try:
-        for outcome in building.iter_build(
+        for outcome in benchmark_builds.iter_build(
             settings, family, targets, inputs=inputs, stage=stage, publish_checked=publish_selected
         ):
             yield from _events(context, settings, kind, outcome, stage)
@@ -371,7 +370,7 @@ def _build_kind(
                 bugs[outcome.benchmark] = outcome.traceback
     finally:  # whatever stopped the loop, what was published reaches the catalog
         if published:
-            catalog = refresh_and_report(settings.catalog_path, settings.store_dir)
+            catalog = publishing.refresh_catalog(settings)
             if not catalog.ok:
                 context.log.warning(f"{catalog.reason}: the versions are published; run `shiftbench catalog`")
             for problem in catalog.problems:
@@ -387,7 +386,11 @@ def _build_kind(
 
 
 def _events(
-    context: dg.AssetExecutionContext, settings: Settings, kind: Kind, outcome: building.Outcome, staged_here: bool
+    context: dg.AssetExecutionContext,
+    settings: Settings,
+    kind: Kind,
+    outcome: benchmark_builds.Outcome,
+    staged_here: bool,
 ) -> Iterator[Any]:
     staged_key, publish_key = dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))
     name = outcome.benchmark
@@ -417,7 +420,7 @@ def _events(
             f"/{outcome.rules} rules hold"
         )
     if outcome.publication is not None:
-        description = outcome.description or building.describe(kind, outcome.staged)
+        description = outcome.description or benchmark_builds.describe(kind, outcome.staged)
         for warning in description.warnings:
             context.log.warning(f"{name}: {warning}")
         yield dg.AssetMaterialization(

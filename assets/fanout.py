@@ -23,8 +23,7 @@ from shiftbench.assets.factory import load_input
 from shiftbench.assets.metadata import data_version_tags, published_metadata, render, staged_metadata
 from shiftbench.assets.resources import ShiftbenchSettings
 
-from shiftbench import building, variants
-from shiftbench.catalog import refresh_and_report
+from shiftbench import benchmark_builds, publishing, variants
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.settings import Settings
@@ -97,13 +96,13 @@ def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> 
         target = variants.resolve(resolved, kind, config.benchmark)
         whole = replace(kind, stage=lambda s, t, i: fanout.stage(s, t, i, work))
         try:
-            outcome = building.stage_and_check(resolved, whole, target, inputs_of(context, resolved, target))
-            outcome = building.publish(resolved, outcome)
+            outcome = benchmark_builds.stage_benchmark(resolved, whole, target, inputs_of(context, resolved, target))
+            outcome = benchmark_builds.publish_outcome(resolved, outcome)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         yield from materializations(resolved, kind, outcome)
         if outcome.publication is not None and outcome.staged is not None:
-            refresh_and_report(resolved.catalog_path, resolved.store_dir)
+            publishing.refresh_catalog(resolved)
             context.log.info(f"published {outcome.benchmark} version {outcome.staged.version}")
         if outcome.traceback is not None:  # a bug: the run's log keeps its traceback beside the one line
             said = f"{config.benchmark}: a failure of shiftbench itself, its traceback:"
@@ -127,7 +126,9 @@ def fanout_job(family: Family, kind: Kind, settings: Settings | None = None) -> 
     return _job
 
 
-def materializations(settings: Settings, kind: Kind, outcome: building.Outcome) -> Iterator[dg.AssetMaterialization]:
+def materializations(
+    settings: Settings, kind: Kind, outcome: benchmark_builds.Outcome
+) -> Iterator[dg.AssetMaterialization]:
     """The staged and published versions, recorded on the kind's assets under the benchmark's partition."""
     if outcome.staged is None:
         return
@@ -139,7 +140,7 @@ def materializations(settings: Settings, kind: Kind, outcome: building.Outcome) 
         tags=data_version_tags(outcome.staged.version),
     )
     if outcome.publication is not None:
-        description = outcome.description or building.describe(kind, outcome.staged)
+        description = outcome.description or benchmark_builds.describe(kind, outcome.staged)
         yield dg.AssetMaterialization(
             asset_key=publish_key,
             partition=outcome.benchmark,

@@ -34,7 +34,7 @@ warnings.filterwarnings("ignore")
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from shiftbench import building, variants  # noqa: E402
+from shiftbench import benchmark_builds, variants  # noqa: E402
 from shiftbench.breeds.family import BENCHMARK, BREEDS, CALIBRATED, IMAGES  # noqa: E402
 from shiftbench.breeds.specs import BreedsSpec  # noqa: E402
 from shiftbench.publishing import stage_check_publish  # noqa: E402
@@ -114,7 +114,7 @@ def main() -> None:
     # Warm the WordNet cache once (reading it through nltk takes ~10 s and is cached for good).
     warm = work / "warm"
     share_wordnet_cache(warm, cache)
-    building.build_inputs(Settings.from_env(env_for(warm)), BREEDS, ["sources/imagenet_hierarchy"])
+    benchmark_builds.build_inputs(Settings.from_env(env_for(warm)), BREEDS, ["sources/imagenet_hierarchy"])
 
     counter = iter(range(10_000))
     homes: list[Path] = []
@@ -134,7 +134,7 @@ def main() -> None:
     def library_all() -> None:
         settings = Settings.from_env(env_for(homes[-1], **hierarchy_env))
         targets = [(BENCHMARK, t) for t in variants.targets(settings, BENCHMARK).values()]
-        outcomes = building.build(settings, BREEDS, targets)
+        outcomes = benchmark_builds.build(settings, BREEDS, targets)
         assert all(o.publication is not None for o in outcomes)
 
     results["build_all_library"] = timed(library_all, args.runs, fresh_home)
@@ -150,7 +150,7 @@ def main() -> None:
         def examples_all() -> None:
             # WordNet calibration reaches all 1000 classes: level 0 (the root), all classes, no split.
             settings = Settings.from_env(env_for(homes[-1], SHIFTBENCH_IMAGENET_DIR=str(fake)))
-            inputs = building.build_inputs(settings, BREEDS)
+            inputs = benchmark_builds.build_inputs(settings, BREEDS)
             cal, im = inputs[CALIBRATED.name], inputs[IMAGES.name]
             spec = BreedsSpec(name="all1000", level=0, n_subclasses=1000, split="none", seed=0)
             import polars as pl

@@ -79,9 +79,9 @@ def documents_cost(homes: list[Path]) -> dict[str, Any]:
     from shiftbench.store import Store
 
     timings = []
-    found = [(home, info) for home in homes for info in Store(home / "store").versions()]
+    found = [(home, info) for home in homes for info in Store(home / "store").log.versions()]
     for home, info in found:
-        staged = Store(home / "store").staged(info.family, info.benchmark, info.version)
+        staged = Store(home / "store").layout.staged(info.family, info.benchmark, info.version)
         manifest = staged.manifest()
         tables = {t: pl.read_parquet(staged.table_path(t)) for t in staged.tables}
         info_card = cards.CardInfo("bench", "what shifts", ("licence",), "citation")

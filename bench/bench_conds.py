@@ -52,13 +52,13 @@ def make_celeba(path: Path, rows: int) -> None:
 
 
 def run_cases(settings: Any, dataset: str) -> dict[str, float]:
-    from shiftbench import building, variants
+    from shiftbench import benchmark_builds, variants
     from shiftbench.conds.family import CASE, CONDS
     from shiftbench.contracts import failures
     from shiftbench.publishing import check_staged
 
     t0 = time.perf_counter()
-    inputs = building.build_inputs(settings, CONDS)
+    inputs = benchmark_builds.build_inputs(settings, CONDS)
     t1 = time.perf_counter()
     stage_s = check_s = 0.0
     for target in [t for t in variants.targets(settings, CASE).values() if t.spec.dataset == dataset]:

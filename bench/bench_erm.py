@@ -61,7 +61,7 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
 
     import polars as pl
 
-    from shiftbench import building, splits
+    from shiftbench import benchmark_builds, splits
     from shiftbench.conds.family import CASE, CONDS
     from shiftbench.conds.specs import load_specs
     from shiftbench.family import Target
@@ -74,7 +74,7 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
         settings = Settings.from_env(env)
         spec = load_specs().cases["sprites-uniform"].with_overrides({"train_size": train_size})
         staged = CASE.stage(settings, Target("sprites-uniform", spec, {"train_size": train_size}),
-                            building.build_inputs(settings, CONDS))  # fmt: skip
+                            benchmark_builds.build_inputs(settings, CONDS))  # fmt: skip
         check_version(Store(settings.store_dir), staged)
         publish_staged(settings, staged)
         # Only the training split, so the job's final evaluation stays short at 224 on a CPU.

@@ -78,7 +78,7 @@ def run_library(path: Path, collection: str, home: Path) -> dict[str, Any]:
     read_s = time.perf_counter() - start
     tables, results, _ = collections.build_collection(spec, scene.coded, scene.images, specs.general_contexts, {})
     build_s = time.perf_counter() - start - read_s
-    Store(home / "store").stage("metashift", f"bench-{collection}", tables)
+    Store(home / "store").writer.stage("metashift", f"bench-{collection}", tables)
     seconds = time.perf_counter() - start
     classes = tables["metashift_classes"]
     return {

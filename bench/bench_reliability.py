@@ -49,7 +49,7 @@ def median_of(runs: int, fn: Callable[[], float]) -> dict[str, Any]:
 def build_store(home: Path) -> None:
     """Every family's benchmarks through the library (no Dagster), into ``home``."""
     sys.path.insert(0, str(PROJECT))
-    from shiftbench import building, registry, variants
+    from shiftbench import benchmark_builds, registry, variants
     from shiftbench.settings import Settings
 
     settings = Settings.from_env(
@@ -62,7 +62,7 @@ def build_store(home: Path) -> None:
     for family in registry.families().values():
         for kind in family.kinds:
             targets = variants.targets(settings, kind)
-            outcomes = building.build(settings, family, [(kind, t) for t in targets.values()])
+            outcomes = benchmark_builds.build(settings, family, [(kind, t) for t in targets.values()])
             failed = [o.benchmark for o in outcomes if o.publication is None]
             assert not failed, failed
 

@@ -25,10 +25,8 @@ import polars as pl
 from shiftbench import cards
 from shiftbench.catalog import open_catalog
 from shiftbench.contracts import contracts
-from shiftbench.errors import ContractViolation
-from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
+from shiftbench.publishing import PublishOutcome, environment, stage_check_publish
 from shiftbench.settings import Settings
-from shiftbench.store import Store
 
 FAMILY = "analysis"
 
@@ -107,12 +105,7 @@ def publish(settings: Settings, analysis: Analysis) -> tuple[PublishOutcome | No
         facts = cards.Version(analysis.name, version, {**manifest, "family": FAMILY}, tables, files, figures, info)
         return cards.documents(facts)
 
-    store = Store(settings.store_dir)
-    staged = store.stage(
-        FAMILY, analysis.name, tables, manifest_extra=manifest, attachments=attachments, documents=documents
+    published = stage_check_publish(
+        settings, FAMILY, analysis.name, tables, manifest, attachments=attachments, documents=documents
     )
-    results = check_version(store, staged)
-    failed = describe_failures(results)
-    if failed:
-        raise ContractViolation(f"{analysis.name} breaks its contracts, not published: {failed}")
-    return PublishOutcome(staged, publish_staged(settings, staged), results), frame
+    return published, frame

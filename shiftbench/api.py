@@ -26,7 +26,7 @@ from shiftbench.errors import InputError, StoreError
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
 from shiftbench.splits import PublishedSplit, published_split
-from shiftbench.store_layout import check_benchmark_name
+from shiftbench.store.layout import check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
 

@@ -1,5 +1,5 @@
 """The ``benchmarks`` table of a version: its one row (family, spec, parameters, sources, size), which every
-family writes first among its tables and ``building.stage_tables`` reads back into the manifest."""
+family writes first among its tables and ``publishing.stage_tables`` reads back into the manifest."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ group, the sources with their fingerprints, the parameters, the licences and the
 Croissant file (MLCommons Croissant 1.1, JSON-LD, with its provenance) describes the version's Parquet tables as record
 sets, with each file's SHA-256 and the splits as a ``cr:Split`` record set, so Croissant tools
 (``mlcroissant``, TFDS, Hugging Face) can load a version without shiftbench. Both are written with
-the version (``Store.stage``'s ``documents``) and covered by the manifest's checksums.
+the version (``store.writer.stage``'s ``documents``) and covered by the manifest's checksums.
 
 Croissant is written here as plain JSON rather than through ``mlcroissant``: that library pulls in
 pandas, rdflib and TensorFlow-style tooling a build does not need; the tests validate the output with

@@ -59,7 +59,7 @@ def relative(path: Path, home: Path) -> str:
 def scan_store(store: Path, home: Path, known: Mapping[str, FileState]) -> StoreContents:
     """The intact versions' files and the readable publication events; ``known`` is what the previous catalog
     recorded: a version whose files all kept their recorded state gets the cheap check, any other the checksums."""
-    from shiftbench.store import StagedVersion, Store
+    from shiftbench.store import StagedVersion, Store, damage
 
     reader = Store(store)
     contents = StoreContents({}, {}, [], [])
@@ -76,7 +76,7 @@ def scan_store(store: Path, home: Path, known: Mapping[str, FileState]) -> Store
                 states = {name: FileState.of(path) for name, path in files.items()}  # before the check
                 unchanged = bool(files) and all(known.get(name) == state for name, state in states.items())
                 staged = StagedVersion(family_dir.name, bench_dir.name, version_dir.name, version_dir, False)
-                problem = reader.damage(staged, checksums=not unchanged)
+                problem = damage(staged, checksums=not unchanged)
                 if problem is not None:
                     contents.problems.append(problem)
                     continue
@@ -86,12 +86,12 @@ def scan_store(store: Path, home: Path, known: Mapping[str, FileState]) -> Store
                     state = states[name]
                     if state is not None:
                         contents.states[name] = state
-            for event in reader.publications(family_dir.name, bench_dir.name):
+            for event in reader.log.events(family_dir.name, bench_dir.name):
                 if event["version"] in intact:
                     contents.publications.append(
                         (family_dir.name, bench_dir.name, event["version"], event["published_at"])
                     )
-    contents.problems.extend(sorted(reader.problems))
+    contents.problems.extend(sorted(reader.log.problems))
     return contents
 
 
@@ -125,14 +125,14 @@ def changed_files(home: Path, states: Mapping[str, FileState]) -> list[str]:
 
 def damage_of(home: Path, names: list[str]) -> list[str]:
     """What is wrong with the versions that hold these files, checked against their checksums (one per version)."""
-    from shiftbench.store import StagedVersion, Store
+    from shiftbench.store import StagedVersion, damage
 
     version_dirs = sorted({(home / name).parent for name in names})
     problems = []
     for version_dir in version_dirs:
         bench_dir = version_dir.parent.parent
         staged = StagedVersion(bench_dir.parent.name, bench_dir.name, version_dir.name, version_dir, False)
-        problem = Store(bench_dir.parent.parent).damage(staged, checksums=True)
+        problem = damage(staged, checksums=True)
         if problem is not None:
             problems.append(problem)
     return problems

@@ -2,7 +2,7 @@
 
 Everything that varies by family lives behind this one description (DomainBed-style registry,
 :mod:`shiftbench.registry`): the Dagster asset factory (``assets/factory.py``), the CLI and the
-library's own build path (:mod:`shiftbench.building`) read only these objects. A new family is one
+library's own build path (:mod:`shiftbench.benchmark_builds`) read only these objects. A new family is one
 package that builds a :class:`Family` and one line in the registry.
 
 - :class:`RawSource`: files or settings whose content fingerprint is observed (``raw/<name>``).
@@ -106,7 +106,7 @@ class Target:
     spec: Spec  # the variant's overrides already applied
     overrides: Mapping[str, Any] = field(default_factory=dict)  # recorded in benchmarks.params
     # Not part of the definition: the contract check the build runs on the written tables while the version's
-    # figures are drawn (shiftbench.building.stage_and_check); a family's stage passes it to stage_tables.
+    # figures are drawn (shiftbench.benchmark_builds.stage_benchmark); a family's stage passes it to stage_tables.
     check: Callable[[Mapping[str, Path]], None] | None = field(default=None, compare=False)
 
 

@@ -29,7 +29,7 @@ from shiftbench.streamed import StreamedTable
 
 _CHUNK = 1 << 20
 # Called with each record batch as it is written into a fingerprint (the store records what of its bytes a
-# Parquet file cannot keep: shiftbench.store_content).
+# Parquet file cannot keep: shiftbench.store.content).
 Observer = Callable[[pa.Table], None]
 # Rows per IPC record batch in a table's fingerprint. Tables up to this size (every table of the
 # fixtures and defaults) hash exactly as they did when the whole table was one batch.

@@ -23,7 +23,7 @@ class Event:
     status: str = "start"  # start | done | warning | published | checked | failed_checks | error | progress
     detail: str = ""
     fraction: float | None = None  # for status "progress": how much is done
-    outcome: Any = None  # the building.Outcome of a finished benchmark
+    outcome: Any = None  # the benchmark_builds.Outcome of a finished benchmark
 
 
 Listener = Callable[[Event], None]

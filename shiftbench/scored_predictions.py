@@ -21,13 +21,12 @@ from typing import Any
 import polars as pl
 
 from shiftbench import cards
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import InputError
 from shiftbench.evaluation import METRICS_SCHEMA, Predictions, Scores
 from shiftbench.method_names import METHODS as TRAINED_METHODS
-from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
+from shiftbench.publishing import PublishOutcome, environment, stage_check_publish
 from shiftbench.settings import Settings
 from shiftbench.splits import PublishedSplit
-from shiftbench.store import Store
 
 FAMILY = "eval"
 PROBABILITY_TOLERANCE = 1e-3  # |sum of a row's probabilities - 1|
@@ -218,10 +217,4 @@ def publish_scores(
         facts = cards.Version(run, version, {**manifest, "family": FAMILY}, described, files, figures, info)
         return cards.documents(facts)
 
-    store = Store(settings.store_dir)
-    staged = store.stage(FAMILY, run, tables, manifest_extra=manifest, documents=documents)
-    results = check_version(store, staged)
-    failed = describe_failures(results)
-    if failed:
-        raise ContractViolation(f"{run} breaks its contracts, not published: {failed}")
-    return PublishOutcome(staged, publish_staged(settings, staged), results), tables
+    return stage_check_publish(settings, FAMILY, run, tables, manifest, documents=documents), tables

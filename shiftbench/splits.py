@@ -19,7 +19,7 @@ from shiftbench.images import STANDIN, ImageSource, resolve_images
 from shiftbench.settings import Settings
 from shiftbench.standin import TEMPLATE as STANDIN_TEMPLATE
 from shiftbench.standin import write_standins
-from shiftbench.store import Store
+from shiftbench.store import Store, damage
 
 # Store entries that are results (ERM runs, scored predictions, analyses over them), not splits: their families.
 RESULT_FAMILIES = ("erm", "eval", "analysis")
@@ -46,19 +46,19 @@ def published_split(
     A version whose files do not match its manifest's sizes and SHA-256 is never served (:class:`StoreError` naming
     the file), whoever asks: ``train``, ``eval``, ``export`` and :func:`shiftbench.load_split`."""
     store = Store(settings.store_dir)
-    family = store.family_of(benchmark)
+    family = store.layout.family_of(benchmark)
     if family is None or family in RESULT_FAMILIES:
         raise _not_published(store, benchmark)
     if version is None:
-        latest = store.latest(benchmark, family=family)
+        latest = store.log.latest(benchmark, family=family)
         if latest is None:
             raise InputError(f"benchmark {benchmark!r} has no published version", parameter="benchmark")
         version = latest.version
     elif published_only and not _is_published(store, family, benchmark, version):
-        known = [v.version for v in store.versions(benchmark)]
+        known = [v.version for v in store.log.versions(benchmark)]
         raise InputError(f"{benchmark} has no version {version!r}; published: {', '.join(known)}", parameter="version")
-    staged = store.staged(family, benchmark, version)
-    problem = store.damage(staged)  # every table file, before anything is read
+    staged = store.layout.staged(family, benchmark, version)
+    problem = damage(staged)  # every table file, before anything is read
     if problem is not None:
         raise StoreError(f"{problem}: not served (`shiftbench check {benchmark}` reports the damage)")
     if not staged.table_path("examples").is_file():
@@ -70,11 +70,11 @@ def published_split(
 
 
 def _is_published(store: Store, family: str, benchmark: str, version: str) -> bool:
-    """Whether ``version`` is among the benchmark's published versions (as :meth:`Store.versions` lists them: in
-    its publication log, not removed by gc, still in the store), from its log alone."""
-    logged = any(event["version"] == version for event in store.publications(family, benchmark))
-    there = store.version_dir(family, benchmark, version).is_dir()
-    return logged and there and version not in store.removed_versions(family, benchmark)
+    """Whether ``version`` is among the benchmark's published versions (as :meth:`PublicationLog.versions` lists
+    them: in its publication log, not removed by gc, still in the store), from its log alone."""
+    logged = any(event["version"] == version for event in store.log.events(family, benchmark))
+    there = store.layout.version_dir(family, benchmark, version).is_dir()
+    return logged and there and version not in store.log.removed_versions(family, benchmark)
 
 
 def _not_published(store: Store, benchmark: str) -> InputError:
@@ -82,7 +82,7 @@ def _not_published(store: Store, benchmark: str) -> InputError:
     another name lists some that are published (only now are the families asked, for their papers' names)."""
     from shiftbench import registry
 
-    splits = {v.benchmark: v.family for v in store.versions() if v.family not in RESULT_FAMILIES}
+    splits = {v.benchmark: v.family for v in store.log.versions() if v.family not in RESULT_FAMILIES}
     if (refused := registry.refused_paper_name(benchmark, splits, published=True)) is not None:
         return InputError(refused, parameter="benchmark")
     known = sorted(splits)

@@ -96,13 +96,13 @@ def register(
             defined = f"{existing.base} with {canonical_json(existing.overrides)}"
             raise InputError(f"{name!r} already names {defined}: choose another name", parameter="--name")
         store = Store(settings.store_dir)
-        owner = store.family_of(name)
-        latest = store.latest(name, family=owner) if owner is not None else None
+        owner = store.layout.family_of(name)
+        latest = store.log.latest(name, family=owner) if owner is not None else None
         if owner is not None and owner != kind.family:
             raise InputError(f"{name!r} is a published {owner} benchmark: choose another name", parameter="--name")
         if existing is None and latest is not None:
             recorded = (latest.params.get("overrides") or {}) if latest.params else {}
-            spec = store.staged(owner or kind.family, name, latest.version).manifest().get("spec")
+            spec = store.layout.staged(owner or kind.family, name, latest.version).manifest().get("spec")
             if spec != base or canonical_json(recorded) != canonical_json(dict(overrides)):
                 raise InputError(
                     f"{name!r} is already published from {spec} with {canonical_json(recorded)}: choose another name",

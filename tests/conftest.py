@@ -189,13 +189,13 @@ def toy_tables(directory: Path, split: str = "rand", seed: int = 0, n_subclasses
 
 def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dict[str, object] | None = None) -> Any:
     """Stage one benchmark through the library (inputs, spec or variant, stage); not checked."""
-    from shiftbench import building, registry, variants
+    from shiftbench import benchmark_builds, registry, variants
     from shiftbench.family import Target
 
     family_name, _, kind = kind_name.partition("/")
     family = registry.family(family_name)
     chosen = family.kind(kind)
-    inputs = building.build_inputs(settings, family, chosen.inputs)
+    inputs = benchmark_builds.build_inputs(settings, family, chosen.inputs)
     target = variants.resolve(settings, chosen, benchmark)
     if overrides:
         target = Target(benchmark, target.spec.with_overrides(overrides), overrides)
@@ -268,13 +268,13 @@ def _link_tree(source: Path, target: Path) -> None:
 
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
     """Build, check and publish benchmarks through the library path; every one must pass."""
-    from shiftbench import building, registry, variants
+    from shiftbench import benchmark_builds, registry, variants
 
     family_name, _, kind = kind_name.partition("/")
     family = registry.family(family_name)
     chosen = family.kind(kind)
     found = variants.targets(settings, chosen)
-    outcomes = building.build(settings, family, [(chosen, found[name]) for name in benchmarks])
+    outcomes = benchmark_builds.build(settings, family, [(chosen, found[name]) for name in benchmarks])
     failed = [(o.benchmark, o.error, o.failed_rules) for o in outcomes if o.publication is None]
     assert not failed, failed
     return outcomes

@@ -158,9 +158,9 @@ def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
     expected: dict[tuple[str, str], list[float]] = {}
     store = Store(settings.store_dir)
     for case in CASES:
-        latest = store.latest(case)
+        latest = store.log.latest(case)
         assert latest is not None
-        examples = pl.read_parquet(store.staged("conds", case, latest.version).path / "examples.parquet")
+        examples = pl.read_parquet(store.layout.staged("conds", case, latest.version).path / "examples.parquet")
         for seed in (0, 1):
             # Right on every test example whose position is a multiple of (seed + 2): a known accuracy per seed.
             rows = np.arange(examples.height)
@@ -189,9 +189,9 @@ def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
         assert by_case[case][4] == 2
         assert by_case[case][5] == pytest.approx(np.mean(values))
         assert by_case[case][6] == pytest.approx(np.std(values, ddof=1))
-    latest = store.latest("conds-accuracy-by-shift")
+    latest = store.log.latest("conds-accuracy-by-shift")
     assert latest is not None
-    version = store.staged("analysis", "conds-accuracy-by-shift", latest.version).path
+    version = store.layout.staged("analysis", "conds-accuracy-by-shift", latest.version).path
     assert (version / "files" / "accuracy_by_shift.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert (version / "files" / "card.md").is_file()
 

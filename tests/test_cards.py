@@ -88,9 +88,9 @@ def test_every_version_has_magnitudes_a_card_and_a_valid_croissant(
     capsys.readouterr()
 
     store = Store(settings.store_dir)
-    versions = store.versions()
+    versions = store.log.versions()
     assert {v.family for v in versions} == {"breeds", "metashift", "conds", "erm"}
-    staged = [store.staged(v.family, v.benchmark, v.version) for v in versions]
+    staged = [store.layout.staged(v.family, v.benchmark, v.version) for v in versions]
     report = croissant_report([s.path / "files" / "croissant.json" for s in staged])
     for info, version in zip(versions, staged, strict=True):
         card = (version.path / "files" / "card.md").read_text()
@@ -182,18 +182,18 @@ def test_an_older_paper_named_version_of_other_content_is_retired(
     assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated"]) == 0
     assert main(["build", "breeds", "--benchmark", "living17"]) == 0
     store = Store(settings.store_dir)
-    tagged = store.latest("cat-dog-dg-cabinet-bed@generated")
+    tagged = store.log.latest("cat-dog-dg-cabinet-bed@generated")
     assert tagged is not None
-    source = store.staged("metashift", tagged.benchmark, tagged.version)
+    source = store.layout.staged("metashift", tagged.benchmark, tagged.version)
     tables = {t: pl.read_parquet(source.table_path(t)).drop("benchmark", "version") for t in source.tables}
     recorded = {k: v for k, v in source.manifest().items() if k in ("spec", "params", "sources", "origin")}
-    old = store.stage("metashift", "cat-dog-dg-cabinet-bed", tables, manifest_extra=recorded)
+    old = store.writer.stage("metashift", "cat-dog-dg-cabinet-bed", tables, manifest_extra=recorded)
     check_version(store, old)
-    store.publish(old)
+    store.log.publish(old)
     capsys.readouterr()
     # The migration runs once per store: this one was checked by the builds above, an older shiftbench's was not.
     assert main(["build", "metashift", "--benchmark", "metashift-attributes"]) == 0
-    assert "non-paper sources" not in capsys.readouterr().err and store.latest("cat-dog-dg-cabinet-bed") is not None
+    assert "non-paper sources" not in capsys.readouterr().err and store.log.latest("cat-dog-dg-cabinet-bed") is not None
     for marker in (settings.store_dir / ".migrations").iterdir():
         marker.unlink()
 
@@ -201,7 +201,7 @@ def test_an_older_paper_named_version_of_other_content_is_retired(
     err = capsys.readouterr().err
     assert "warning: cat-dog-dg-cabinet-bed: its versions were built from non-paper sources (generated)" in err
     assert "it builds as cat-dog-dg-cabinet-bed@generated" in err
-    assert store.latest("cat-dog-dg-cabinet-bed") is None
+    assert store.log.latest("cat-dog-dg-cabinet-bed") is None
     assert len(list((settings.store_dir / ".retired" / "metashift").glob("cat-dog-dg-cabinet-bed-*"))) == 1
     with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
         names = {r[0] for r in con.execute("SELECT benchmark FROM benchmarks_history").fetchall()}

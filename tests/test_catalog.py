@@ -39,14 +39,14 @@ def published_store(tmp_path: Path, toy_breeds_dir: ToyDir) -> tuple[Path, list[
     store = Store(tmp_path / "store")
     versions = []
     for seed in (0, 3):
-        staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
+        staged = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
         check_version(store, staged)
-        store.publish(staged)
+        store.log.publish(staged)
         versions.append(staged.version)
-    store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=4))  # staged, never published
-    other = store.stage("breeds", "toy-good", toy_tables(toy_breeds_dir(), split="good"))
+    store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=4))  # staged, never published
+    other = store.writer.stage("breeds", "toy-good", toy_tables(toy_breeds_dir(), split="good"))
     check_version(store, other)
-    store.publish(other)
+    store.log.publish(other)
     refresh_catalog(tmp_path / "catalog.duckdb", store.root)
     return tmp_path / "catalog.duckdb", versions
 
@@ -114,9 +114,9 @@ def test_a_damaged_version_is_left_out_and_named_not_fatal(
 ) -> None:
     catalog, (v1, v2) = published_store
     store = Store(tmp_path / "store")
-    damaged = store.version_dir("breeds", "toy", v2) / "examples.parquet"
+    damaged = store.layout.version_dir("breeds", "toy", v2) / "examples.parquet"
     damaged.write_bytes(damaged.read_bytes()[:100])  # truncated
-    event = sorted((store.benchmark_dir("breeds", "toy-good") / "publications").glob("*.json"))[-1]
+    event = sorted((store.layout.benchmark_dir("breeds", "toy-good") / "publications").glob("*.json"))[-1]
     event.write_text('{"version": "tru')  # a truncated publication event
     result = refresh_catalog(catalog, store.root)
     assert result.ok and len(result.problems) == 2
@@ -125,7 +125,7 @@ def test_a_damaged_version_is_left_out_and_named_not_fatal(
         # toy's latest event names v2, which is damaged: toy falls back to v1, everything else reads
         assert con.execute("SELECT benchmark, version FROM benchmarks ORDER BY 1").fetchall() == [("toy", v1)]
         assert con.execute("SELECT count(*) FROM catalog_problems").fetchone() == (2,)
-    assert [v.version for v in store.versions("toy")] == [v1, v2]  # versions still lists, no crash
+    assert [v.version for v in store.log.versions("toy")] == [v1, v2]  # versions still lists, no crash
 
 
 def test_a_moved_or_copied_home_is_read_where_it_is_without_a_rebuild(
@@ -200,7 +200,7 @@ def test_a_catalog_that_cannot_be_refreshed_is_read_only_once_its_changed_files_
         assert refreshed is not None and not refreshed.ok
         assert con.execute("SELECT version FROM benchmarks WHERE benchmark = 'toy'").fetchone() == (v2,)
 
-    damaged = Store(moved / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    damaged = Store(moved / "store").layout.version_dir("breeds", "toy", v2) / "examples.parquet"
     damaged.write_bytes(_flipped(damaged.read_bytes()))
     with pytest.raises(StoreError, match=rf"{damaged}: checksum mismatch .* the disk is full"):
         open_catalog(moved / "catalog.duckdb", moved / "store")
@@ -280,7 +280,7 @@ def test_data_changed_after_the_refresh_is_never_served_by_sql(
     the benchmark falls back to its intact version; later refreshes keep it out; repaired, it comes back."""
     _, (v1, v2) = published_store
     cli_env(SHIFTBENCH_HOME=str(tmp_path))
-    path = Store(tmp_path / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    path = Store(tmp_path / "store").layout.version_dir("breeds", "toy", v2) / "examples.parquet"
     original = path.read_bytes()
     query = "SELECT DISTINCT version FROM examples WHERE benchmark = 'toy'"
     damage(path)
@@ -307,7 +307,7 @@ def test_a_touched_file_is_verified_once_and_still_served(
     published_store: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
     catalog, (_, v2) = published_store
-    path = Store(tmp_path / "store").version_dir("breeds", "toy", v2) / "examples.parquet"
+    path = Store(tmp_path / "store").layout.version_dir("breeds", "toy", v2) / "examples.parquet"
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
     con, refreshed = open_catalog(catalog, tmp_path / "store")
     with con:

@@ -61,9 +61,9 @@ def moved_warehouse(tmp_path: Path, toy_breeds_dir: ToyDir) -> tuple[Path, dict[
     home = tmp_path / "project" / "warehouse"
     store = Store(home / "store")
     for benchmark, seed in (("toy", 0), ("toy", 3), ("toy-good", 1)):
-        staged = store.stage("breeds", benchmark, toy_tables(toy_breeds_dir(), seed=seed))
+        staged = store.writer.stage("breeds", benchmark, toy_tables(toy_breeds_dir(), seed=seed))
         check_version(store, staged)
-        store.publish(staged)
+        store.log.publish(staged)
     assert refresh_catalog(home / "catalog.duckdb", home / "store").ok
     con, _ = open_catalog(home / "catalog.duckdb", home / "store")
     with con:

@@ -65,7 +65,7 @@ def test_build_sql_versions_check_and_named_variants(
     assert "breeds-published" in lines[1] and lines[0].index("version") == lines[1].index(lines[1].split()[2])
     assert main(["check"]) == 0
     assert "living17" in capsys.readouterr().out
-    living17 = Store(settings.store_dir).latest("living17")
+    living17 = Store(settings.store_dir).log.latest("living17")
     assert living17 is not None
 
     # Overrides need a new name; the variant is a benchmark of its own and never touches living17.
@@ -78,7 +78,7 @@ def test_build_sql_versions_check_and_named_variants(
     spec, overrides = capsys.readouterr().out.splitlines()[1].split(",", 1)
     assert spec == "living17"
     assert json.loads(overrides.strip('"').replace('""', '"')) == {"seed": 3, "split": "good"}
-    assert Store(settings.store_dir).latest("living17") == living17
+    assert Store(settings.store_dir).log.latest("living17") == living17
     for name, message in (
         ("entity13", "'entity13' is already a benchmark spec"),
         ("living17", "'living17' is already a benchmark spec"),
@@ -173,7 +173,7 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
     settings, directory = toy_cli
     assert main(["build", "--benchmark", "toy"]) == 0
     store = Store(settings.store_dir)
-    good = store.latest("toy")
+    good = store.log.latest("toy")
     assert good is not None
     capsys.readouterr()
 
@@ -185,9 +185,9 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
     err = capsys.readouterr().err
     assert code == 2
     assert_one_line(err, message)
-    latest = store.latest("toy")
+    latest = store.log.latest("toy")
     assert latest is not None and latest.version == good.version
-    assert [v.version for v in store.versions()] == [good.version]
+    assert [v.version for v in store.log.versions()] == [good.version]
 
 
 @pytest.mark.slow
@@ -282,11 +282,11 @@ def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_no
     settings, _ = toy_cli
     assert main(["build", "--benchmark", "toy", "--benchmark", "toy2"]) == 0
     store = Store(settings.store_dir)
-    toy, toy2 = store.latest("toy"), store.latest("toy2")
+    toy, toy2 = store.log.latest("toy"), store.log.latest("toy2")
     assert toy is not None and toy2 is not None
     assert main(["check"]) == 0
     assert "files match their checksums" in capsys.readouterr().out
-    version_dir = store.version_dir("breeds", "toy", toy.version)
+    version_dir = store.layout.version_dir("breeds", "toy", toy.version)
 
     # Tampered but valid Parquet of the same size: only the checksum can tell.
     examples = version_dir / "examples.parquet"
@@ -312,7 +312,7 @@ def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_no
     truncations = (
         version_dir / "breeds_subpopulations.parquet",
         version_dir / "manifest.json",
-        sorted((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))[-1],
+        sorted((store.layout.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))[-1],
     )
     for path in truncations:
         original = path.read_bytes()
@@ -360,7 +360,7 @@ def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
     assert "warning: class_hierarchy.txt, node_names.txt, dataset_class_info.json in dir:" in captured.err
     assert f"{TOY_HIERARCHY_WARNING} and are named NAME@breeds-files, not the papers' benchmarks" in captured.err
     store = Store(settings.store_dir)
-    assert store.latest("toy") is None and store.latest("toy2") is not None
+    assert store.log.latest("toy") is None and store.log.latest("toy2") is not None
 
 
 @pytest.mark.slow
@@ -388,7 +388,7 @@ def test_a_catalog_that_could_not_be_refreshed_is_reported_as_it_is(
         f"warning: {settings.catalog_path} not refreshed: the disk is full; the versions are published "
         "(the store is the truth): run `shiftbench catalog`",
     )
-    latest = Store(settings.store_dir).latest("toy")
+    latest = Store(settings.store_dir).log.latest("toy")
     assert latest is not None
     monkeypatch.setattr(catalog_module, "_write", real)
     assert main(["catalog"]) == 0
@@ -436,7 +436,7 @@ def test_yaml_numbers_unreadable_files_and_a_broken_catalog(
     # YAML 1.2: 010 is ten (YAML 1.1 read it as octal 8), and what the variant records is what it built.
     assert main(["build", "--benchmark", "toy", "--set", "seed=010", "--name", "toy-s10"]) == 0
     capsys.readouterr()
-    latest = Store(settings.store_dir).latest("toy-s10")
+    latest = Store(settings.store_dir).log.latest("toy-s10")
     assert latest is not None and latest.params["seed"] == 10 and latest.params["overrides"] == {"seed": 10}
 
     # An empty (or foreign) catalog file is not this store's catalog: sql rebuilds it, and says nothing false.
@@ -462,7 +462,7 @@ def test_yaml_numbers_unreadable_files_and_a_broken_catalog(
             patch.setenv(variable, str(path))
             assert main(["build", "--benchmark", "toy2"]) == 2
         assert_one_line(capsys.readouterr().err, message)
-    assert Store(settings.store_dir).latest("toy2") is None
+    assert Store(settings.store_dir).log.latest("toy2") is None
 
 
 @pytest.mark.slow
@@ -484,7 +484,7 @@ def test_a_locked_dagster_storage_is_one_line_and_publishes_nothing(
         assert err.count("\n") == 1 and "Traceback" not in err
     finally:
         holder.close()
-    assert Store(settings.store_dir).latest("toy2") is None
+    assert Store(settings.store_dir).log.latest("toy2") is None
     assert main(["build", "--benchmark", "toy2"]) == 0  # free again: the same command works
 
 
@@ -501,7 +501,7 @@ def test_a_bad_scene_graph_file_decoded_in_a_worker_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert_one_line(err, f"{bad}: image '2', object '6': object 'name' is not a string")
     assert "RemoteTraceback" not in err
-    assert Store(settings.store_dir).versions() == []
+    assert Store(settings.store_dir).log.versions() == []
 
 
 def test_the_command_exits_without_teardown_but_after_exit_handlers(tmp_path: Path) -> None:

@@ -76,9 +76,9 @@ def run_refused(settings: Settings, argv: list[str], fragment: str, capsys: pyte
 
 def _test_ids(settings: Settings) -> list[str]:
     store = Store(settings.store_dir)
-    latest = store.latest(CASE)
+    latest = store.log.latest(CASE)
     assert latest is not None
-    examples = pl.read_parquet(store.staged("conds", CASE, latest.version).table_path("examples"))
+    examples = pl.read_parquet(store.layout.staged("conds", CASE, latest.version).table_path("examples"))
     return sorted(examples.filter(pl.col("split") == "test")["example_id"].to_list())
 
 

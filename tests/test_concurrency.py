@@ -84,9 +84,9 @@ def test_four_simultaneous_first_builds_in_a_new_home(
         assert code == 0, err
         assert "Traceback" not in err and "alembic" not in err
     store = Store(settings.store_dir)
-    versions = {name: store.latest(name) for name in set(names)}
+    versions = {name: store.log.latest(name) for name in set(names)}
     assert all(v is not None for v in versions.values())
-    assert len(store.versions("toy0")) == 1  # built twice at once: one version, same id
+    assert len(store.log.versions("toy0")) == 1  # built twice at once: one version, same id
     code, out, err = _finish(_cli(env, "build", "--benchmark", "toy3"))  # the home is usable afterwards
     assert code == 0, err
     code, out, err = _finish(_cli(env, "check"))
@@ -128,7 +128,7 @@ def test_a_full_disk_is_one_line_and_never_a_partial_version(
     code, _, err = _finish(_cli(env, "build", "--benchmark", "toy0"))
     assert code == 0, err
     store = Store(settings.store_dir)
-    first = store.latest("toy0")
+    first = store.log.latest("toy0")
     for leave_kib in (0, 150, 400, 650):  # the disk fills up at different points of a build
         filler = _fill(small_disk, leave_kib)
         code, out, err = _finish(_cli(env, "build", "--benchmark", "toy1", "--benchmark", "toy2"))
@@ -143,7 +143,7 @@ def test_a_full_disk_is_one_line_and_never_a_partial_version(
             assert noise not in err, err
         if code == 1:
             assert "disk" in err and "full" in err, err
-        assert store.latest("toy0") == first  # the previous version is untouched
+        assert store.log.latest("toy0") == first  # the previous version is untouched
         code, out, err = _finish(_cli(env, "check"))  # whatever was published is whole
         assert code == 0, out + err
     code, out, err = _finish(_cli(env, "build", "--benchmark", "toy1", "--benchmark", "toy2"))

@@ -64,7 +64,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
 
 def _write(tmp_path: Path, tables: dict[str, pl.DataFrame]) -> dict[str, Path]:
     """Stage the tables so they carry benchmark/version columns exactly as published."""
-    staged = Store(tmp_path / "store").stage("breeds", "toy", tables)
+    staged = Store(tmp_path / "store").writer.stage("breeds", "toy", tables)
     return {t: staged.table_path(t) for t in staged.tables}
 
 

@@ -322,7 +322,7 @@ def test_materializing_only_the_publish_asset_after_failed_checks_publishes_noth
     only_publish = run_kind(loc, instance, kind, [benchmark], assets=[dg.AssetKey(list(kind.publish_key))])
     assert not only_publish.success
     assert published(only_publish, kind.publish_key) == []
-    assert Store(settings.store_dir).latest(benchmark) is None
+    assert Store(settings.store_dir).log.latest(benchmark) is None
     errors = [str(e.event_specific_data.error.message) for e in only_publish.all_events if e.is_step_failure]  # type: ignore[union-attr]
     assert any("failed its contract checks" in e and "forced_failure" in e for e in errors), errors
 
@@ -342,7 +342,7 @@ def test_a_broken_table_blocks_publication_and_the_previous_version_stays(
     sync(instance, real_settings)
     kind = registry.family("breeds").kind("benchmark")
     assert run_kind(loc, instance, kind, ["living17"]).success
-    good = Store(real_settings.store_dir).latest("living17")
+    good = Store(real_settings.store_dir).log.latest("living17")
     original = breeds_family.build_tables
 
     def broken(*args: Any, **kwargs: Any) -> dict[str, pl.DataFrame]:
@@ -358,7 +358,7 @@ def test_a_broken_table_blocks_publication_and_the_previous_version_stays(
     failed = {c.check_name for c in result.get_asset_check_evaluations() if not c.passed}
     assert "contract_breeds_subpopulations" in failed
     assert published(result, kind.publish_key) == []
-    assert Store(real_settings.store_dir).latest("living17") == good
+    assert Store(real_settings.store_dir).log.latest("living17") == good
 
 
 @pytest.mark.slow
@@ -370,12 +370,12 @@ def test_launchpad_overrides_need_a_new_name_and_build_it_as_its_own_partition(
     kind = registry.family("breeds").kind("benchmark")
     refused = run_kind(loc, instance, kind, ["living17"], config={"seed": 3})
     assert not refused.success
-    assert Store(real_settings.store_dir).latest("living17") is None
+    assert Store(real_settings.store_dir).log.latest("living17") is None
     variant = run_kind(loc, instance, kind, ["living17"], config={"seed": 3, "publish_as": "living17-s3"})
     assert variant.success
     assert published(variant, kind.publish_key) == ["living17-s3"]  # recorded under its own name
     assert "living17-s3" in instance.get_dynamic_partitions(kind.qualified)
-    assert Store(real_settings.store_dir).latest("living17") is None  # the paper's name untouched
+    assert Store(real_settings.store_dir).log.latest("living17") is None  # the paper's name untouched
     with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
         row = con.execute("SELECT spec, params->>'seed' FROM benchmarks WHERE benchmark = 'living17-s3'").fetchone()
     assert row == ("living17", "3")
@@ -530,7 +530,7 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     assert run.startswith("mine.smoke-")
     published = job.execute_in_process(instance=instance, partition_key=partition, asset_selection=[publish_erm])
     assert published.success
-    latest = Store(settings.store_dir).latest(run)
+    latest = Store(settings.store_dir).log.latest(run)
     assert latest is not None and latest.version == version
     with_erm = loc
     evaluation = evaluate_automation(defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12))
@@ -656,9 +656,9 @@ def _score_every_example(settings: Settings, benchmark: str, path: Path) -> None
     import polars as pl
 
     store = Store(settings.store_dir)
-    latest = store.latest(benchmark)
+    latest = store.log.latest(benchmark)
     assert latest is not None
-    examples = pl.read_parquet(store.staged("conds", benchmark, latest.version).table_path("examples"))
+    examples = pl.read_parquet(store.layout.staged("conds", benchmark, latest.version).table_path("examples"))
     examples.select("example_id", pl.col("y").alias("y_pred")).write_parquet(path)
 
 
@@ -686,7 +686,7 @@ def test_after_a_fresh_cli_build_the_ui_shows_the_published_analyses_and_nothing
     store, shown = Store(settings.store_dir), 0
     for name, analysis in registry.analyses().items():
         node = nodes["analysis/" + name.replace("-", "_")]
-        latest = store.latest(name) if store.benchmark_dir("analysis", name).is_dir() else None
+        latest = store.log.latest(name) if store.layout.benchmark_dir("analysis", name).is_dir() else None
         if latest is None:  # nothing published: "Never materialized" is the truth
             assert node["assetMaterializations"] == [] and node["staleStatus"] == "MISSING"
             assert f"{name}: no results yet" in out
@@ -768,7 +768,7 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     assert "Traceback" in err and "publish_with_a_bug" in err
     _, _, error = _run_log(dg.DagsterInstance.get())
     assert "publish_with_a_bug" in error and "ZeroDivisionError" in error  # Dagster keeps the stack in the run's log
-    assert Store(settings.store_dir).benchmark_dir("analysis", "conds-accuracy-by-shift").is_dir() is False
+    assert Store(settings.store_dir).layout.benchmark_dir("analysis", "conds-accuracy-by-shift").is_dir() is False
 
     # A training run (in process here; through Pipes the job's own process prints its traceback).
     import shiftbench.erm.job

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench import building, variants
+from shiftbench import benchmark_builds, variants
 from shiftbench.breeds.family import BENCHMARK, BREEDS
 from shiftbench.settings import Settings
 
@@ -15,7 +15,7 @@ from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE
 
 
 def _build(settings: Settings, benchmark: str, kind: str = "breeds-published") -> tuple[str, dict[str, bytes]]:
-    inputs = building.build_inputs(settings, BREEDS)
+    inputs = benchmark_builds.build_inputs(settings, BREEDS)
     assert inputs["breeds/calibrated_hierarchy"].meta["kind"] == kind
     staged = BENCHMARK.stage(settings, variants.resolve(settings, BENCHMARK, benchmark), inputs)
     return staged.version, {t: staged.table_path(t).read_bytes() for t in staged.tables}

@@ -211,7 +211,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         logs = [e.message for e in instance.all_logs(result.run_id) if e.user_message]
         assert any("iteration 60/60" in str(m) for m in logs), "the job's log lines reach the run's event log"
 
-        before = Store(warehouse.store_dir).versions()
+        before = Store(warehouse.store_dir).log.versions()
         image = next((warehouse.cache_dir / "sprites").glob("*/images/sprite_000000.png"))
         image.rename(image.with_suffix(".moved"))
         try:
@@ -232,7 +232,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         n = splits.published_split(warehouse, "sprites-sc-object_color").examples.height
         assert f"1 of {n:,} images are missing" in error.message and "sprite_000000.png" in error.message
         assert error.cls_name == "InputError"
-        assert Store(warehouse.store_dir).versions() == before
+        assert Store(warehouse.store_dir).log.versions() == before
 
         # Results take the guarded path too: failed checks block publishing, and so does a later
         # run that materializes only the publish asset (what "Materialize selected" does).
@@ -261,7 +261,7 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
         )  # fmt: skip
         assert not publish_only.success
         assert publish_only.asset_materializations_for_node("erm__conds_case_baseline") == []
-        assert Store(warehouse.store_dir).latest("sprites-sc-object_color.smoke.mlp.seed3") is None
+        assert Store(warehouse.store_dir).log.latest("sprites-sc-object_color.smoke.mlp.seed3") is None
 
 
 def test_cli_trains_with_progress_and_exports_an_imagefolder(

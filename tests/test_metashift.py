@@ -538,7 +538,7 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
     objects, images = generated
     spec = SPECS.collections["metashift"]
     tables, _, _ = collection.build_collection(spec, objects, images, SPECS.general_contexts, {"test": True})
-    staged = Store(tmp_path / "store").stage("metashift", "edges-test", tables)
+    staged = Store(tmp_path / "store").writer.stage("metashift", "edges-test", tables)
     paths = {t: staged.table_path(t) for t in staged.tables}
     rules = ["metashift_edges", "metashift_subsets"]
     assert not failures(check_tables(paths, rules))
@@ -625,7 +625,7 @@ def _publish(settings: Settings, name: str, base: str, overrides: dict[str, obje
     staged = stage_one(settings, "metashift/collection", name)
     store = Store(settings.store_dir)
     assert not failures(check_version(store, staged))
-    store.publish(staged)
+    store.log.publish(staged)
     return name
 
 
@@ -749,14 +749,14 @@ def test_the_fanned_out_units_give_the_version_of_one_piece(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     """The kind's Fanout (plan, units run apart, stage), as the Dagster job runs it step by step."""
-    from shiftbench import building, registry, variants
+    from shiftbench import benchmark_builds, registry, variants
 
     settings = make_settings()
     family = registry.family("metashift")
     kind = family.kind("collection")
     assert kind.fanout is not None
     target = variants.resolve(settings, kind, "metashift@generated")
-    inputs = building.build_inputs(settings, family, kind.inputs_needed(settings, [target.spec]))
+    inputs = benchmark_builds.build_inputs(settings, family, kind.inputs_needed(settings, [target.spec]))
     whole = kind.stage(settings, target, inputs)
     units = kind.fanout.plan(settings, target, inputs, tmp_path / "work", 4)
     assert len(units) == 4
@@ -784,7 +784,7 @@ def test_a_version_written_before_distances_became_a_view_still_checks(
     )
     old["metashift_subset_images"] = memberships.frame().select("subset", "image_id")
     old["metashift_distances"] = build.distances_table(results)
-    staged = Store(tmp_path / "store").stage("metashift", "old-layout", old)
+    staged = Store(tmp_path / "store").writer.stage("metashift", "old-layout", old)
     paths = {t: staged.table_path(t) for t in staged.tables}
     assert not failures(check_tables(paths))
     members = pl.read_parquet(paths["metashift_subset_images"])

@@ -78,7 +78,7 @@ def _build_before_the_move(settings: Settings) -> None:
 def _published(home: Path) -> dict[str, list[str]]:
     """Every benchmark's published versions, oldest first."""
     found: dict[str, list[str]] = {}
-    for info in Store(home / "store").versions():
+    for info in Store(home / "store").log.versions():
         found.setdefault(info.benchmark, []).append(info.version)
     return found
 

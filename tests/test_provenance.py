@@ -65,15 +65,17 @@ def test_a_standin_run_is_named_apart_and_never_replaces_the_real_run(warehouse:
     assert real.run.startswith(f"{CASE}.smoke-") and real.run.endswith(".mlp.seed0")  # real names unchanged
     store = Store(warehouse.store_dir)
     # Two store entries, each with its own lineage: the stand-in run is not a version of the real one.
-    assert [v.version for v in store.versions(real.run)] != [v.version for v in store.versions(standin.run)]
-    assert len(store.versions(standin.run)) == 1
+    assert [v.version for v in store.log.versions(real.run)] != [v.version for v in store.log.versions(standin.run)]
+    assert len(store.log.versions(standin.run)) == 1
     runs = dict(_query(warehouse, "SELECT run, image_source FROM erm_runs WHERE seed = 0"))
     assert runs == {real.run: "sprites", standin.run: "standin"}
     cards = {}
     for plan in (real, standin):
-        latest = store.latest(plan.run)
+        latest = store.log.latest(plan.run)
         assert latest is not None
-        cards[plan.images.kind] = (store.staged("erm", plan.run, latest.version).path / "files" / "card.md").read_text()
+        cards[plan.images.kind] = (
+            store.layout.staged("erm", plan.run, latest.version).path / "files" / "card.md"
+        ).read_text()
     assert "(stand-in images)" in cards["standin"] and "not the split's own images" in cards["standin"]
     assert "stand-in" not in cards["sprites"]
 
@@ -243,9 +245,13 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
     (title,) = titles
     note = "(learners marked [stand-in images] trained on generated stand-ins, not the datasets' images)"
     assert title.startswith(f"{shifts.title}\n") and " ".join(title.split()) == f"{shifts.title} {note}"
-    latest = Store(warehouse.store_dir).latest("conds-accuracy-by-shift")
+    latest = Store(warehouse.store_dir).log.latest("conds-accuracy-by-shift")
     assert latest is not None
-    card = Store(warehouse.store_dir).staged("analysis", latest.benchmark, latest.version).path / "files" / "card.md"
+    card = (
+        Store(warehouse.store_dir).layout.staged("analysis", latest.benchmark, latest.version).path
+        / "files"
+        / "card.md"
+    )
     assert "Provenance: learners marked [stand-in images]" in card.read_text("utf-8")
     rows = _query(warehouse, f"SELECT image_source, data_tag FROM analysis_conds_shifts WHERE setting = '{setting}'")
     assert sorted(rows) == [("sprites", None), ("standin", None)]

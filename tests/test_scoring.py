@@ -63,9 +63,9 @@ def published_case(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixtu
 
 def _examples(settings: Settings) -> pl.DataFrame:
     store = Store(settings.store_dir)
-    latest = store.latest(CASE)
+    latest = store.log.latest(CASE)
     assert latest is not None
-    path = store.staged("conds", CASE, latest.version).path
+    path = store.layout.staged("conds", CASE, latest.version).path
     return pl.read_parquet(path / "examples.parquet").join(
         pl.read_parquet(path / "conds_examples.parquet").select("example_id", "object_color"), on="example_id"
     )
@@ -197,9 +197,9 @@ def test_eval_on_every_family(
     settings = cli_env()
     assert main(["build", family, "--benchmark", benchmark]) == 0
     store = Store(settings.store_dir)
-    latest = store.latest(benchmark)
+    latest = store.log.latest(benchmark)
     assert latest is not None
-    examples = pl.read_parquet(store.staged(family, benchmark, latest.version).table_path("examples"))
+    examples = pl.read_parquet(store.layout.staged(family, benchmark, latest.version).table_path("examples"))
     # Perfect on the first half of the classes, always class 0 on the rest: per-class accuracy by hand.
     k = int(examples["y"].max()) + 1
     y_pred = pl.when(pl.col("y") < k // 2).then(pl.col("y")).otherwise(0)

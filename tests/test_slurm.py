@@ -74,10 +74,10 @@ def published(home: Path) -> dict[str, tuple[str, str, dict[str, object]]]:
     """run -> (version, weights_sha256, manifest execution) of every published ERM run."""
     store = Store(home / "store")
     found = {}
-    for version in store.versions():
+    for version in store.log.versions():
         if version.family != "erm":
             continue
-        staged = store.staged("erm", version.benchmark, version.version)
+        staged = store.layout.staged("erm", version.benchmark, version.version)
         weights = pl.read_parquet(staged.table_path("erm_runs"))["weights_sha256"][0]
         found[version.benchmark] = (version.version, weights, staged.manifest()["execution"])
     return found
@@ -179,7 +179,7 @@ def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_pub
     assert line is not None, out
     assert "1 published, 1 failed" in out
     runs = published(home)
-    assert run not in runs and Store(home / "store").latest(run) is None
+    assert run not in runs and Store(home / "store").log.latest(run) is None
     other = run.replace("seed0", "seed1")
     assert runs[other][:2] == local_runs[other]
 

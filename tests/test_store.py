@@ -19,8 +19,8 @@ import pytest
 from shiftbench.errors import ContractViolation, InputError, StoreError
 from shiftbench.fingerprint import sha256_batches
 from shiftbench.publishing import check_version
-from shiftbench.store import StagedVersion, Store
-from shiftbench.store_content import (
+from shiftbench.store import StagedVersion, Store, damage
+from shiftbench.store.content import (
     LayoutMismatch,
     LayoutRecorder,
     UnsupportedLayout,
@@ -51,21 +51,21 @@ def files_of(root: Path) -> dict[str, tuple[int, int]]:
 def test_same_content_same_id_and_no_new_files(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     tables = toy_tables(toy_breeds_dir())
-    first = checked(store, store.stage("breeds", "toy", tables))
-    store.publish(first)
+    first = checked(store, store.writer.stage("breeds", "toy", tables))
+    store.log.publish(first)
     before = files_of(store.root)
-    second = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir("again"))))
+    second = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir("again"))))
     assert second.version == first.version
     assert not second.created
     assert files_of(store.root) == before
-    assert not store.publish(second).changed_latest
+    assert not store.log.publish(second).changed_latest
 
 
 def test_row_order_does_not_change_the_id(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     tables = toy_tables(toy_breeds_dir())
     shuffled = {k: v.sample(fraction=1.0, shuffle=True, seed=1) for k, v in tables.items()}  # type: ignore[attr-defined]
-    a = Store(tmp_path / "a").stage("breeds", "toy", tables)
-    b = Store(tmp_path / "b").stage("breeds", "toy", shuffled)
+    a = Store(tmp_path / "a").writer.stage("breeds", "toy", tables)
+    b = Store(tmp_path / "b").writer.stage("breeds", "toy", shuffled)
     assert a.version == b.version
     for table in a.tables:  # byte-identical files, not just equal ids
         assert a.table_path(table).read_bytes() == b.table_path(table).read_bytes()
@@ -73,9 +73,9 @@ def test_row_order_does_not_change_the_id(tmp_path: Path, toy_breeds_dir: ToyDir
 
 def test_consumed_tables_give_the_same_version_and_are_let_go(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     """``consume``: the store takes each table out of the caller's dict (a large build's frames are not held twice)."""
-    kept = Store(tmp_path / "a").stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    kept = Store(tmp_path / "a").writer.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
     given = dict(toy_tables(toy_breeds_dir("again")))
-    taken = Store(tmp_path / "b").stage("breeds", "toy", given, consume=True)
+    taken = Store(tmp_path / "b").writer.stage("breeds", "toy", given, consume=True)
     assert given == {} and taken.version == kept.version
     for table in kept.tables:
         assert kept.table_path(table).read_bytes() == taken.table_path(table).read_bytes()
@@ -83,19 +83,19 @@ def test_consumed_tables_give_the_same_version_and_are_let_go(tmp_path: Path, to
 
 def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
-    v1 = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
-    store.publish(v1)
-    v2 = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1)))
+    v1 = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
+    store.log.publish(v1)
+    v2 = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1)))
     assert v2.version != v1.version
-    assert store.latest("toy").version == v1.version  # staged is not published
-    store.publish(v2)
-    assert store.latest("toy").version == v2.version
-    assert [(v.version, v.is_latest) for v in store.versions("toy")] == [
+    assert store.log.latest("toy").version == v1.version  # staged is not published
+    store.log.publish(v2)
+    assert store.log.latest("toy").version == v2.version
+    assert [(v.version, v.is_latest) for v in store.log.versions("toy")] == [
         (v1.version, False),
         (v2.version, True),
     ]
-    store.publish(v1)  # going back to older content is a new publication of the old version
-    assert store.latest("toy").version == v1.version
+    store.log.publish(v1)  # going back to older content is a new publication of the old version
+    assert store.log.latest("toy").version == v1.version
     manifest = v1.manifest()
     assert manifest["tables"]["examples"]["rows"] == pl.read_parquet(v1.table_path("examples")).height
     assert set(manifest["tables"]) == {
@@ -105,56 +105,56 @@ def test_new_content_is_a_new_version_and_history_is_kept(tmp_path: Path, toy_br
 
 def test_tampered_files_are_never_published(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
-    staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir())))
+    staged = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir())))
     with staged.table_path("examples").open("ab") as handle:
         handle.write(b"x")
     with pytest.raises(StoreError, match=r"examples\.parquet: \d+ bytes, the manifest of version \w+ says \d+"):
-        store.publish(staged)
-    assert store.latest("toy") is None
+        store.log.publish(staged)
+    assert store.log.latest("toy") is None
     data = bytearray(staged.table_path("examples").read_bytes()[:-1])  # same size, one byte changed
     data[100] ^= 0xFF
     staged.table_path("examples").write_bytes(bytes(data))
     with pytest.raises(StoreError, match=r"examples\.parquet: checksum mismatch"):
-        store.publish(staged)
-    again = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir())))  # a rebuild repairs it
-    assert again.version == staged.version and store.damage(again) is None
-    store.publish(again)
-    assert store.latest("toy").version == staged.version
+        store.log.publish(staged)
+    again = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir())))  # a rebuild repairs it
+    assert again.version == staged.version and damage(again) is None
+    store.log.publish(again)
+    assert store.log.latest("toy").version == staged.version
 
 
 def test_only_a_version_that_passed_its_checks_is_published(
     tmp_path: Path, toy_breeds_dir: ToyDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store(tmp_path / "store")
-    good = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0))
+    good = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0))
     with pytest.raises(ContractViolation, match="has not been checked"):
-        store.publish(good)  # whoever calls it: no recorded check, no publication
+        store.log.publish(good)  # whoever calls it: no recorded check, no publication
     checked(store, good)
-    store.publish(good)
+    store.log.publish(good)
 
     tables = toy_tables(toy_breeds_dir(), seed=1)
     sub = tables["breeds_subpopulations"]
     tables["breeds_subpopulations"] = sub.with_columns(pl.lit("source").alias("domain"))  # no target domain
-    bad = checked(store, store.stage("breeds", "toy", tables))
-    record = store.check_record(bad)
+    bad = checked(store, store.writer.stage("breeds", "toy", tables))
+    record = store.checks.check_record(bad)
     assert record is not None and not record.passed
     with pytest.raises(ContractViolation, match="failed its contract checks"):
-        store.publish(bad)
-    assert store.latest("toy").version == good.version
+        store.log.publish(bad)
+    assert store.log.latest("toy").version == good.version
 
     # A check describes exactly the files and contracts it ran on.
-    import shiftbench.store as store_module
+    import shiftbench.store.checks as store_checks
 
-    monkeypatch.setattr(store_module, "contracts_fingerprint", lambda tables: "other contracts")
+    monkeypatch.setattr(store_checks, "contracts_fingerprint", lambda tables: "other contracts")
     with pytest.raises(ContractViolation, match="other contracts than today's"):
-        store.publish(good)
+        store.log.publish(good)
 
 
 def test_an_unchanged_version_reuses_its_recorded_check(
     tmp_path: Path, toy_breeds_dir: ToyDir, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = Store(tmp_path / "store")
-    staged = store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+    staged = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
     first = check_version(store, staged)
     import shiftbench.publishing as publishing
 
@@ -171,8 +171,8 @@ def test_an_unchanged_version_reuses_its_recorded_check(
 def test_the_check_runs_on_the_written_tables_while_the_attachments_are_made(
     tmp_path: Path, toy_breeds_dir: ToyDir
 ) -> None:
-    """What a build does (building.stage_and_check): the contracts run on the new version's table files while its
-    figures are drawn; the recorded outcome is the one a check of the staged version records."""
+    """What a build does (benchmark_builds.stage_benchmark): the contracts run on the new version's table files while
+    its figures are drawn; the recorded outcome is the one a check of the staged version records."""
     import threading
 
     from shiftbench.publishing import check_files, record_results
@@ -192,28 +192,28 @@ def test_the_check_runs_on_the_written_tables_while_the_attachments_are_made(
         seen["manifest yet"] = any((path.parent / "manifest.json").exists() for path in files.values())
         seen["results"] = check_files(files)
 
-    staged = store.stage("breeds", "toy", tables, attachments=figures, while_attaching=check)
+    staged = store.writer.stage("breeds", "toy", tables, attachments=figures, while_attaching=check)
     assert seen["drawn while checking"] is True and seen["manifest yet"] is False
     assert seen["files"] == sorted(staged.tables) == sorted(tables)
     record_results(store, staged, seen["results"])  # type: ignore[arg-type]
-    assert store.valid_check(staged) is not None
-    store.publish(staged)
+    assert store.checks.valid_check(staged) is not None
+    store.log.publish(staged)
 
     calls = []  # an unchanged version writes nothing: nothing to check there (its recorded check is reused)
-    again = store.stage("breeds", "toy", tables, while_attaching=lambda files: calls.append(files))
+    again = store.writer.stage("breeds", "toy", tables, while_attaching=lambda files: calls.append(files))
     assert not again.created and calls == []
     # Nothing being drawn: the caller checks once stage has returned (and the build's tables are freed).
-    other = store.stage("breeds", "toy2", tables, attachments={"a.png": b"png"}, while_attaching=calls.append)
+    other = store.writer.stage("breeds", "toy2", tables, attachments={"a.png": b"png"}, while_attaching=calls.append)
     assert other.created and calls == []
 
 
 def test_benchmark_names_are_checked(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     with pytest.raises(InputError, match="invalid benchmark name"):
-        store.stage("breeds", "../escape", toy_tables(toy_breeds_dir()))
-    store.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
+        store.writer.stage("breeds", "../escape", toy_tables(toy_breeds_dir()))
+    store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
     with pytest.raises(InputError, match="already belongs to family 'breeds'"):
-        store.stage("metashift", "toy", toy_tables(toy_breeds_dir()))
+        store.writer.stage("metashift", "toy", toy_tables(toy_breeds_dir()))
 
 
 _KILL_SCRIPT = """
@@ -223,26 +223,27 @@ sys.path.insert(0, {tests!r})
 from pathlib import Path
 from shiftbench.store import Store
 from shiftbench.publishing import check_version
-import shiftbench.store as store_module
+import shiftbench.store.layout as store_layout
+import shiftbench.store.writing as store_writing
 from conftest import toy_tables
 
 stage = {stage!r}
 store = Store(Path({root!r}))
 tables = toy_tables(Path({toy!r}), seed=7)
 if stage == "write":
-    original = Store._write_table
+    original = store_writing.write_table
     def write_then_die(frame, path):
         original(frame, path)
         os.kill(os.getpid(), signal.SIGKILL)   # mid-build: one table written
-    Store._write_table = staticmethod(write_then_die)
-    store.stage("breeds", "toy", tables)
+    store_writing.write_table = write_then_die
+    store.writer.stage("breeds", "toy", tables)
 elif stage == "publish":
-    staged = store.stage("breeds", "toy", tables)
+    staged = store.writer.stage("breeds", "toy", tables)
     check_version(store, staged)
     def die(path, text):
         os.kill(os.getpid(), signal.SIGKILL)   # after staging and checking, while writing the publication
-    store_module.write_atomic = die
-    store.publish(staged)
+    store_layout.write_atomic = die
+    store.log.publish(staged)
 """
 
 
@@ -250,57 +251,58 @@ elif stage == "publish":
 def test_a_killed_build_leaves_the_previous_latest(tmp_path: Path, toy_breeds_dir: ToyDir, stage: str) -> None:
     toy = toy_breeds_dir()
     store = Store(tmp_path / "store")
-    good = checked(store, store.stage("breeds", "toy", toy_tables(toy, seed=0)))
-    store.publish(good)
+    good = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy, seed=0)))
+    store.log.publish(good)
     script = _KILL_SCRIPT.format(
         project=str(PROJECT), tests=str(PROJECT / "tests"), stage=stage, root=str(store.root), toy=str(toy)
     )
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(script)], capture_output=True, text=True)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
-    assert store.latest("toy").version == good.version
-    assert [v.version for v in store.versions("toy")] == [good.version]
-    versions = sorted(p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir())
+    assert store.log.latest("toy").version == good.version
+    assert [v.version for v in store.log.versions("toy")] == [good.version]
+    versions = sorted(p.name for p in (store.layout.benchmark_dir("breeds", "toy") / "versions").iterdir())
     if stage == "write":
         assert versions == [good.version]  # the half-written build is only in .staging
-        assert any(store.staging_dir.iterdir())
+        assert any(store.layout.staging_dir.iterdir())
     else:
         assert len(versions) == 2  # complete but unpublished: invisible
     # The next build recovers: same content as the killed one, now published.
-    retry = checked(store, store.stage("breeds", "toy", toy_tables(toy, seed=7)))
-    store.publish(retry)
-    assert store.latest("toy").version == retry.version
+    retry = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy, seed=7)))
+    store.log.publish(retry)
+    assert store.log.latest("toy").version == retry.version
 
 
 def test_garbage_collection_keeps_the_latest(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     versions = []
     for seed in range(3):
-        staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
-        store.publish(staged)
+        staged = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
+        store.log.publish(staged)
         versions.append(staged.version)
-    assert len(store.garbage_collect(keep=2, dry_run=True)) == 1
-    removed = store.garbage_collect(keep=1)
+    assert len(store.retention.garbage_collect(keep=2, dry_run=True).removed) == 1
+    collection = store.retention.garbage_collect(keep=1)
+    removed = collection.removed
     assert sorted(p.name for p in removed) == sorted(versions[:2])
-    assert [v.version for v in store.versions("toy")] == [versions[2]]
+    assert [v.version for v in store.log.versions("toy")] == [versions[2]]
     # The log keeps every event (it is a chain); removed.json says which versions gc deleted.
-    events = sorted((store.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
+    events = sorted((store.layout.benchmark_dir("breeds", "toy") / "publications").glob("*.json"))
     assert [json.loads(e.read_text())["version"] for e in events] == versions
-    removed_file = json.loads((store.benchmark_dir("breeds", "toy") / "removed.json").read_text())
+    removed_file = json.loads((store.layout.benchmark_dir("breeds", "toy") / "removed.json").read_text())
     assert sorted(removed_file["removed"]) == sorted(versions[:2])
-    assert [p.name for p in (store.benchmark_dir("breeds", "toy") / "versions").iterdir()] == [versions[2]]
-    assert not store.problems
+    assert [p.name for p in (store.layout.benchmark_dir("breeds", "toy") / "versions").iterdir()] == [versions[2]]
+    assert not collection.kept and not store.log.problems
 
 
 def test_garbage_collection_never_removes_the_last_intact_version(tmp_path: Path, toy_breeds_dir: ToyDir) -> None:
     store = Store(tmp_path / "store")
     versions = []
     for seed in range(3):
-        staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
-        store.publish(staged)
+        staged = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
+        store.log.publish(staged)
         versions.append(staged)
     manifest = versions[2].path / "manifest.json"
     manifest.write_text(manifest.read_text()[:40])  # the latest's manifest truncated
-    removed = store.garbage_collect(keep=1)
+    removed = store.retention.garbage_collect(keep=1).removed
     assert [p.name for p in removed] == [versions[0].version]  # the newest intact one stays beside the damaged
     assert versions[1].path.is_dir() and versions[2].path.is_dir()
 
@@ -312,11 +314,11 @@ def test_the_publication_log_is_a_chain_and_a_gap_is_named(tmp_path: Path, toy_b
     for name in ("removed", "edited", "forged"):
         store = Store(tmp_path / name)
         for seed in range(3):
-            staged = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
-            store.publish(staged)
+            staged = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed)))
+            store.log.publish(staged)
             published.append(staged.version)
-        assert not store.problems and store.latest("toy").version == published[-1]
-        directory = store.benchmark_dir("breeds", "toy") / "publications"
+        assert not store.log.problems and store.log.latest("toy").version == published[-1]
+        directory = store.layout.benchmark_dir("breeds", "toy") / "publications"
         events = sorted(directory.glob("*.json"))
         assert [json.loads(e.read_text())["sequence"] for e in events] == [1, 2, 3]
         if name == "removed":
@@ -330,26 +332,26 @@ def test_the_publication_log_is_a_chain_and_a_gap_is_named(tmp_path: Path, toy_b
             (directory / f"{99999999999999999999:020d}-{forged['version']}.json").write_text(json.dumps(forged))
             expected = r"publication event 1 is the log's event 4"
         fresh = Store(tmp_path / name)
-        fresh.versions()
-        assert any(re.search(expected, problem) for problem in fresh.problems), fresh.problems
+        fresh.log.versions()
+        assert any(re.search(expected, problem) for problem in fresh.log.problems), fresh.log.problems
 
 
 def test_garbage_collection_never_deletes_a_version_waiting_for_its_checks(
     tmp_path: Path, toy_breeds_dir: ToyDir
 ) -> None:
     store = Store(tmp_path / "store")
-    published = checked(store, store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
-    store.publish(published)
-    older = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1))  # staged, unchecked, recent
-    waiting = store.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=2))  # the one staged last
-    assert store.garbage_collect(keep=1) == []
+    published = checked(store, store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=0)))
+    store.log.publish(published)
+    older = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=1))  # staged, unchecked, recent
+    waiting = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=2))  # the one staged last
+    assert store.retention.garbage_collect(keep=1).removed == []
     import os
 
     old = older.path.stat().st_mtime - 2 * 3600  # an abandoned build, two hours old
     os.utime(older.path, (old, old))
-    assert store.garbage_collect(keep=1) == [older.path]
+    assert store.retention.garbage_collect(keep=1).removed == [older.path]
     assert waiting.path.is_dir()
-    latest = store.latest_staged("breeds", "toy")
+    latest = store.layout.latest_staged("breeds", "toy")
     assert latest is not None and latest.version == waiting.version
 
 
@@ -395,7 +397,7 @@ def _ipc(array: pa.Array) -> bytes:
 
 def test_a_recorded_layout_rebuilds_exactly_the_bytes_the_content_hash_was_made_of() -> None:
     """Arrow's IPC writer writes bytes no reader sees (under NULLs, after a bitmap's last bit, after a buffer's last
-    value when the buffer is at most its padded size): what :mod:`shiftbench.store_content` records of them, with the
+    value when the buffer is at most its padded size): what :mod:`shiftbench.store.content` records of them, with the
     rows alone, must give the writer's very bytes, for every kind of column the contracts declare, sliced or not."""
     rng = np.random.default_rng(7)
     checked = 0
@@ -455,13 +457,13 @@ def test_every_table_of_a_collection_with_streamed_distances_hashes_again_from_i
     from shiftbench.metashift import collection
     from shiftbench.metashift.specs import load_specs
     from shiftbench.sources.generated_scenes import generate_scene_tables
-    from shiftbench.store_content import content_findings
+    from shiftbench.store.content import content_findings
 
     specs = load_specs()
     objects, images, _ = generate_scene_tables()
     spec = specs.collections["metashift"].with_overrides({"store_distances": True})
     tables, _, _ = collection.build_collection(spec, objects, images, specs.general_contexts, {})
-    staged = Store(tmp_path / "store").stage("metashift", "streamed", tables)
+    staged = Store(tmp_path / "store").writer.stage("metashift", "streamed", tables)
     verified, notes, rewritten = content_findings(staged)
     assert (verified, notes, rewritten) == (len(staged.manifest()["tables"]), [], [])
     assert "metashift_distances" in staged.manifest()["tables"]

@@ -89,7 +89,7 @@ class Home:
 
     @property
     def bench(self) -> Path:
-        return self.store.benchmark_dir("breeds", BENCH)
+        return self.store.layout.benchmark_dir("breeds", BENCH)
 
     def events(self) -> list[Path]:
         return sorted((self.bench / "publications").glob("*.json"))
@@ -108,9 +108,9 @@ def copy(warehouse: tuple[Path, dict[str, str]], tmp_path: Path, monkeypatch: py
     for key, value in {**environment, "SHIFTBENCH_HOME": str(home), "DAGSTER_HOME": str(home / "dg")}.items():
         monkeypatch.setenv(key, value)
     store = Store(home / "store")
-    versions = store.versions(BENCH)
+    versions = store.log.versions(BENCH)
     assert [v.is_latest for v in versions] == [False, True]
-    return Home(home, store, *(store.version_dir("breeds", BENCH, v.version) for v in versions))
+    return Home(home, store, *(store.layout.version_dir("breeds", BENCH, v.version) for v in versions))
 
 
 def _flip_a_byte(home: Home) -> tuple[Path, str]:
@@ -403,7 +403,7 @@ def test_a_check_recorded_under_older_contracts_is_checked_again_not_refused(
     record_path = copy.bench / "checks" / f"{copy.latest.name}.json"
     record = json.loads(record_path.read_text())
     record_path.write_text(json.dumps({**record, "contracts": "0" * 64}, indent=2, sort_keys=True))
-    assert copy.store.latest(BENCH).version == copy.latest.name
+    assert copy.store.log.latest(BENCH).version == copy.latest.name
     code, lines = _run(["gc", "--keep", "1", "--dry-run"], capsys)
     assert code == 0 and lines == [f"would remove {copy.older}"], lines
     code, lines = _run(["build", "breeds", "--benchmark", BENCH], capsys)
@@ -470,7 +470,7 @@ def test_nan_embeddings_with_the_manifest_updated_break_the_finiteness_rule_and_
     name = "metashift@generated"
     [outcome] = publish_all(settings, "metashift/collection", [name])
     version = outcome.publication.version
-    directory = Store(settings.store_dir).version_dir("metashift", name, version)
+    directory = Store(settings.store_dir).layout.version_dir("metashift", name, version)
     path = directory / "metashift_embeddings.parquet"
     frame = pl.read_parquet(path)
     poisoned = pl.int_range(pl.len()) == 0

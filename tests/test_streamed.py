@@ -12,7 +12,7 @@ import pytest
 
 from shiftbench import fingerprint
 from shiftbench.metashift import metagraph as mg
-from shiftbench.store import Store
+from shiftbench.store import Store, damage
 from shiftbench.streamed import StreamedTable
 
 
@@ -61,15 +61,17 @@ def test_a_streamed_table_stages_as_the_same_version_with_the_same_rows(
     monkeypatch.setattr(fingerprint, "BATCH_ROWS", 4_096)
     frame = _table(10_000, seed=1)
     small = pl.DataFrame({"k": [1, 2]})
-    as_frame = Store(tmp_path / "a").stage("fam", "bench", {"rows": frame, "small": small})
-    as_stream = Store(tmp_path / "b").stage("fam", "bench", {"rows": _streamed(frame, [123, 9_000]), "small": small})
+    as_frame = Store(tmp_path / "a").writer.stage("fam", "bench", {"rows": frame, "small": small})
+    as_stream = Store(tmp_path / "b").writer.stage(
+        "fam", "bench", {"rows": _streamed(frame, [123, 9_000]), "small": small}
+    )
     assert as_frame.version == as_stream.version
     written = pl.read_parquet(as_stream.table_path("rows"))
     expected = pl.read_parquet(as_frame.table_path("rows"))
     assert written.columns == expected.columns == ["benchmark", "version", *frame.columns]
     assert written.equals(expected)
     assert as_stream.manifest()["tables"]["rows"]["rows"] == 10_000
-    assert Store(tmp_path / "b").damage(as_stream) is None
+    assert damage(as_stream) is None
 
 
 def test_modularity_is_networkx_s_value_whatever_the_community_order() -> None:

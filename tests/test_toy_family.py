@@ -77,9 +77,9 @@ def test_build_query_card_and_train_through_the_cli(
         assert rows == [("toy-blue", 72), ("toy-red", 72)]
         cells = con.sql("SELECT sum(n) FROM toy_cells WHERE benchmark = 'toy-red' AND split = 'test'").fetchall()
         assert cells == [(24,)]
-    latest = Store(settings.store_dir).latest("toy-red")
+    latest = Store(settings.store_dir).log.latest("toy-red")
     assert latest is not None
-    files = Store(settings.store_dir).staged("toy", "toy-red", latest.version).path / "files"
+    files = Store(settings.store_dir).layout.staged("toy", "toy-red", latest.version).path / "files"
     assert "Toy split" in (files / "card.md").read_text()
     assert json.loads((files / "croissant.json").read_text())["name"]
 

@@ -41,8 +41,8 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
     settings = Settings.from_env()
     store = Store(settings.store_dir)
-    versions = store.versions(args.benchmark)
-    for problem in sorted(store.problems):
+    versions = store.log.versions(args.benchmark)
+    for problem in sorted(store.log.problems):
         print(f"warning: {problem}", file=sys.stderr)
     if not versions:
         print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
@@ -65,9 +65,9 @@ def cmd_versions(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check every benchmark (or those named): its records, and its latest version's files, content hashes and
-    contracts (shiftbench.store_audit); damage is named file by file, exit 1."""
+    contracts (shiftbench.audit); damage is named file by file, exit 1."""
+    from shiftbench.audit import check_store
     from shiftbench.store import Store
-    from shiftbench.store_audit import check_store
 
     settings = Settings.from_env()
     audit = check_store(Store(settings.store_dir), args.benchmark)
@@ -89,18 +89,18 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """Delete old versions; a benchmark whose records are damaged keeps everything, and says which file (exit 1)."""
-    from shiftbench.catalog import refresh_and_report
+    from shiftbench.publishing import refresh_catalog
     from shiftbench.store import Store
 
     settings = Settings.from_env()
-    store = Store(settings.store_dir)
-    removed = store.garbage_collect(keep=args.keep, dry_run=args.dry_run)
-    for path in removed:
+    collection = Store(settings.store_dir).retention.garbage_collect(keep=args.keep, dry_run=args.dry_run)
+    for path in collection.removed:
         print(("would remove " if args.dry_run else "removed ") + str(path))
-    for problem in sorted(store.problems):
+    kept = sorted(set(collection.kept))
+    for problem in kept:
         print(problem)
-    if not removed and not store.problems:
+    if not collection.removed and not kept:
         print(f"nothing to delete: every benchmark has at most {args.keep} published version(s) and nothing stale")
-    if not args.dry_run and removed:
-        refresh_and_report(settings.catalog_path, settings.store_dir)
-    return 1 if store.problems else 0
+    if not args.dry_run and collection.removed:
+        refresh_catalog(settings)
+    return 1 if kept else 0

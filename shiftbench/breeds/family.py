@@ -22,7 +22,6 @@ from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
-from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
@@ -31,6 +30,7 @@ from shiftbench.hierarchy import Hierarchy
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
 from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ

@@ -18,7 +18,6 @@ from typing import Any
 import polars as pl
 
 from shiftbench.analysis import Analysis
-from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached, find_cached, home_record, publish_cache_dir
 from shiftbench.cards import CardInfo
 from shiftbench.conds import build
@@ -33,6 +32,7 @@ from shiftbench.fingerprint import sha256_files, sha256_json, sha256_table, sha2
 from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
 from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.sources import celeba as celeba_files
 from shiftbench.sources import sprites

@@ -33,16 +33,16 @@ from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
-from shiftbench.errors import ContractViolation, InputError
+from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.naming import tagged
-from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
+from shiftbench.publishing import PublishOutcome, environment, publish_checked, stage_and_check
 from shiftbench.settings import Settings
 from shiftbench.spec_files import merge_named, spec_document, spec_texts
 from shiftbench.splits import PublishedSplit, published_split, split_images
 from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
-from shiftbench.store import StagedVersion, Store, check_benchmark_name
+from shiftbench.store import StagedVersion, check_benchmark_name
 
 FAMILY = "erm"
 CODE_VERSION = "erm-3"
@@ -300,7 +300,6 @@ def stage_run(
             "threads": summary.get("threads"),  # torch's CPU threads: CPU results depend on the count
         },
     }
-    store = Store(settings.store_dir)
     described = cards.with_split_magnitudes(tables, plan.split_dir)
     standin = (
         " Trained and evaluated on generated stand-in images (shiftbench.standin), not the split's own "
@@ -322,18 +321,16 @@ def stage_run(
         facts = cards.Version(plan.run, version, {**manifest, "family": FAMILY}, described, files, shown, info)
         return cards.documents(facts)
 
-    staged = store.stage(
-        FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
+    staged, results = stage_and_check(
+        settings, FAMILY, plan.run, tables, manifest_extra=manifest, attachments=attachments, documents=documents
     )
-    return staged, check_version(store, staged), summary
+    return staged, results, summary
 
 
 def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[PublishOutcome, dict[str, Any]]:
     """Stage, check and publish the job's outputs in one call (library users, notebooks)."""
     staged, results, summary = stage_run(settings, plan, out_dir)
-    if any(not r.passed for rules in results.values() for r in rules):
-        raise ContractViolation(f"{plan.run} breaks its contracts, not published: {describe_failures(results)}")
-    return PublishOutcome(staged, publish_staged(settings, staged), results), summary
+    return publish_checked(settings, staged, results), summary
 
 
 def execution_record(out_dir: Path) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from typing import Any
 import polars as pl
 
 from shiftbench.analysis import Analysis
-from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
 from shiftbench.errors import InputError
@@ -59,6 +58,7 @@ from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.naming import tag_paper_names
 from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shiftbench import building
+from shiftbench import benchmark_builds
 from shiftbench.metashift import family as metashift
 from shiftbench.metashift.generate import DgRequest, GeneratedTask, generate_dg
 from shiftbench.metashift.settings import MetaShiftSettings
@@ -17,7 +17,7 @@ def generate_task(settings: Settings, request: DgRequest) -> GeneratedTask:
     own = settings.of(MetaShiftSettings)
     released = request.context_kinds == ("attribute",) and not own.gqa_scene_graphs
     scenes_input = metashift.RELEASED if released else metashift.SCENES
-    artifact = building.build_inputs(settings, metashift.METASHIFT, [scenes_input.name])[scenes_input.name]
+    artifact = benchmark_builds.build_inputs(settings, metashift.METASHIFT, [scenes_input.name])[scenes_input.name]
     objects, images = metashift.read_scenes(artifact)
     source = f"{artifact.meta['dataset']} ({artifact.meta['kind']}, {artifact.fingerprint[:16]})"
     return generate_dg(objects, images, load_specs(own.metashift_specs).general_contexts, request, source)

@@ -15,12 +15,12 @@ import polars as pl
 from pydantic import BaseModel, Field
 
 from shiftbench.benchmarks_table import benchmarks_row
-from shiftbench.building import stage_tables
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
 from shiftbench.family import Description, Family, Input, Kind, RawSource, Table, Target
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, image_block
+from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.spec_files import Spec
 from shiftbench.store import StagedVersion

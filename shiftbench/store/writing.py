@@ -29,9 +29,9 @@ import pyarrow.parquet as pq
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_file, sha256_streamed, sha256_table, sort_keys
 from shiftbench.memory import release_freed_memory
-from shiftbench.store_checks import damage
-from shiftbench.store_content import Layout, LayoutRecorder
-from shiftbench.store_layout import (
+from shiftbench.store.checks import damage
+from shiftbench.store.content import Layout, LayoutRecorder
+from shiftbench.store.layout import (
     SCHEMA_VERSION,
     StagedVersion,
     StoreLayout,
@@ -50,7 +50,6 @@ Table = pl.DataFrame | StreamedTable
 Attachments = Mapping[str, bytes] | Callable[[], Mapping[str, bytes]]
 Documents = Callable[[str, Mapping[str, Mapping[str, Any]], list[str]], Mapping[str, bytes]]
 WhileAttaching = Callable[[Mapping[str, Path]], None]
-TableWriter = Callable[[pl.DataFrame, Path], None]
 
 
 def canonical(frame: Table, benchmark: str) -> Table:
@@ -113,7 +112,7 @@ class _Draft:
     version: str
     tables: dict[str, Table]  # emptied as each table is written: a canonical copy is let go once on disk
     hashes: dict[str, str]
-    layouts: dict[str, Layout | None]  # what of each hashed stream its Parquet file cannot keep (store_content)
+    layouts: dict[str, Layout | None]  # what of each hashed stream its Parquet file cannot keep (store.content)
 
 
 @dataclass(frozen=True)
@@ -149,11 +148,11 @@ def _prepare(family: str, benchmark: str, tables: Mapping[str, Table], consume: 
 
 
 class VersionWriter:
-    """Stages versions into one store; ``write_table`` writes one in-memory table's Parquet file."""
+    """Stages versions into one store. An in-memory table's Parquet file is written by :func:`write_table`, looked
+    up at each table (a test that replaces it kills a build midway)."""
 
-    def __init__(self, layout: StoreLayout, write_table: TableWriter = write_table) -> None:
+    def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
-        self.write_table = write_table
 
     def stage(
         self,
@@ -169,7 +168,17 @@ class VersionWriter:
     ) -> StagedVersion:
         """Write a complete version (or find the identical one already there); never publishes.
 
-        The options are those of :meth:`shiftbench.store.Store.stage`.
+        ``tables`` are given without ``version`` (and may omit ``benchmark``); both columns
+        are added here, first in column order. Rows are sorted so the bytes are deterministic.
+        ``attachments`` (e.g. figures) are written under ``files/`` and listed in the manifest
+        with their checksums; they are derived views and do not enter the version id. Given as a
+        function, they are only made when the version is new (figures cost more than tables).
+        ``documents(version, files, attachment names)`` makes files that describe the version (a
+        card): they are written under ``files/`` too, once the tables' files and checksums exist.
+        ``while_attaching(table files)`` runs once the tables of a new version are written if its attachments are
+        still being made then (the contract check: it reads only the tables, and figures take about as long).
+        With ``consume`` (``tables`` a dict), each table is taken out of ``tables`` once its canonical copy exists:
+        a large build's frames are not held twice while the version is hashed, written and checked.
         """
         check_benchmark_name(benchmark)
         other = self.layout.family_of(benchmark)
@@ -225,7 +234,7 @@ class VersionWriter:
             if isinstance(frame, StreamedTable):
                 write_streamed(frame, draft.version, path)
             else:
-                self.write_table(with_version(frame, draft.version), path)
+                write_table(with_version(frame, draft.version), path)
             rows = frame.height
             del frame
             release_freed_memory()

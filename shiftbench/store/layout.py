@@ -1,6 +1,6 @@
 """Where the versioned store keeps things (see :mod:`shiftbench.store` for the whole layout).
 
-Every other room of the store finds its folders and files here, so their names are written once: benchmark and
+Every other part of the store finds its folders and files here, so their names are written once: benchmark and
 version folders, the staging area, check records, the publication log, the pointer to the version staged last,
 and the per-benchmark lock. Names become directories, so they are checked here too. A file the store replaces is
 replaced atomically (:func:`write_atomic`): readers see the old file or the new one, never a part.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,8 +29,6 @@ LOG_HEAD = "HEAD"  # in publications/: the newest event's sequence number, file 
 REMOVED_FILE = "removed.json"
 SCHEMA_VERSION = 1
 VERSION_ID_LENGTH = 16
-
-AtomicWrite = Callable[[Path, str | bytes], None]
 
 
 def version_id(family: str, benchmark: str, table_hashes: Mapping[str, str]) -> str:
@@ -112,12 +110,16 @@ def write_atomic(path: Path, data: str | bytes) -> None:
 class StoreLayout:
     """The paths of one store, its per-benchmark lock, and the pointer to each benchmark's version staged last.
 
-    ``write`` replaces one of the store's files atomically; every room writes through it.
+    Every part of the store replaces its files through :meth:`write`.
     """
 
-    def __init__(self, root: Path, write: AtomicWrite = write_atomic) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.write = write
+
+    def write(self, path: Path, data: str | bytes) -> None:
+        """Replace one of the store's files atomically (:func:`write_atomic`, looked up at each call: a test that
+        replaces it kills a write midway in every part of the store)."""
+        write_atomic(path, data)
 
     def benchmark_dir(self, family: str, benchmark: str) -> Path:
         return self.root / family / benchmark

@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from shiftbench.errors import InputError
-from shiftbench.store_checks import VersionChecks, damage
-from shiftbench.store_content import content_findings
-from shiftbench.store_layout import StagedVersion, StoreLayout
-from shiftbench.store_publications import PublicationLog
+from shiftbench.store.checks import VersionChecks, damage
+from shiftbench.store.content import content_findings
+from shiftbench.store.layout import StagedVersion, StoreLayout
+from shiftbench.store.log import PublicationLog
 
 # An unpublished version younger than this may still be waiting for its checks: gc keeps it.
 _PENDING_GRACE_S = 3600

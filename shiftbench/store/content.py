@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 
 from shiftbench.batches import arrow_batch, rebatch
 from shiftbench.fingerprint import BATCH_ROWS, sha256_batches
-from shiftbench.store_layout import StagedVersion
+from shiftbench.store.layout import StagedVersion
 
 Node = dict[str, Any]  # one array's bytes beyond its rows: "validity", "values", "data" (hex), "nulls", "child"
 Layout = list[list[Any]]  # [[batch number, {column: Node}], ...] for the batches that have any
@@ -377,7 +377,7 @@ def legacy_content_matches(path: Path, expected: str) -> bool:
 def content_findings(staged: StagedVersion) -> tuple[int, list[str], list[str]]:
     """(tables of ``staged`` whose rows hash to their recorded content hash, notes on those whose hash cannot be
     recomputed, lines naming each table whose rows are not the version's). Call once its files match their
-    manifest (:func:`shiftbench.store_checks.damage`)."""
+    manifest (:func:`shiftbench.store.checks.damage`)."""
     verified, notes, rewritten = 0, list[str](), list[str]()
     tables = staged.manifest()["tables"]
     recorded = any("layout" in entry for entry in tables.values())  # staged since layouts are: every table has one
@@ -409,7 +409,7 @@ def _table_content(staged: StagedVersion, entry: dict[str, Any]) -> tuple[str, s
         if entry["layout"] is None:
             return "note", (
                 f"{path}: content hash not recomputed: staging recorded no layout (more than {MAX_LAYOUT_BYTES >> 20} "
-                "MiB of bytes under NULLs, or a column of a type store_content does not describe); its checksum and "
+                "MiB of bytes under NULLs, or a column of a type store.content does not describe); its checksum and "
                 "contracts are checked"
             )
         if stored_content_sha256(path, entry["layout"]) == expected:

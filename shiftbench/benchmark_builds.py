@@ -1,101 +1,33 @@
-"""Building benchmarks: inputs -> stage -> check -> publish, for any family, one or many at once.
+"""Builds of a family's benchmarks: its inputs, then each benchmark staged, checked and published, one outcome each.
 
-The Dagster shell and the library run these same functions: a batched Dagster run stages and
-checks every selected benchmark, publishes those that passed and refreshes the catalog once;
-:func:`build` does the same without Dagster, for scripts, notebooks and benchmarks. A bad input of
-one benchmark (an :class:`InputError`) is that benchmark's outcome; the others still build.
+A family's ``build.py`` makes a benchmark's tables; this module runs builds of them: the inputs a selection reads,
+the family's ``Kind.stage`` for each benchmark, and the steps of :mod:`shiftbench.publishing` (the one owner of
+stage -> check -> publish -> catalog refresh) after it, recording what happened to each benchmark as an
+:class:`Outcome`. The Dagster shell and the library run these same functions: a batched Dagster run stages and
+checks every selected benchmark, publishes those that passed and refreshes the catalog once; :func:`build` does
+the same without Dagster, for scripts, notebooks and benchmarks. A bad input of one benchmark (an
+:class:`InputError`) is that benchmark's outcome; the others still build.
 """
 
 from __future__ import annotations
 
-import json
 import time
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
-from shiftbench import cards, progress
+from shiftbench import cards, progress, publishing
 from shiftbench.cache import CachedArtifact, write_file_atomic
-from shiftbench.cards import CardInfo
-from shiftbench.catalog import refresh_and_report
 from shiftbench.contracts import RuleResult
 from shiftbench.errors import ContractViolation, InputError, ShiftbenchError
 from shiftbench.family import Description, Family, Kind, Markdown, Table, Target
 from shiftbench.naming import tagged
-from shiftbench.publishing import check_files, check_version, environment, record_results
 from shiftbench.settings import Settings
 from shiftbench.store import Publication, StagedVersion, Store
-from shiftbench.streamed import StreamedTable, in_memory
-
-
-def stage_tables(
-    settings: Settings,
-    family: str,
-    benchmark: str,
-    tables: Mapping[str, pl.DataFrame | StreamedTable],
-    *,
-    spec: str,
-    origin: Mapping[str, Any],
-    code_version: str,
-    images: Mapping[str, Any] | None,
-    attachments: Mapping[str, bytes] | Callable[[], Mapping[str, bytes]] | None = None,
-    warnings: Sequence[str] = (),
-    card: CardInfo | None = None,
-    consume: bool = False,
-    check: Callable[[Mapping[str, Path]], None] | None = None,
-) -> StagedVersion:
-    """Stage a version with the manifest every family writes (params, sources, images, environment),
-    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given.
-
-    With ``consume`` (``tables`` a dict the caller no longer reads), the store empties ``tables`` as it takes each
-    table (:meth:`Store.stage`); the card then reads what it needs of them, kept aside here (:func:`_for_card`)."""
-    row = in_memory(tables["benchmarks"]).row(0, named=True)
-    manifest = {
-        "spec": spec,
-        "params": json.loads(row["params"]),
-        "sources": json.loads(row["sources"]),
-        "n_examples": row["n_examples"],
-        "origin": dict(origin),
-        "code_version": code_version,
-        "environment": environment(),
-        "images": dict(images) if images is not None else None,
-        "warnings": list(warnings),
-        "family": family,
-    }
-
-    described = _for_card(tables) if consume else tables
-
-    def documents(version: str, files: Mapping[str, Mapping[str, Any]], figures: list[str]) -> dict[str, bytes]:
-        assert card is not None
-        return cards.documents(cards.Version(benchmark, version, manifest, described, files, figures, card))
-
-    return Store(settings.store_dir).stage(
-        family,
-        benchmark,
-        tables,
-        manifest_extra=manifest,
-        attachments=attachments,
-        documents=documents if card is not None else None,
-        while_attaching=check,
-        consume=consume,
-    )
-
-
-def _for_card(tables: Mapping[str, pl.DataFrame | StreamedTable]) -> dict[str, pl.DataFrame | StreamedTable]:
-    """What a card reads of a version's tables (:func:`cards.documents`): every table's schema, the rows of
-    ``examples`` and ``shift_magnitudes`` only."""
-    return {
-        name: (
-            table
-            if name in cards.TABLES_READ or isinstance(table, StreamedTable)  # streamed: made when read, not held
-            else pl.DataFrame(schema=table.schema)
-        )
-        for name, table in tables.items()
-    }
 
 
 @dataclass
@@ -139,22 +71,18 @@ def build_inputs(settings: Settings, family: Family, names: Iterable[str] | None
     return built
 
 
-def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapping[str, CachedArtifact]) -> Outcome:
+def stage_benchmark(settings: Settings, kind: Kind, target: Target, inputs: Mapping[str, CachedArtifact]) -> Outcome:
     """Stage one benchmark and record its contract check; a bad input is the outcome, not a raise."""
     started = time.perf_counter()
     outcome = Outcome(kind, target.benchmark, target)
     checked: dict[str, dict[str, list[RuleResult]]] = {}
 
     def check_while_attaching(files: Mapping[str, Path]) -> None:
-        checked["results"] = check_files(files)
+        checked["results"] = publishing.check_files(files)
 
     try:
         outcome.staged = kind.stage(settings, replace(target, check=check_while_attaching), inputs)
-        store = Store(settings.store_dir)
-        if outcome.staged.created and "results" in checked:  # run on its files while its figures were drawn
-            results = record_results(store, outcome.staged, checked["results"])
-        else:
-            results = check_version(store, outcome.staged, verify=False)  # stage just verified
+        results = publishing.check_just_staged(settings, outcome.staged, checked.get("results"))
     except ShiftbenchError as exc:  # bad input, a damaged store: this benchmark's outcome, one line
         outcome.error = str(exc)
         outcome.user_error = isinstance(exc, InputError)
@@ -170,12 +98,13 @@ def stage_and_check(settings: Settings, kind: Kind, target: Target, inputs: Mapp
     return outcome
 
 
-def publish(settings: Settings, outcome: Outcome) -> Outcome:
-    """Publish a checked outcome (the store refuses anything without a passing check)."""
+def publish_outcome(settings: Settings, outcome: Outcome) -> Outcome:
+    """Publish a checked outcome (the store refuses anything without a passing check); the catalog is refreshed by
+    the caller, once for a whole build."""
     if outcome.staged is None:
         return outcome
     try:
-        outcome.publication = Store(settings.store_dir).publish(outcome.staged)
+        outcome.publication = publishing.publish(settings, outcome.staged)
     except ContractViolation as exc:
         outcome.error = str(exc)
     return outcome
@@ -184,15 +113,16 @@ def publish(settings: Settings, outcome: Outcome) -> Outcome:
 def publish_last_staged(settings: Settings, kind: Kind, benchmark: str) -> Outcome:
     """Publish the version staged last for ``benchmark`` (what "materialize only the publish asset" does)."""
     outcome = Outcome(kind, benchmark)
-    staged = Store(settings.store_dir).latest_staged(kind.family, benchmark)
+    store = Store(settings.store_dir)
+    staged = store.layout.latest_staged(kind.family, benchmark)
     if staged is None:
         outcome.error = f"{benchmark} has no staged version: build it first"
         return outcome
     outcome.staged = staged
-    record = Store(settings.store_dir).check_record(staged)
+    record = store.checks.check_record(staged)
     if record is not None:
         outcome.rules, outcome.failed_rules = record.rules, list(record.failed)
-    return publish(settings, outcome)
+    return publish_outcome(settings, outcome)
 
 
 def describe(kind: Kind, staged: StagedVersion) -> Description:
@@ -229,14 +159,15 @@ def retire_misnamed(settings: Settings, family: Family) -> list[str]:
     store = Store(settings.store_dir)
     moved = []
     for name in sorted(family.shipped_names()):
-        latest = store.latest(name, family=family.name) if store.benchmark_dir(family.name, name).is_dir() else None
+        there = store.layout.benchmark_dir(family.name, name).is_dir()
+        latest = store.log.latest(name, family=family.name) if there else None
         if latest is None:
             continue
-        manifest = store.staged(family.name, name, latest.version).manifest()
+        manifest = store.layout.staged(family.name, name, latest.version).manifest()
         tag = family.source_tag(manifest)
         if tag is None:
             continue
-        target = store.retire(family.name, name)
+        target = store.retention.retire(family.name, name)
         moved.append(
             f"{name}: its versions were built from non-paper sources ({tag}) under the paper's name by an "
             f"older shiftbench; moved to {target} (it builds as {tagged(name, tag)})"
@@ -265,16 +196,16 @@ def iter_build(
     for line in retired:
         progress.report(progress.Event("input", "store", status="warning", detail=line))
     if retired:
-        refresh_and_report(settings.catalog_path, settings.store_dir)
+        publishing.refresh_catalog(settings)
     if stage:
         needed = {name for kind, target in targets for name in kind.inputs_needed(settings, [target.spec])}
         artifacts = dict(inputs) if inputs is not None else build_inputs(settings, family, needed)
     for index, (kind, target) in enumerate(targets, start=1):
         progress.report(progress.Event(kind.name, target.benchmark, index, len(targets), "start"))
         if stage:
-            outcome = stage_and_check(settings, kind, target, artifacts)
+            outcome = stage_benchmark(settings, kind, target, artifacts)
             if publish_checked and outcome.checked:
-                publish(settings, outcome)
+                publish_outcome(settings, outcome)
         else:
             outcome = publish_last_staged(settings, kind, target.benchmark)
         if outcome.staged is not None and outcome.error is None:
@@ -305,5 +236,5 @@ def build(
     """Stage, check and (when they pass) publish ``targets``; refresh the catalog once at the end."""
     outcomes = list(iter_build(settings, family, targets, inputs=inputs, publish_checked=publish_checked))
     if any(o.publication is not None for o in outcomes):
-        refresh_and_report(settings.catalog_path, settings.store_dir)
+        publishing.refresh_catalog(settings)
     return outcomes

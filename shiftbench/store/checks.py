@@ -2,7 +2,7 @@
 
 Publishing trusts nothing it did not check itself: a version's files must have exactly the checksums in its
 manifest, and a passing contract check must be recorded for exactly those files under the contracts in force
-now. Both questions are answered here, so that publishing (:mod:`shiftbench.store_publications`) and staging
+now. Both questions are answered here, so that publishing (:mod:`shiftbench.store.log`) and staging
 (which finds a damaged copy of the version it is writing) ask them the same way.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +19,7 @@ from typing import Any
 from shiftbench.contracts import contracts_fingerprint
 from shiftbench.errors import ContractViolation, StoreError
 from shiftbench.fingerprint import sha256_file
-from shiftbench.store_layout import StagedVersion, StoreLayout, version_id
-
-ContractsFingerprint = Callable[[list[str]], str]
+from shiftbench.store.layout import StagedVersion, StoreLayout, version_id
 
 
 @dataclass(frozen=True)
@@ -125,12 +123,12 @@ def verify(staged: StagedVersion) -> None:
 class VersionChecks:
     """The contract check records of one store: written, read, and judged against the files and contracts now.
 
-    ``contracts`` fingerprints the contracts in force for some tables (:func:`contracts_fingerprint`).
+    The contracts in force are fingerprinted by :func:`contracts_fingerprint`, looked up at each call (a test that
+    changes the contracts in force replaces it).
     """
 
-    def __init__(self, layout: StoreLayout, contracts: ContractsFingerprint = contracts_fingerprint) -> None:
+    def __init__(self, layout: StoreLayout) -> None:
         self.layout = layout
-        self.contracts = contracts
 
     def record_check(
         self,
@@ -150,7 +148,7 @@ class VersionChecks:
             version=staged.version,
             passed=passed,
             files={name: entry["sha256"] for name, entry in sorted(manifest["tables"].items())},
-            contracts=self.contracts(sorted(manifest["tables"])),
+            contracts=contracts_fingerprint(sorted(manifest["tables"])),
             rules=rules,
             failed=failed,
             checked_at=datetime.now(UTC).isoformat(timespec="microseconds"),
@@ -212,6 +210,6 @@ class VersionChecks:
         files = {name: entry["sha256"] for name, entry in staged.manifest()["tables"].items()}
         if record.files != files:
             return "was checked on other files than these: check it again"
-        if record.contracts != self.contracts(sorted(files)):
+        if record.contracts != contracts_fingerprint(sorted(files)):
             return "was checked against other contracts than today's: check it again"
         return None

@@ -3,7 +3,7 @@
 A version becomes latest only when an event naming it is appended to its benchmark's log, under the benchmark's
 lock, after its files were verified and a passing contract check of exactly those files was found. The log is a
 chain (each event carries its sequence number and the hash of the event before; ``HEAD`` names the newest), so
-reading it also finds a missing, edited or forged event; what it finds goes to the store's ``problems``.
+reading it also finds a missing, edited or forged event; what it finds goes to the log's ``problems``.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from typing import Any
 
 from shiftbench.errors import StoreError
 from shiftbench.fingerprint import canonical_json
-from shiftbench.store_checks import VersionChecks, verify
-from shiftbench.store_layout import LOG_HEAD, StagedVersion, StoreLayout
+from shiftbench.store.checks import VersionChecks, verify
+from shiftbench.store.layout import LOG_HEAD, StagedVersion, StoreLayout
 
 
 @dataclass(frozen=True)
@@ -53,13 +53,14 @@ class VersionInfo:
 class PublicationLog:
     """Publishing checked versions, and reading back what was published (latest, every version, removed ones).
 
-    Damage met while reading is added to ``problems`` (the store's): a damaged file is skipped, not fatal.
+    Damage met while reading is added to ``problems``, each naming its file: a damaged file is skipped, not fatal
+    (``shiftbench versions`` and the catalog say what was left out).
     """
 
-    def __init__(self, layout: StoreLayout, checks: VersionChecks, problems: set[str]) -> None:
+    def __init__(self, layout: StoreLayout, checks: VersionChecks) -> None:
         self.layout = layout
         self.checks = checks
-        self.problems = problems
+        self.problems: set[str] = set()
 
     def publish(self, staged: StagedVersion) -> Publication:
         """Make a checked version the latest of its benchmark (no-op when it already is).

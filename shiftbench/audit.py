@@ -3,7 +3,7 @@
 For each benchmark (every one, or those named): its records (the publication log's chain and head, the list of
 versions gc removed, the pointer to the version staged last) and its latest version: the manifest and its files
 (names, id, sizes, SHA-256, no stray table file), each table's content hash recomputed from its rows (what the
-version id was made of: :mod:`shiftbench.store_content`), its check record, and every contract run again and
+version id was made of: :mod:`shiftbench.store.content`), its check record, and every contract run again and
 recorded. Damage is a finding, never an exception: one damaged benchmark does not stop the others' checks, and
 the command's exit code is 1 when anything was found. Only a name that is not a published benchmark at all is bad
 input.
@@ -20,10 +20,8 @@ from dataclasses import dataclass, field
 
 from shiftbench.errors import InputError
 from shiftbench.publishing import check_staged, check_version
-from shiftbench.store import StagedVersion, Store
-from shiftbench.store_checks import damage
-from shiftbench.store_content import content_findings
-from shiftbench.store_layout import LOG_HEAD
+from shiftbench.store import LOG_HEAD, StagedVersion, Store, damage
+from shiftbench.store.content import content_findings
 
 Say = Callable[[str], None]
 
