@@ -51,8 +51,8 @@ from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.catalog import refresh_and_report
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target
+from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
-from shiftbench.spec_files import parse_value
 
 
 def partitions_of(kind: Kind) -> dg.DynamicPartitionsDefinition:

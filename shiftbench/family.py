@@ -27,7 +27,7 @@ from shiftbench.analysis import Analysis
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_json
 from shiftbench.settings import Settings
-from shiftbench.spec_files import Spec
+from shiftbench.spec_model import Spec
 from shiftbench.store import StagedVersion
 
 

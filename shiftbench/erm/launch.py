@@ -43,7 +43,7 @@ from shiftbench.images import resolve_images as resolve_manifest_images
 from shiftbench.naming import tagged
 from shiftbench.publishing import PublishOutcome, check_version, describe_failures, environment, publish_staged
 from shiftbench.settings import Settings
-from shiftbench.spec_files import merge_named, spec_document, spec_texts
+from shiftbench.spec_model import merge_named, spec_document, spec_texts
 from shiftbench.store import StagedVersion, Store, check_benchmark_name
 
 FAMILY = "erm"
