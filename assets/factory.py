@@ -141,7 +141,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         deps=deps,
         group_name=item.key[0],
         code_version=item.code_version,
-        kinds=set(item.kinds),
+        kinds=set(item.compute_kinds),
         automation_condition=rebuild(),
         description=item.description,
     )
@@ -280,7 +280,7 @@ def _kind_specs(family: Family, kind: Kind, spec_source_key: dg.AssetKey) -> lis
             deps=[spec_source_key, *input_keys],
             group_name=family.name,
             code_version=kind.code_version,
-            kinds=set(kind.kinds),
+            kinds=set(kind.compute_kinds),
             automation_condition=rebuild(),
             skippable=True,
             description=f"{kind.description} Staged as an immutable, not yet published version; its contract "
