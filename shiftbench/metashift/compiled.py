@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 _DECORATING = threading.Lock()
 _SETTING = "CACHE_DIR"  # numba.core.config's name for NUMBA_CACHE_DIR (not in numba's type hints)
@@ -36,6 +36,14 @@ def cache_dir() -> Path | None:
     except (OSError, RuntimeError):  # RuntimeError: no home directory to be found
         return None
     return folder
+
+
+@overload
+def njit_cached(function: Callable[..., Any], *, inline: bool = False) -> Any: ...
+
+
+@overload
+def njit_cached(function: None = None, *, inline: bool = False) -> Callable[[Callable[..., Any]], Any]: ...
 
 
 def njit_cached(function: Callable[..., Any] | None = None, *, inline: bool = False) -> Any:
