@@ -32,8 +32,8 @@ from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
+from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
-from shiftbench.spec_files import parse_value
 from shiftbench.store import Store
 
 TABLES = ("erm_results", "erm_runs", "erm_curves")

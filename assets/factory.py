@@ -50,8 +50,8 @@ from shiftbench import benchmark_builds, progress, publishing, registry, variant
 from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target
+from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
-from shiftbench.spec_files import parse_value
 
 
 def partitions_of(kind: Kind) -> dg.DynamicPartitionsDefinition:
@@ -140,7 +140,7 @@ def input_asset(family: Family, item: Input) -> dg.AssetsDefinition:
         deps=deps,
         group_name=item.key[0],
         code_version=item.code_version,
-        kinds=set(item.kinds),
+        kinds=set(item.compute_kinds),
         automation_condition=rebuild(),
         description=item.description,
     )
@@ -279,7 +279,7 @@ def _kind_specs(family: Family, kind: Kind, spec_source_key: dg.AssetKey) -> lis
             deps=[spec_source_key, *input_keys],
             group_name=family.name,
             code_version=kind.code_version,
-            kinds=set(kind.kinds),
+            kinds=set(kind.compute_kinds),
             automation_condition=rebuild(),
             skippable=True,
             description=f"{kind.description} Staged as an immutable, not yet published version; its contract "

@@ -27,7 +27,7 @@ from shiftbench.analysis import Analysis
 from shiftbench.cache import CachedArtifact
 from shiftbench.fingerprint import sha256_json
 from shiftbench.settings import Settings
-from shiftbench.spec_files import Spec
+from shiftbench.spec_model import Spec
 from shiftbench.store import StagedVersion
 
 
@@ -89,7 +89,8 @@ class Input:
     rows: str  # the artifact meta key holding its row count
     sources: tuple[str, ...] = ()  # raw source names
     inputs: tuple[str, ...] = ()  # names of inputs it reads (each listed earlier in the family)
-    kinds: frozenset[str] = frozenset({"polars", "parquet"})
+    # The tools its step runs, shown by Dagster as the asset's kind tags (compute kinds).
+    compute_kinds: frozenset[str] = frozenset({"polars", "parquet"})
     warnings: Callable[[CachedArtifact], list[str]] = lambda artifact: []
     code_version: str = "1"
 
@@ -142,7 +143,8 @@ class Kind:
     unavailable: Callable[[Settings, Spec], str | None] = lambda settings, spec: None  # why it cannot build here
     trainable: bool = True  # has examples an ERM baseline can train on
     code_version: str = "1"
-    kinds: frozenset[str] = frozenset({"polars", "parquet"})
+    # The tools its steps run, shown by Dagster as the assets' kind tags (compute kinds).
+    compute_kinds: frozenset[str] = frozenset({"polars", "parquet"})
     spec_source: str = ""  # the setting naming the user's extra spec file
     # What else defines a spec's content besides itself (MetaShift's general contexts, a ConDS dataset).
     spec_context: Callable[[Settings, Spec], Any] = lambda settings, spec: None

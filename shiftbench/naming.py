@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TypeVar
 
-from shiftbench.spec_files import Spec
+from shiftbench.spec_model import Spec
 
 S = TypeVar("S", bound=Spec)
 TAG_SEPARATOR = "@"

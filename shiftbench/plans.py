@@ -15,8 +15,8 @@ from typing import Any
 from shiftbench import registry, variants
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
+from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
-from shiftbench.spec_files import parse_value
 
 
 def parse_overrides(items: Iterable[str], parameter: str = "--set") -> dict[str, Any]:

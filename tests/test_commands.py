@@ -336,7 +336,7 @@ def _scene_file(path: Path, n_images: int, first: int) -> Path:
 def test_gqa_files_get_the_papers_names_only_with_the_releases_image_counts(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
-    from shiftbench.metashift import family as metashift
+    from shiftbench.metashift import annotations as metashift
     from shiftbench.sources.gqa_release import RELEASE_IMAGE_COUNTS
 
     train = _scene_file(tmp_path / "train_sceneGraphs.json", RELEASE_IMAGE_COUNTS[0], 0)

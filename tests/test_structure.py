@@ -419,6 +419,29 @@ def import_time_writes(root: Path, packages: Sequence[str] = LAYERS) -> list[str
     return sorted(set(found), key=_by_place)
 
 
+def _family_of(module: str, families: set[str]) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "shiftbench" and parts[1] in families else None
+
+
+def cross_family_imports(root: Path) -> list[str]:
+    """``file:line: module imports target`` for every import of one family's package (a folder of shiftbench/ with a
+    ``family.py``) by another family's: a family reaches shared code, never another family."""
+    families = {path.parent.name for path in (root / "shiftbench").glob("*/family.py")}
+    sources = read_sources(root, ["shiftbench"])
+    known = set(sources)
+    found = []
+    for source in sources.values():
+        mine = _family_of(source.module, families)
+        if mine is None:
+            continue
+        for target, node in imported(source, known):
+            theirs = _family_of(target, families)
+            if theirs is not None and theirs != mine:
+                found.append(f"{_where(source, node, root)}: {source.module} imports {target}")
+    return sorted(set(found), key=_by_place)
+
+
 # --- the checks on this project ------------------------------------------------------------------------------------
 
 
@@ -432,6 +455,11 @@ def test_nothing_is_imported_from_a_higher_layer() -> None:
     assert not upward, f"imports against the layers {' < '.join(LAYERS)} (or of Dagster in shiftbench):\n" + "\n".join(
         upward
     )
+
+
+def test_no_family_imports_another_family() -> None:
+    crossing = cross_family_imports(PROJECT)
+    assert not crossing, "move what families share into shared code (shiftbench/):\n" + "\n".join(crossing)
 
 
 def test_no_long_function_or_class() -> None:
@@ -745,4 +773,26 @@ def test_long_files_are_named_unless_explained(tmp_path: Path) -> None:
         "shiftbench/no_reason.py: 7 lines (at most 5)",
         "shiftbench/plain.py: 6 lines (at most 5)",
         "shiftbench/too_late.py: 12 lines (at most 5)",
+    ]
+
+
+def test_an_import_of_another_familys_package_is_named(tmp_path: Path) -> None:
+    root = _tree(
+        tmp_path,
+        {
+            "shiftbench/__init__.py": "",
+            "shiftbench/spec_model.py": "",
+            "shiftbench/alpha/__init__.py": "",
+            "shiftbench/alpha/family.py": "from shiftbench.alpha import specs\nfrom shiftbench import spec_model\n",
+            "shiftbench/alpha/specs.py": "def f():\n    from shiftbench.beta.specs import at_least\n",
+            "shiftbench/beta/__init__.py": "",
+            "shiftbench/beta/family.py": "import shiftbench.alpha\n",
+            "shiftbench/beta/specs.py": "",
+            "shiftbench/registry.py": "from shiftbench.alpha.family import A\nfrom shiftbench.beta.family import B\n",
+            "shiftbench/helpers/__init__.py": "from shiftbench.alpha import specs\n",  # no family.py: not a family
+        },
+    )
+    assert cross_family_imports(root) == [
+        "shiftbench/alpha/specs.py:2: shiftbench.alpha.specs imports shiftbench.beta.specs",
+        "shiftbench/beta/family.py:1: shiftbench.beta.family imports shiftbench.alpha",
     ]

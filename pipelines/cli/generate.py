@@ -34,7 +34,7 @@ def add_generate(sub: Subcommands) -> None:
 
 def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
-    from shiftbench.metashift.generating import generate_task
+    from shiftbench.metashift.generate import generate_task
     from shiftbench.registry import check_new_name
 
     settings = Settings.from_env()

@@ -146,7 +146,7 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     from shiftbench.assets.erm import NULLABLE
 
     from shiftbench.erm.config import TrainConfig, coerce_value
-    from shiftbench.spec_files import format_value
+    from shiftbench.located_yaml import format_value
 
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
     typed: dict[str, Any] = {}

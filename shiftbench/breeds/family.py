@@ -255,7 +255,7 @@ CALIBRATED = Input(
     rows="n_nodes",
     sources=("breeds_hierarchy_files",),
     inputs=(HIERARCHY.name, IMAGES.name),
-    kinds=frozenset({"networkx", "parquet"}),
+    compute_kinds=frozenset({"networkx", "parquet"}),
     warnings=_calibration_warnings,
 )
 

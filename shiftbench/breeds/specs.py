@@ -13,7 +13,8 @@ from pydantic import ValidationInfo, model_validator
 
 from shiftbench.breeds.tasks import SPLITS, TaskParams
 from shiftbench.errors import InputError
-from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
+from shiftbench.located_yaml import line_of
+from shiftbench.spec_model import Spec, build, merge_named, source_of, spec_document, spec_texts
 
 SPEC_FIELDS = ("level", "n_subclasses", "split", "seed", "ancestor")
 

@@ -23,8 +23,17 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from shiftbench.errors import InputError
-from shiftbench.metashift.specs import at_least, fraction
-from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
+from shiftbench.located_yaml import line_of
+from shiftbench.spec_model import (
+    Spec,
+    at_least,
+    build,
+    fraction,
+    merge_named,
+    source_of,
+    spec_document,
+    spec_texts,
+)
 
 SHIFTS = ("sc", "ldd", "uds")
 PAIRS = (("sc", "ldd"), ("sc", "uds"), ("ldd", "uds"))

@@ -39,7 +39,7 @@ from shiftbench.images import STANDIN, ImageSource
 from shiftbench.naming import tagged
 from shiftbench.publishing import PublishOutcome, environment, publish_checked, stage_and_check
 from shiftbench.settings import Settings
-from shiftbench.spec_files import merge_named, spec_document, spec_texts
+from shiftbench.spec_model import merge_named, spec_document, spec_texts
 from shiftbench.splits import PublishedSplit, published_split, split_images
 from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.store import StagedVersion, check_benchmark_name

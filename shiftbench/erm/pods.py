@@ -27,7 +27,7 @@ from pydantic.alias_generators import to_camel
 
 from shiftbench.erm.checkpoints import REGISTRY
 from shiftbench.errors import InputError
-from shiftbench.spec_files import parse_yaml, validation_error
+from shiftbench.located_yaml import parse_yaml, validation_error
 from shiftbench.textio import read_text
 
 SETTING = "SHIFTBENCH_K8S_POD"

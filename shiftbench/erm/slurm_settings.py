@@ -3,7 +3,7 @@
 ``sbatch`` accepts a misspelt option or a bad time only to fail later, or silently drops what it does not know
 in a ``#SBATCH`` line; a sweep would then wait for jobs that never run. So the settings (``--slurm-settings``,
 ``SHIFTBENCH_SLURM_SETTINGS``) are validated here first: one bad value is one :class:`InputError` naming the
-file, the line and the key (:func:`shiftbench.spec_files.validation_error`), exit 2, nothing submitted.
+file, the line and the key (:func:`shiftbench.located_yaml.validation_error`), exit 2, nothing submitted.
 
 Pure library: no Slurm command runs here.
 """
@@ -18,7 +18,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, ValidationInfo, field_validator
 
 from shiftbench.errors import InputError
-from shiftbench.spec_files import parse_yaml, validation_error
+from shiftbench.located_yaml import parse_yaml, validation_error
 from shiftbench.textio import read_text
 
 SETTING = "SHIFTBENCH_SLURM_SETTINGS"

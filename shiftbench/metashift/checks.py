@@ -3,6 +3,11 @@
 Each function is named by a ``type: custom`` quality rule of a contract in ``data_contracts/``
 (``implementation: shiftbench.metashift.checks:<function>``), receives the version's table files and
 returns the number the rule compares (here: how many rows break it). See :mod:`shiftbench.contracts`.
+
+The rules' code stays in this one module: a contract's fingerprint hashes the source of the module its custom
+rules name (and only that one), so a change here invalidates the checks recorded under the old code. The compiled
+count of a class's images (:func:`shiftbench.metashift.kernels.recount_class`) lives beside the build's loops it
+shares its mechanics with.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import polars as pl
 from shiftbench.memory import release_freed_memory
 from shiftbench.metashift.compiled import njit_cached
 from shiftbench.metashift.index import _bits, _unique_pairs, sorted_unique
+from shiftbench.metashift.kernels import recount_class
 
 _KEY = ["benchmark", "version"]
 _EDGE_COLUMNS = pl.Schema(
@@ -192,56 +198,6 @@ def _csr(rows: np.ndarray, n_rows: int) -> np.ndarray:
     return offsets
 
 
-@njit_cached
-def _recount(
-    images: np.ndarray,
-    tag_offsets: np.ndarray,
-    tags: np.ndarray,
-    tag_kinds: np.ndarray,
-    attribute_images: np.ndarray,
-    attributes: np.ndarray,
-    local: np.ndarray,
-    k: int,
-    pairs: np.ndarray,
-) -> np.ndarray:
-    """Sizes of a class's k selected subsets over its ``images``, and their shared images into ``pairs`` (k x k,
-    upper triangle), from the stored rows: an image's tags (``local[kind, tag]`` is the subset's number or -1) and
-    the class's (image, attribute) rows sorted by image."""
-    sizes = np.zeros(k, dtype=np.int64)
-    found = np.empty(k, dtype=np.int64)
-    a = 0
-    for image in images:
-        n = 0
-        for j in range(tag_offsets[image], tag_offsets[image + 1]):
-            number = local[tag_kinds[j], tags[j]]
-            if number >= 0:
-                found[n] = number
-                n += 1
-        while a < len(attribute_images) and attribute_images[a] < image:
-            a += 1
-        while a < len(attribute_images) and attribute_images[a] == image:
-            number = local[2, attributes[a]]
-            if number >= 0:
-                found[n] = number
-                n += 1
-            a += 1
-        for x in range(n):
-            sizes[found[x]] += 1
-        if pairs.shape[0] == 0 or n < 2:
-            continue
-        for x in range(1, n):  # insertion sort of a handful of numbers, in place
-            value = found[x]
-            y = x - 1
-            while y >= 0 and found[y] > value:
-                found[y + 1] = found[y]
-                y -= 1
-            found[y + 1] = value
-        for x in range(n - 1):
-            for y in range(x + 1, n):
-                pairs[found[x], found[y]] += 1
-    return sizes
-
-
 @dataclass(frozen=True)
 class _Recount:
     """A version's selected subsets (sorted by name) with the sizes and shared images counted from its annotations."""
@@ -407,7 +363,7 @@ def _count_again(files: Mapping[str, Path], same: pl.Expr, edges: pl.LazyFrame) 
         dense = wanted is not None and k <= DENSE_PAIRS_MAX
         pairs = np.zeros((k, k) if dense else (0, 0), dtype=np.int64)
         images = stored.shows_image[lo:hi]
-        counted[part["row"].to_numpy()] = _recount(
+        counted[part["row"].to_numpy()] = recount_class(
             images,
             stored.tag_offsets,
             stored.tags,

@@ -11,7 +11,8 @@ and nothing is stored per pair of subsets: distances are a view over the embeddi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
@@ -23,13 +24,17 @@ from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.subsets import CONTEXT_KINDS
 
+if TYPE_CHECKING:  # a class's work (in worker processes too) needs the values, not the spec model
+    from shiftbench.metashift.specs import CollectionSpec
+
 SELECTIONS = ("selected", "too_small", "capped", "class_too_few_subsets")
 DENSE_COOCCURRENCE_MAX = 8192  # selected subsets of one class counted in a dense k x k matrix (256 MiB at most)
 
 
 @dataclass(frozen=True)
 class ClassSettings:
-    """What a class's work depends on (the collection spec's parameters, and its scope)."""
+    """What a class's work depends on: the collection spec's parameters of these names (:meth:`of`), no more (a
+    unit of work gets these, not the spec with its scope's class list)."""
 
     min_subset_size: int
     min_subsets_per_class: int
@@ -39,6 +44,10 @@ class ClassSettings:
     embedding_dim: int
     community_method: str
     seed: int
+
+    @classmethod
+    def of(cls, spec: CollectionSpec) -> ClassSettings:
+        return cls(**{f.name: getattr(spec, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)

@@ -65,19 +65,6 @@ from shiftbench.streamed import StreamedTable
 T = TypeVar("T")
 
 
-def class_settings(spec: CollectionSpec) -> ClassSettings:
-    return ClassSettings(
-        min_subset_size=spec.min_subset_size,
-        min_subsets_per_class=spec.min_subsets_per_class,
-        max_contexts_per_class=spec.max_contexts_per_class,
-        edge_threshold=spec.edge_threshold,
-        embedding=spec.embedding,
-        embedding_dim=spec.embedding_dim,
-        community_method=spec.community_method,
-        seed=spec.seed,
-    )
-
-
 def known_classes(objects: CodedObjects, class_groups: pl.DataFrame | None) -> pl.Series:
     """The names a class list may use: the object names of the annotations, or the class groups."""
     if class_groups is not None:
@@ -181,7 +168,7 @@ def build_collection(
     index, scope = prepare(spec, objects, images, general_contexts, class_groups)
     del objects
     release_freed_memory()
-    settings = class_settings(spec)
+    settings = ClassSettings.of(spec)
     if n_buckets <= 0:
         outcomes = build_classes(index, settings)
     else:

@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 _DECORATING = threading.Lock()
 _SETTING = "CACHE_DIR"  # numba.core.config's name for NUMBA_CACHE_DIR (not in numba's type hints)
@@ -38,18 +38,31 @@ def cache_dir() -> Path | None:
     return folder
 
 
-def njit_cached(function: Callable[..., Any]) -> Any:
-    """``numba.njit(nogil=True)`` cached in :func:`cache_dir` (compiled per process when there is none)."""
+@overload
+def njit_cached(function: Callable[..., Any], *, inline: bool = False) -> Any: ...
+
+
+@overload
+def njit_cached(function: None = None, *, inline: bool = False) -> Callable[[Callable[..., Any]], Any]: ...
+
+
+def njit_cached(function: Callable[..., Any] | None = None, *, inline: bool = False) -> Any:
+    """``numba.njit(nogil=True)`` cached in :func:`cache_dir` (compiled per process when there is none);
+    ``@njit_cached(inline=True)``: a small helper numba inlines into its callers (``inline="always"``), so sharing it
+    costs no call per image."""
+    if function is None:
+        return lambda given: njit_cached(given, inline=inline)
     from numba import njit
     from numba.core import config
 
+    options: dict[str, Any] = {"nogil": True, "inline": "always" if inline else "never"}
     folder = cache_dir()
     if folder is None:
-        return njit(nogil=True)(function)
+        return njit(**options)(function)
     with _DECORATING:
         before = getattr(config, _SETTING)
         setattr(config, _SETTING, str(folder))
         try:
-            return njit(cache=True, nogil=True)(function)
+            return njit(cache=True, **options)(function)
         finally:
             setattr(config, _SETTING, before)

@@ -5,11 +5,24 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
 from shiftbench.plots import learner_label, png_bytes, pyplot
+
+if TYPE_CHECKING:  # not imported at run time: a worker drawing the figures needs none of the builders
+    from shiftbench.metashift.classes import ClassOutcome, ClassResult
+
+MAX_FIGURES = 12  # the largest classes; the UI shows 4 inline (shiftbench.metashift.cards.FIGURES_INLINE)
+MAX_FIGURE_NODES = 60  # about what MetaShift's Figure 2 shows per class
+FIGURES_IN_WORKER_FROM = 5_000  # selected subsets from which a worker draws the figures (GQA attributes: 8,015)
+TASK_FIGURE = "task_distances.png"
+
+
+def figure_name(class_name: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in class_name)
+    return f"metagraph_{safe}.png"
 
 
 def _component_grid_layout(graph: Any, seed: int) -> dict[int, Any]:
@@ -109,6 +122,34 @@ def metagraph_figures_started(drawings: Sequence[MetaGraphDrawing], *, in_worker
         return [future.result() for future in futures]
 
     return result
+
+
+def collection_figures_started(outcomes: Sequence[ClassOutcome], benchmark: str) -> Callable[[], dict[str, bytes]]:
+    """Figures of the largest classes' meta-graphs, being drawn from now on (the call waits for them)."""
+    results = {o.class_name: o.result for o in outcomes if o.result is not None}
+    largest = sorted(results, key=lambda c: (-len(results[c].graph.nodes), c))[:MAX_FIGURES]
+    in_worker = sum(len(result.graph.nodes) for result in results.values()) >= FIGURES_IN_WORKER_FROM
+    pngs = metagraph_figures_started([_drawing(results[n], n, benchmark) for n in largest], in_worker=in_worker)
+    return lambda: {figure_name(name): png for name, png in zip(largest, pngs(), strict=True)}
+
+
+def _drawing(result: ClassResult, class_name: str, benchmark: str) -> MetaGraphDrawing:
+    """A class's meta-graph as its figure shows it."""
+    community_of = {m: k for k, members in enumerate(result.communities) for m in members}
+    nodes = result.graph.nodes
+    # A figure of thousands of labelled nodes is unreadable and takes tens of seconds: draw the
+    # largest subsets (nodes come largest first) and their edges, and say so in the title.
+    shown = min(len(nodes), MAX_FIGURE_NODES)
+    coo = result.graph.weights.tocoo()
+    edges = [(int(i), int(j), float(w)) for i, j, w in zip(coo.row, coo.col, coo.data, strict=True) if i < j < shown]
+    drawn = f"the {shown} largest of " if shown < len(nodes) else ""
+    return MetaGraphDrawing(
+        nodes[:shown],
+        result.graph.sizes[:shown].tolist(),
+        edges,
+        [community_of[n] for n in nodes[:shown]],
+        f"{class_name}: {drawn}{len(nodes)} subsets, {len(result.communities)} communities ({benchmark})",
+    )
 
 
 def task_distances(communities: pl.DataFrame, title: str) -> bytes:

@@ -1,4 +1,4 @@
-"""Distance-controlled MetaShift domain-generalization tasks, written as task specs.
+"""``shiftbench generate metashift-dg``: distance-controlled MetaShift domain-generalization tasks, as task specs.
 
 MetaShift's users pick training contexts by hand to get shifts of different sizes (paper §4.1:
 cat vs dog, test on dog(shelf), four dog training sets at increasing distance d). Given two
@@ -13,12 +13,14 @@ The rules of the paper's tasks, kept here:
 - **Size**: a candidate must supply its class's share of ``train_size`` after leakage removal, and
   hold at least ``min_subset_size`` images, so no variant needs scaling down.
 - **Distance**: the paper's merge (``community_embedding: member_mean``): every subset of B with
-  at least ``min_subset_size`` images is embedded once, so a community's distance to the test
-  subset does not depend on which other communities a spec lists; the built task measures exactly
-  the d chosen here.
+  at least ``min_subset_size`` images is embedded once, in the class's meta-graph of subsets cut at the
+  paper's threshold (:data:`~shiftbench.metashift.metagraph.SUBSET_GRAPH_EDGE_THRESHOLD`), so a community's
+  distance to the test subset does not depend on which other communities a spec lists; the built task measures
+  exactly the d chosen here.
 
 Class A trains on its largest subsets other than the test context (fixed across variants) and is
-tested on ``A(ctx)``.
+tested on ``A(ctx)``. :func:`generate_task` reads the scenes the request's contexts need (built first if not
+cached); :func:`generate_dg` chooses from given scenes.
 """
 
 from __future__ import annotations
@@ -32,11 +34,17 @@ import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from shiftbench import benchmark_builds
 from shiftbench.errors import InputError
 from shiftbench.metashift import build
-from shiftbench.metashift.specs import Community, TaskSpec, parse_specs
+from shiftbench.metashift.family import METASHIFT
+from shiftbench.metashift.metagraph import SUBSET_GRAPH_EDGE_THRESHOLD
+from shiftbench.metashift.scenes import RELEASED, SCENES, read_scenes
+from shiftbench.metashift.settings import MetaShiftSettings
+from shiftbench.metashift.specs import Community, TaskSpec, load_specs, parse_specs
 from shiftbench.metashift.subsets import parse_subset_name
 from shiftbench.metashift.tasks import TaskData, community_distances, excluded_images, split_quota
+from shiftbench.settings import Settings
 from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.store import check_benchmark_name
 
@@ -55,7 +63,6 @@ class DgRequest(BaseModel):
     name: str | None = None
     train_size: int = 400
     min_subset_size: int = 25
-    edge_threshold: float = 0.1
     embedding: str = "paper"
     embedding_dim: int = 5
     context_kinds: tuple[str, ...] = ("object", "general")
@@ -121,7 +128,7 @@ def _task_spec(request: DgRequest, name: str, communities: Sequence[Community]) 
         context_kinds=request.context_kinds,
         community_embedding="member_mean",
         embedding=request.embedding,
-        edge_threshold=request.edge_threshold,
+        edge_threshold=SUBSET_GRAPH_EDGE_THRESHOLD,
         embedding_dim=request.embedding_dim,
         min_subset_size=request.min_subset_size,
         seed=request.seed,
@@ -291,7 +298,7 @@ def _document(
         "distance_class": b,
         "community_embedding": "member_mean",
         "embedding": request.embedding,
-        "edge_threshold": request.edge_threshold,
+        "edge_threshold": SUBSET_GRAPH_EDGE_THRESHOLD,
         "embedding_dim": request.embedding_dim,
         "min_subset_size": request.min_subset_size,
         "seed": request.seed,
@@ -344,3 +351,16 @@ def generate_dg(
     text += yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=120)
     parse_specs(text, "<generated>")  # the spec the family will read: validated before anyone sees it
     return GeneratedTask(name, text, tuple(choices), len(ranked), document)
+
+
+def generate_task(settings: Settings, request: DgRequest) -> GeneratedTask:
+    """A distance-controlled MetaShift domain-generalization task, from the scenes the request's contexts need:
+    the released attribute annotations when only attributes are asked for and no GQA scene graphs are set, else
+    the scene graphs (built first if not cached)."""
+    own = settings.of(MetaShiftSettings)
+    released = request.context_kinds == ("attribute",) and not own.gqa_scene_graphs
+    scenes_input = RELEASED if released else SCENES
+    artifact = benchmark_builds.build_inputs(settings, METASHIFT, [scenes_input.name])[scenes_input.name]
+    objects, images = read_scenes(artifact)
+    source = f"{artifact.meta['dataset']} ({artifact.meta['kind']}, {artifact.fingerprint[:16]})"
+    return generate_dg(objects, images, load_specs(own.metashift_specs).general_contexts, request, source)

@@ -1,14 +1,22 @@
-"""The compiled loops of a class's work (numba, no GIL: classes run side by side in threads).
+"""The compiled loops over one class's images (numba, no GIL: classes run side by side in threads).
 
-Both loops read one class's images from the scene index (:mod:`shiftbench.metashift.index`):
+The build reads a class's images from the scene index (:mod:`shiftbench.metashift.index`):
 
 - :func:`count_contexts`: how many of the class's images show each context of one kind (a candidate subset's
-  size), by one pass over its images' context lists into a counter array;
+  size), by one pass over its images' context lists into a counter array (:func:`count_attributes`: the same
+  over a class's (image, attribute) pairs; the two stay apart: count_attributes as count_contexts over one row
+  measured 5% slower, a shared tally helper twice as slow);
 - :func:`cooccurrences`: for the class's selected subsets (local numbers 0..k-1), how many images each pair
   shares, by one pass over its images: every pair of selected contexts of an image adds one to a k x k
   matrix. This is |X ∩ Y| for every pair at once, the numerator of the overlap coefficient, in
   sum over images of (selected contexts of the image)² / 2 increments, where a sparse product MᵀM costs the
   same products through an index structure.
+
+The contract check counts the same again from a version's stored tables (:func:`recount_class`, for
+:mod:`shiftbench.metashift.checks`): it looks an image's subsets up in what the version stores, not in the
+build's index, and shares with the build only the mechanics below (an image's attribute rows, sorting its few
+subset numbers, counting their pairs). They live in this one file on purpose: numba's cache of a function is
+refreshed when the file holding it changes, not when a function it calls changes in another file.
 """
 
 from __future__ import annotations
@@ -77,6 +85,46 @@ def count_attributes(codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray,
     return ordered, sizes
 
 
+@njit_cached(inline=True)
+def _attribute_numbers(
+    image: int,
+    a: int,
+    attribute_images: np.ndarray,
+    attributes: np.ndarray,
+    local: np.ndarray,
+    numbers: np.ndarray,
+    n: int,
+) -> tuple[int, int]:
+    """Append to ``numbers[:n]`` the subset numbers (``local[attribute]``, -1: none) of ``image``'s attribute rows,
+    from row ``a`` of rows sorted by image; returns the next row and the new count."""
+    while a < len(attribute_images) and attribute_images[a] < image:
+        a += 1
+    while a < len(attribute_images) and attribute_images[a] == image:
+        number = local[attributes[a]]
+        if number >= 0:
+            numbers[n] = number
+            n += 1
+        a += 1
+    return a, n
+
+
+@njit_cached(inline=True)
+def _count_pairs(numbers: np.ndarray, n: int, shared: np.ndarray) -> None:
+    """Add one to ``shared[x, y]`` for every pair x < y of an image's subset numbers ``numbers[:n]`` (sorted here,
+    in place: an insertion sort of a handful of numbers, where np.sort would allocate)."""
+    for x in range(1, n):
+        value = numbers[x]
+        y = x - 1
+        while y >= 0 and numbers[y] > value:
+            numbers[y + 1] = numbers[y]
+            y -= 1
+        numbers[y + 1] = value
+    for x in range(n - 1):
+        row = numbers[x]
+        for y in range(x + 1, n):
+            shared[row, numbers[y]] += 1
+
+
 @njit_cached
 def cooccurrences(
     class_images: np.ndarray,
@@ -99,7 +147,6 @@ def cooccurrences(
     shared = np.zeros((k, k), dtype=np.int32)
     buffer = np.empty(k, dtype=np.int64)
     a = 0
-    n_attributes = len(attribute_images)
     for image in class_images:
         n = 0
         for j in range(object_offsets[image], object_offsets[image + 1]):
@@ -112,25 +159,41 @@ def cooccurrences(
             if local >= 0:
                 buffer[n] = local
                 n += 1
-        while a < n_attributes and attribute_images[a] < image:
-            a += 1
-        while a < n_attributes and attribute_images[a] == image:
-            local = attribute_local[attributes[a]]
-            if local >= 0:
-                buffer[n] = local
-                n += 1
-            a += 1
-        if n < 2:
-            continue
-        for x in range(1, n):  # insertion sort of an image's few numbers, in place (np.sort would allocate)
-            value = buffer[x]
-            y = x - 1
-            while y >= 0 and buffer[y] > value:
-                buffer[y + 1] = buffer[y]
-                y -= 1
-            buffer[y + 1] = value
-        for x in range(n - 1):
-            row = buffer[x]
-            for y in range(x + 1, n):
-                shared[row, buffer[y]] += 1
+        a, n = _attribute_numbers(image, a, attribute_images, attributes, attribute_local, buffer, n)
+        if n >= 2:
+            _count_pairs(buffer, n, shared)
     return shared
+
+
+@njit_cached
+def recount_class(
+    images: np.ndarray,
+    tag_offsets: np.ndarray,
+    tags: np.ndarray,
+    tag_kinds: np.ndarray,
+    attribute_images: np.ndarray,
+    attributes: np.ndarray,
+    local: np.ndarray,
+    k: int,
+    pairs: np.ndarray,
+) -> np.ndarray:
+    """Sizes of a class's k selected subsets over its ``images``, and their shared images into ``pairs`` (k x k,
+    upper triangle; 0 x 0: not counted), from a version's stored rows: an image's tags (``local[kind, tag]`` is the
+    subset's number or -1) and the class's (image, attribute) rows sorted by image (``local[2, attribute]``)."""
+    sizes = np.zeros(k, dtype=np.int64)
+    found = np.empty(k, dtype=np.int64)
+    attribute_local = local[2]
+    a = 0
+    for image in images:
+        n = 0
+        for j in range(tag_offsets[image], tag_offsets[image + 1]):
+            number = local[tag_kinds[j], tags[j]]
+            if number >= 0:
+                found[n] = number
+                n += 1
+        a, n = _attribute_numbers(image, a, attribute_images, attributes, attribute_local, found, n)
+        for x in range(n):
+            sizes[found[x]] += 1
+        if pairs.shape[0] > 0 and n >= 2:
+            _count_pairs(found, n, pairs)
+    return sizes

@@ -35,6 +35,15 @@ EDGE_SCHEMA = {
 }
 
 
+# An edge threshold cuts one of two graphs, each with its own default (declared here only):
+# - a class's meta-graph of subsets: the paper's 0.1 (Section 3.1), for collections, and for tasks that measure d on it
+#   (community_embedding: member_mean, the paper's merge: the shipped member_mean tasks and `shiftbench generate`);
+# - the graph of a task's communities (community_embedding: community_graph, the task default): the released task
+#   scripts' 0.2.
+SUBSET_GRAPH_EDGE_THRESHOLD = 0.1
+COMMUNITY_GRAPH_EDGE_THRESHOLD = 0.2
+
+
 def check_edge_threshold(value: float, parameter: str = "edge_threshold") -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= float(value) <= 1.0:
         raise InputError(f"must be a number in [0, 1] (an overlap coefficient), got {value!r}", parameter=parameter)

@@ -10,18 +10,36 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
 from shiftbench.errors import InputError
+from shiftbench.located_yaml import line_of
 from shiftbench.metashift.embedding import check_embedding
-from shiftbench.metashift.metagraph import COMMUNITY_METHODS, check_edge_threshold
+from shiftbench.metashift.metagraph import (
+    COMMUNITY_GRAPH_EDGE_THRESHOLD,
+    COMMUNITY_METHODS,
+    SUBSET_GRAPH_EDGE_THRESHOLD,
+    check_edge_threshold,
+)
 from shiftbench.metashift.subsets import check_context_kinds, parse_subset_name
-from shiftbench.spec_files import Spec, build, line_of, merge_named, source_of, spec_document, spec_texts
+from shiftbench.spec_model import (
+    Spec,
+    as_float,
+    at_least,
+    build,
+    fraction,
+    merge_named,
+    source_of,
+    spec_document,
+    spec_texts,
+)
 
 TASK_KINDS = ("domain_generalization", "subpopulation")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
+# An overlap coefficient in [0, 1] (checked with the spec: check_edge_threshold); its defaults are in metagraph.py.
+EdgeThreshold = Annotated[float, BeforeValidator(as_float)]
 
 
 COLLECTION_PARAMS = (
@@ -47,7 +65,7 @@ class CollectionSpec(Spec):
     context_kinds: tuple[str, ...]
     min_subset_size: int = 25
     min_subsets_per_class: int = 6
-    edge_threshold: float = 0.1
+    edge_threshold: EdgeThreshold = SUBSET_GRAPH_EDGE_THRESHOLD
     embedding: str = "paper"
     embedding_dim: int = 5
     community_method: str = "louvain"
@@ -61,7 +79,6 @@ class CollectionSpec(Spec):
     store_distances: bool = False
 
     _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
-    _threshold = field_validator("edge_threshold", mode="before")(lambda value: _as_float(value))
     _classes = field_validator("classes", mode="before")(lambda value: _as_classes(value))
 
     @model_validator(mode="after")
@@ -94,11 +111,6 @@ def _as_classes(value: Any) -> Any:
     return tuple(value) if value is not None else None
 
 
-def _as_float(value: Any) -> Any:
-    """An integer where a float is expected (``edge_threshold: 1``) is that float; bools stay errors."""
-    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
 def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
     at_least(spec.min_subset_size, "min_subset_size", 1, source)
     at_least(spec.min_subsets_per_class, "min_subsets_per_class", 1, source)
@@ -118,21 +130,6 @@ def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:
         )
     at_least(spec.seed, "seed", 0, source)
     return spec
-
-
-def at_least(value: int, parameter: str, minimum: int, where: str) -> int:
-    if value < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {where})", parameter=parameter)
-    return value
-
-
-def fraction(value: float, parameter: str, where: str, *, low_open: bool = False, high_open: bool = False) -> float:
-    """A number in [0, 1], either end open on request."""
-    inside = (value > 0.0 if low_open else value >= 0.0) and (value < 1.0 if high_open else value <= 1.0)
-    if not inside:
-        bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"must be a number in {bounds}, got {value!r} (in {where})", parameter=parameter)
-    return value
 
 
 class Community(BaseModel):
@@ -173,7 +170,7 @@ class TaskSpec(Spec):
     context_kinds: tuple[str, ...] = ("object", "general")
     community_embedding: str = "community_graph"
     embedding: str = "networkx"
-    edge_threshold: float = 0.2
+    edge_threshold: EdgeThreshold = COMMUNITY_GRAPH_EDGE_THRESHOLD
     embedding_dim: int = 5
     min_subset_size: int = 25
     seed: int = 0
@@ -184,9 +181,9 @@ class TaskSpec(Spec):
     minority_fraction: float | None = None
 
     _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
-    _floats = field_validator(
-        "edge_threshold", "id_val_fraction", "minority_fraction", "paper_distance", mode="before"
-    )(lambda value: _as_float(value))
+    _floats = field_validator("id_val_fraction", "minority_fraction", "paper_distance", mode="before")(
+        lambda value: as_float(value)
+    )
 
     @model_validator(mode="after")
     def _valid(self, info: ValidationInfo) -> TaskSpec:

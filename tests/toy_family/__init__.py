@@ -22,7 +22,7 @@ from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, image_block
 from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
-from shiftbench.spec_files import Spec
+from shiftbench.spec_model import Spec
 from shiftbench.store import StagedVersion
 
 NAME = "toy"
