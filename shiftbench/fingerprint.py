@@ -18,14 +18,16 @@ import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
 
 from shiftbench.batches import arrow_batch, rebatch
 from shiftbench.memory import release_freed_memory
-from shiftbench.streamed import StreamedTable
+
+if TYPE_CHECKING:  # reading a split hashes files, never a streamed table: pyarrow.compute stays unloaded
+    from shiftbench.streamed import StreamedTable
 
 _CHUNK = 1 << 20
 # Called with each record batch as it is written into a fingerprint (the store records what of its bytes a

@@ -32,7 +32,6 @@ from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.metashift.staging import CODE_VERSION, stage_collection, stage_task
 from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
-from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 
 # What a collection stores grows with its inputs (shiftbench.metashift.collection). metashift_distances is a view the

@@ -13,7 +13,6 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.publishing import stage_tables
 from shiftbench.cache import CachedArtifact
 from shiftbench.errors import InputError
 from shiftbench.family import Target
@@ -29,6 +28,7 @@ from shiftbench.metashift.scenes import read_scenes, recorded_sources, scenes_fo
 from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
+from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes
 from shiftbench.sources.scene_graphs import read_class_groups
