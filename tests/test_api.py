@@ -49,8 +49,8 @@ def test_the_readme_s_python_example_runs_verbatim(
 def test_load_split_reads_down_the_layers_and_imports_no_family(home: Path) -> None:
     """API -> split reader -> store, in a fresh process as a researcher's script runs: ``load_split(...).examples``
     imports no family's modules (the settings validate every family's settings model, small pydantic modules, and
-    nothing else of a family), nothing of training or the registry of families, and none of numba, scipy, networkx,
-    pandas or torch."""
+    nothing else of a family), nothing of training or the registry of families, no contracts (the store verifies
+    files; contracts are for checks), and none of numba, scipy, networkx, pandas, duckdb or torch."""
     code = (
         "import json, sys\nimport shiftbench\nsplit = shiftbench.load_split(sys.argv[1], home=sys.argv[2])\n"
         "assert split.examples.height\nprint(json.dumps(sorted(sys.modules)))"
@@ -60,8 +60,9 @@ def test_load_split_reads_down_the_layers_and_imports_no_family(home: Path) -> N
     packages = ("shiftbench.breeds", "shiftbench.metashift", "shiftbench.conds")
     family_modules = [m for m in modules if m.startswith(packages) and m not in packages]
     assert family_modules and all(m.endswith(".settings") for m in family_modules), family_modules
-    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.registry"))] == []
-    assert [m for m in modules if m.split(".")[0] in ("numba", "scipy", "networkx", "pandas", "torch")] == []
+    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.registry", "shiftbench.contracts"))] == []
+    heavy = ("numba", "scipy", "networkx", "pandas", "duckdb", "torch")
+    assert [m for m in modules if m.split(".")[0] in heavy] == []
 
 
 def test_evaluate_gives_shiftbench_eval_s_numbers(home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
