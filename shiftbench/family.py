@@ -228,6 +228,9 @@ class Family:
     no_training_examples: str = ""
     # The papers' analyses over this family's results (tables with contracts, a query and a figure each).
     analyses: tuple[Analysis, ...] = ()
+    # Its shift measures (name -> what it means): the words of its versions' ``shift_magnitudes`` rows
+    # (shiftbench.magnitudes: one vocabulary across families, a name means one thing).
+    measures: Mapping[str, str] = field(default_factory=dict)
 
     def kind(self, name: str) -> Kind:
         return next(k for k in self.kinds if k.name == name)

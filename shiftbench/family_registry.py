@@ -14,7 +14,7 @@ This module sits below the settings, so it knows a family only as what it asks o
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -37,6 +37,9 @@ class Registrable(Protocol):
 
     @property
     def contracts_dir(self) -> Path | None: ...
+
+    @property
+    def measures(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True)

@@ -3,14 +3,15 @@
 Every published version says how large its shift is, in rows ``(family, measure, scope, value)``
 (``scope`` is ``all`` for the whole benchmark, else the superclass, class, community or attribute
 a value is about). The catalog view ``shift_magnitudes`` puts all families side by side, so that,
-e.g., BREEDS' ``good`` and ``bad`` splits are comparable numbers. :data:`MEASURES` is the
-vocabulary, defined by the families (each in its package); a version's rows use only its measures.
+e.g., BREEDS' ``good`` and ``bad`` splits are comparable numbers. Each family declares its
+measures (:attr:`shiftbench.family.Family.measures`); :func:`vocabulary` is their union, a name meaning one thing
+across families, and a version's rows use only its family's measures.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,25 +21,30 @@ from shiftbench.family_registry import REGISTRY
 
 SCOPE_ALL = "all"
 
-# The vocabulary: every measure a family defines (define_measures, at the import of its package), with what it
-# means; the cards describe a version's measures from it and magnitudes_table refuses any other.
-MEASURES: dict[str, str] = {}
+
+def measures(family: str) -> Mapping[str, str]:
+    """``family``'s measures (name -> what it means), as its declaration gives them (:attr:`Family.measures`): asked
+    of the registry, so the answer never depends on what was imported before."""
+    found = REGISTRY.get(family)
+    if found is None:
+        raise ValueError(f"no family {family!r} is registered to define shift measures")
+    return found.measures
 
 
-def define_measures(family: str, measures: dict[str, str]) -> None:
-    """Add a family's measures to the vocabulary; a name another family defines differently is refused."""
-    for name, meaning in measures.items():
-        if MEASURES.setdefault(name, meaning) != meaning:
-            raise ValueError(f"shift measure {name!r} of {family} is already defined otherwise: {MEASURES[name]}")
+def vocabulary() -> dict[str, str]:
+    """Every registered family's measures: one vocabulary, in which a name another family defines otherwise is
+    refused (the catalog's ``shift_magnitudes`` view puts the families side by side)."""
+    words: dict[str, str] = {}
+    for family in REGISTRY.families():
+        for name, meaning_ in family.measures.items():
+            if words.setdefault(name, meaning_) != meaning_:
+                raise ValueError(f"shift measure {name!r} of {family.name} is already defined otherwise: {words[name]}")
+    return words
 
 
 def meaning(family: str, measure: str) -> str:
-    """What ``measure`` of ``family`` means. A family defines its measures when its package is imported, so a family
-    not imported yet in this process is imported now (through the registry): the answer never depends on what was
-    imported before."""
-    if measure not in MEASURES:
-        REGISTRY.get(family)
-    return MEASURES[measure]
+    """What ``measure`` of ``family`` means (the cards describe a version's measures with it)."""
+    return measures(family)[measure]
 
 
 SCHEMA = {"family": pl.String, "measure": pl.String, "scope": pl.String, "value": pl.Float64}
@@ -47,7 +53,7 @@ SCHEMA = {"family": pl.String, "measure": pl.String, "scope": pl.String, "value"
 def magnitudes_table(family: str, rows: Iterable[tuple[str, str, float | None]]) -> pl.DataFrame:
     """``(measure, scope, value)`` rows as the ``shift_magnitudes`` table of a version."""
     listed = [(family, measure, scope, None if value is None else float(value)) for measure, scope, value in rows]
-    unknown = sorted({row[1] for row in listed} - set(MEASURES))
+    unknown = sorted({row[1] for row in listed} - set(measures(family)))
     if unknown:  # a family using a measure the vocabulary does not define is shiftbench's bug
         raise ValueError(f"measures not in the shift-magnitude vocabulary: {', '.join(unknown)}")
     return pl.DataFrame(listed, schema=SCHEMA, orient="row")

@@ -19,7 +19,7 @@ from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import magnitudes
 from shiftbench.breeds.specs import load_specs
 from shiftbench.breeds.tasks import build_task
-from shiftbench.magnitudes import MEASURES
+from shiftbench.magnitudes import vocabulary
 from shiftbench.settings import Settings
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
 from shiftbench.store import Store
@@ -137,7 +137,7 @@ def test_every_version_has_magnitudes_a_card_and_a_valid_croissant(
         tv = con.execute("SELECT tv_distance FROM conds_cases").fetchone()
         assert tv is not None and measured["sprites-sc-object_color"] == tv[0]
         used = {r[0] for r in con.execute("SELECT DISTINCT measure FROM shift_magnitudes").fetchall()}
-        assert used <= set(MEASURES)
+        assert used <= set(vocabulary())
         # A paper's name never carries generated content: the generated task is named so.
         names = {r[0] for r in con.execute("SELECT benchmark FROM benchmarks").fetchall()}
         assert "cat-dog-dg-cabinet-bed" not in names and "cat-dog-dg-cabinet-bed@generated" in names

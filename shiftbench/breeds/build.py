@@ -28,7 +28,7 @@ from shiftbench.breeds.calibrated import CalibratedHierarchy
 from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
 from shiftbench.hierarchy import Hierarchy
-from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "breeds"
 # The shift measures of a BREEDS benchmark (subpopulation shift inside each superclass, on the calibrated hierarchy).
@@ -38,7 +38,6 @@ MEASURES = {
     "(0 for a nosplit benchmark, whose source and target are the same subclasses)",
     "subclass_distance_max": "BREEDS: the largest of those distances",
 }
-define_measures(FAMILY, MEASURES)
 DATASET = "imagenet"
 
 _SUBPOPULATION_SCHEMA = {

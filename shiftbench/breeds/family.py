@@ -18,7 +18,7 @@ import polars as pl
 
 from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
-from shiftbench.breeds.build import FAMILY, build_tables
+from shiftbench.breeds.build import FAMILY, MEASURES, build_tables
 from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
@@ -425,4 +425,5 @@ BREEDS = Family(
     no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",
     analyses=ANALYSES,
     contracts_dir=CONTRACTS_DIR / "breeds",
+    measures=MEASURES,
 )

@@ -23,7 +23,7 @@ from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.conds.engine import Draw, draw_case
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.conds.summary import ShiftSummary, summarize
-from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "conds"
 # The shift measures of a ConDS case, measured on the published split.
@@ -33,7 +33,6 @@ MEASURES = {
     "cramers_v": "ConDS: Cramér's V between the label and one attribute (scope) on train",
     "mutual_information": "ConDS: mutual information between the label and one attribute (scope) on train, in bits",
 }
-define_measures(FAMILY, MEASURES)
 
 CASE_SCHEMA = pl.Schema(
     {

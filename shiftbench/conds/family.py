@@ -416,4 +416,5 @@ CONDS = Family(
     settings=CondsSettings,
     analyses=ANALYSES,
     contracts_dir=CONTRACTS_DIR / "conds",
+    measures=build.MEASURES,
 )

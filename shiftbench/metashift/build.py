@@ -24,7 +24,7 @@ import polars as pl
 import pyarrow as pa
 
 from shiftbench.benchmarks_table import benchmarks_row
-from shiftbench.magnitudes import SCOPE_ALL, define_measures, magnitudes_table
+from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift.specs import TaskSpec
 from shiftbench.metashift.subsets import candidate_memberships, image_classes
@@ -47,7 +47,6 @@ MEASURES = {
     "subset_distance_p90": "MetaShift collection: 90th percentile of those distances",
     "subset_distance_max": "MetaShift collection: largest of those distances",
 }
-define_measures(FAMILY, MEASURES)
 
 
 def distances_table(results: Mapping[str, ClassResult]) -> StreamedTable:

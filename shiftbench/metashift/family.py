@@ -138,4 +138,5 @@ METASHIFT = Family(
     settings=MetaShiftSettings,
     analyses=ANALYSES,
     contracts_dir=CONTRACTS_DIR / "metashift",
+    measures=build.MEASURES,
 )
