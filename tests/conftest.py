@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +299,39 @@ def cli_env(
         return settings
 
     return apply
+
+
+@pytest.fixture(autouse=True)
+def _ctrl_c_left_as_found() -> Iterator[None]:
+    """Every test leaves Ctrl-C as it found it: SIGINT's handler and the main thread's signal mask. A test that
+    left SIGINT blocked or ignored would make the later Ctrl-C tests of the same worker fail (a blocked or ignored
+    signal is inherited by every process the worker starts); this names the test that did it, and puts it back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler, mask = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    now = signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if now != (handler, mask):
+        signal.signal(signal.SIGINT, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        changed = f"SIGINT handler {handler} -> {now[0]}, blocked {sorted(mask)} -> {sorted(now[1])}"
+        pytest.fail(f"the test changed Ctrl-C: {changed}")
+
+
+def terminal_ctrl_c() -> None:
+    """``preexec_fn`` of a child a test sends Ctrl-C to: SIGINT as a terminal's foreground job has it (default and
+    unblocked), also where the suite itself runs with SIGINT ignored (a background job of a script) or blocked."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """In this process, Ctrl-C raises KeyboardInterrupt in the main thread (Python's default), whatever the suite
+    was started with; put back after the test."""
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    yield
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    signal.signal(signal.SIGINT, handler)

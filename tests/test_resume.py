@@ -24,7 +24,7 @@ from shiftbench.erm.job import run_job
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
-from .conftest import small_sprites_home
+from .conftest import small_sprites_home, terminal_ctrl_c
 
 CASE = "sprites-uniform"
 # 432 training examples in batches of 64: 6 batches an epoch; evaluations at 4, 8 and 12.
@@ -251,7 +251,7 @@ def test_ctrl_c_on_shiftbench_train_checkpoints_and_the_same_command_resumes(tmp
            "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}  # fmt: skip
     env.pop(TEST_HOOK, None)
     child = subprocess.Popen(_cli(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)  # fmt: skip
+                             start_new_session=True, preexec_fn=terminal_ctrl_c)  # fmt: skip
     deadline = time.monotonic() + 300
     while not list(home.glob("runs/*/resume/state.json")) and time.monotonic() < deadline:  # training, past 20
         time.sleep(0.05)
@@ -285,7 +285,7 @@ def test_checkpoint_every_is_checked() -> None:
     assert hashlib.sha256(b"").hexdigest() != resume.code_hash()
 
 
-def test_ctrl_c_stops_a_sweep_after_its_runs_checkpoint(tmp_path: Path) -> None:
+def test_ctrl_c_stops_a_sweep_after_its_runs_checkpoint(tmp_path: Path, ctrl_c_raises: None) -> None:
     """Ctrl-C on a sweep: no further run starts; each running run's process group gets SIGINT once and is waited
     for; their interrupted lines are their outcomes. Runs are stand-ins that answer SIGINT as the job does."""
     import threading

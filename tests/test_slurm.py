@@ -27,7 +27,7 @@ from shiftbench.erm.sweep import plan_sweep
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import PROJECT, small_sprites_home
+from .conftest import PROJECT, small_sprites_home, terminal_ctrl_c
 
 CASE = "sprites-uniform"
 # The smoke preset, shortened: long enough to interrupt mid-training, short enough for CI.
@@ -117,8 +117,9 @@ class Sweep:
     def __init__(self, *args: str) -> None:
         command = [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--backend", "slurm", *TRAIN, *args]
         self.process = subprocess.Popen(
-            command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ)
-        )
+            command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+            preexec_fn=terminal_ctrl_c,  # Ctrl-C reaches it as a terminal's, however the suite was started
+        )  # fmt: skip
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
