@@ -36,7 +36,8 @@ from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-TABLES = ("erm_results", "erm_runs", "erm_curves")
+# erm_training_conflicts: only a run with track_conflicts has it (its check holds no rules on the others).
+TABLES = ("erm_results", "erm_runs", "erm_curves", "erm_training_conflicts")
 SEEDS = [str(seed) for seed in sweep.SEEDS]  # one seed range: the sweep plans over the same
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
 # Seconds a stopped run's job is given to finish its step and write its checkpoint before it is left behind.
@@ -150,7 +151,7 @@ def _baseline_specs(family: Family, kind: Kind) -> list[dg.AssetSpec]:
             skippable=True,
             description=f"Train an ERM baseline on the latest published {family.title} {kind.name} (one "
             "partition per benchmark and seed), evaluate it the WILDS way and stage erm_results, erm_runs "
-            "and erm_curves; blocking contract checks.",
+            "and erm_curves (and erm_training_conflicts with track_conflicts); blocking contract checks.",
         ),
         dg.AssetSpec(
             publish_key,
@@ -384,6 +385,9 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
         "id_vs_ood": Figure((files / "id_vs_ood.png").read_bytes(), "ID vs OOD"),
         "weights": FilePath(files / "model.pt"),
     }
+    heatmap = files / launch.CONFLICTS_FIGURE
+    if heatmap.is_file():  # track_conflicts: the paper's Figure 4 for this run
+        metadata["training_conflicts"] = Figure(heatmap.read_bytes(), "training conflicts")
     card = staged.attachment("card.md")
     if card is not None:
         metadata = {"card": Markdown(cards.without_images(card.decode())), **metadata}

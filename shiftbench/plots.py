@@ -88,3 +88,31 @@ def learner_label() -> pl.Expr:
     """:func:`method_label` as a polars expression over an analysis table (``learner``)."""
     marked = pl.when(pl.col("image_source") == "standin").then(pl.lit(STANDIN_MARK)).otherwise(pl.lit(""))
     return pl.concat_str(pl.concat_str("method", "setting", separator=" ").str.strip_chars(), marked).alias("learner")
+
+
+def training_conflicts(table: pl.DataFrame, title: str) -> bytes:
+    """The paper's Figure 4/9 layout: rows training subsets, columns evaluation subsets (in-domain, then
+    out-of-domain), each in the tracked split's order (class, meta-graph community); normalised coefficients in
+    [-1, 1], green where training on the row subset lowers the column subset's loss."""
+    import numpy as np
+
+    plt = pyplot()
+    rows = table.select("row", "training_subset").unique().sort("row")
+    columns = table.select("column", "evaluation_subset", "evaluation_domain").unique().sort("column")
+    grid = np.full((rows.height, columns.height), np.nan)
+    for row, column, value in table.select("row", "column", "normalized_coefficient").iter_rows():
+        grid[row, column] = value
+    fig, ax = plt.subplots(figsize=(2.5 + 0.22 * columns.height, 1.8 + 0.22 * rows.height))
+    image = ax.imshow(grid, cmap="RdYlGn", vmin=-1, vmax=1, aspect="auto", interpolation="nearest")
+    ax.set_yticks(range(rows.height), rows["training_subset"].to_list(), fontsize=6)
+    ax.set_xticks(range(columns.height), columns["evaluation_subset"].to_list(), fontsize=6, rotation=90)
+    domains = columns["evaluation_domain"].to_list()
+    split_at = next((k for k, d in enumerate(domains) if d == "out_of_domain"), None)
+    if split_at:
+        ax.axvline(split_at - 0.5, color="black", linewidth=1.2)
+    ax.set_xlabel("evaluation subsets: in-domain" + (" | out-of-domain" if split_at is not None else ""), fontsize=7)
+    ax.set_ylabel("training subsets", fontsize=7)
+    fig.colorbar(image, ax=ax, fraction=0.03, pad=0.01).ax.tick_params(labelsize=6)
+    ax.set_title(f"{title}\ntraining conflicts (normalised coefficients; green: training on the row helps)", fontsize=8)
+    fig.tight_layout()
+    return png_bytes(fig)

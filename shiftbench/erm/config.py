@@ -21,7 +21,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers", "step", "threads", "checkpoint_every"}
+    | {"decode_workers", "step", "threads", "checkpoint_every", "track_conflicts"}
 )
 
 
@@ -77,6 +77,9 @@ class TrainConfig:
     decode_workers: int = 0  # 0: one per core, at most 16
     threads: int = 0  # CPU threads of torch's ops (0: torch's default, every core); CPU results depend on it
     checkpoint_every: int = 100  # iterations between checkpoints a stopped run resumes from (0: only on a signal)
+    # After every step, each evaluation subset's loss and the batch's subsets, regressed into erm_training_conflicts
+    # (MetaShift §4.3; a split that carries subsets only: shiftbench.erm.conflicts). The weights do not change.
+    track_conflicts: bool = False
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -134,11 +137,18 @@ class TrainConfig:
             "must be an integer >= 0 (0: checkpoint only when the run is stopped)",
         )
         need(self.device == "auto" or self.device.split(":")[0] in {"cpu", "cuda"}, "device", "auto, cpu or cuda[:N]")
+        need(
+            not (self.track_conflicts and self.lr_grid),
+            "track_conflicts",
+            "tracks one training run: it cannot be combined with a learning-rate grid (lr_grid)",
+        )
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["lr_milestones"] = list(self.lr_milestones)
         values["lr_grid"] = list(self.lr_grid)
+        if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
+            del values["track_conflicts"]
         return values
 
 

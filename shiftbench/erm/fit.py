@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream, group_balanced_batches, group_batches, standard_batches
 from shiftbench.erm.loop import Grid, Loop, Selected
 from shiftbench.erm.methods import Method, build_method
@@ -40,9 +41,10 @@ class Fit:
     init: dict[str, object] | None = None  # what the checkpoint loaded (models.LoadedCheckpoint)
     step: str = "eager"
     resumed_from: int | None = None
+    conflicts: dict[str, list[object]] | None = None  # track_conflicts: the regression's rows
 
     _RECORDED = ("best_state", "best_score", "best_iteration", "iterations", "stopped_early", "curve",
-                 "steady_images", "train_time", "init", "step", "resumed_from")  # fmt: skip
+                 "steady_images", "train_time", "init", "step", "resumed_from", "conflicts")  # fmt: skip
 
     def record(self) -> dict[str, Any]:
         """The fit without its modules: what a checkpoint of a learning-rate grid keeps of a finished fit."""
@@ -51,7 +53,7 @@ class Fit:
     @classmethod
     def from_record(cls, record: dict[str, Any], modules: Fit) -> Fit:
         """A recorded fit on the modules of another fit of the grid (the same model; its weights are loaded)."""
-        values = {name: record[name] for name in cls._RECORDED}
+        values: dict[str, Any] = {name: record.get(name) for name in cls._RECORDED}
         values["curve"] = [tuple(point) for point in values["curve"]]
         return cls(model=modules.model, step_model=modules.step_model, **values)
 
@@ -81,7 +83,14 @@ def fit_one(run: Run, checkpoint: Path | None, grid: Grid) -> Fit:
     model, step_model, init = initial_model(run, checkpoint)
     step, stream, method = training_step(run, model, step_model)
     state = Selected(best_state=copy.deepcopy(model.state_dict()), patience_left=run.config.patience)
-    loop = Loop(run, model, step_model, step, stream, method, state, grid)
+    tracker = None
+    if run.tracking is not None:
+        config = run.config
+        tracker = ConflictTracker(
+            run.tracking, run.batches, run.table, config.max_iters, device=run.device, precision=run.precision,
+            normalization=config.normalization,
+        )  # fmt: skip
+    loop = Loop(run, model, step_model, step, stream, method, state, grid, tracker=tracker)
     resumed = loop.resume()
     iteration = loop.train()
     synchronize(run.device)
@@ -89,6 +98,7 @@ def fit_one(run: Run, checkpoint: Path | None, grid: Grid) -> Fit:
     return Fit(
         model, step_model, state.best_state, state.best_score, state.best_iteration, iteration, state.stopped_early,
         state.curve, loop.steady_images, train_time, init, step.kind, resumed,
+        tracker.rows(iteration) if tracker is not None else None,
     )  # fmt: skip
 
 

@@ -11,7 +11,8 @@ launcher and arrives as one JSON job description:
      "checkpoint": "..."}  (optional: the file a registered init_checkpoint name resolved to)
 
 Outputs in ``out_dir``: ``metrics.parquet`` (eval_split, metric, group, value), ``curve.parquet``
-(iteration, split, metric, value), ``model.pt`` and ``run.json``; or ``error.json`` with the
+(iteration, split, metric, value), ``model.pt`` and ``run.json`` (with ``track_conflicts``, ``conflicts.parquet``:
+the columns of ``erm_training_conflicts`` without the run's keys); or ``error.json`` with the
 message of a bad input (exit code 2). The launcher publishes the results; this job never writes
 to the store.
 
@@ -51,10 +52,11 @@ from shiftbench.erm.train import TrainResult, cpu_threads, train  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
 from shiftbench.images import image_paths  # noqa: E402
 from shiftbench.split_table import SplitTable, read_split  # noqa: E402
+from shiftbench.training_conflicts import SubsetDescriptor, subset_descriptor  # noqa: E402
 
 JOB_FORMAT = 1
 # A previous attempt's outputs, removed when a job starts (its checkpoint folder is kept: the job resumes from it).
-STALE = ("error.json", "interrupted.json", "run.json")
+STALE = ("error.json", "interrupted.json", "run.json", "conflicts.parquet")
 
 
 def _stderr(message: str) -> None:
@@ -78,6 +80,7 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
     config = TrainConfig.from_mapping(job["config"])
     table = read_split(Path(job["split_dir"]))
     paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
+    subsets = _subsets(Path(job["split_dir"]), table) if config.track_conflicts else None
     checkpoint = job.get("checkpoint") or config.init_checkpoint
     if checkpoint:  # a checkpoint that does not fit is refused before anything is loaded or logged
         check_checkpoint(config, table.num_classes, Path(checkpoint))
@@ -92,7 +95,7 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
         try:
             result = train(
                 table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None,
-                resumable=resumable,
+                resumable=resumable, subsets=subsets,
             )  # fmt: skip
         except Stopped as stopped:  # the launcher reads what happened (its one line, the exit code)
             _record_stop(out_dir, stopped)
@@ -151,6 +154,12 @@ def _identity(job: dict[str, Any], config: TrainConfig, table: SplitTable, check
     return identity
 
 
+def _subsets(split_dir: Path, table: SplitTable) -> SubsetDescriptor:
+    """The split's subset descriptor (its manifest's ``subsets``), for ``track_conflicts``."""
+    manifest = json.loads((split_dir / "manifest.json").read_text("utf-8"))
+    return subset_descriptor(manifest, table.benchmark)
+
+
 def check_checkpoint(config: TrainConfig, num_classes: int, checkpoint: Path) -> None:
     """Whether ``checkpoint`` fits the model the run trains (:func:`load_checkpoint` into a throwaway model)."""
     model = build_model(config.model, num_classes, config.image_size)
@@ -178,6 +187,8 @@ def _write_outputs(out_dir: Path, result: TrainResult) -> None:
         }
     )
     pq.write_table(curve, out_dir / "curve.parquet")
+    if result.conflicts is not None:
+        pq.write_table(pa.table(result.conflicts), out_dir / "conflicts.parquet")
 
 
 def _fail(out_dir: Path | None, exc: InputError, *, show: bool = True) -> int:

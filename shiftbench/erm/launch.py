@@ -43,8 +43,10 @@ from shiftbench.spec_model import merge_named, spec_document, spec_texts
 from shiftbench.splits import PublishedSplit, published_split, split_images
 from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.store import StagedVersion, check_benchmark_name
+from shiftbench.training_conflicts import subset_descriptor
 
 FAMILY = "erm"
+CONFLICTS_FIGURE = "training_conflicts.png"  # the heatmap of a run with track_conflicts (MetaShift Figure 4)
 CODE_VERSION = "erm-3"
 
 
@@ -170,6 +172,8 @@ def plan_run(
             parameter="benchmark",
         )
     config = resolve_config(values, n_train, given=set(overrides or {}))
+    if config.get("track_conflicts"):  # refused before anything trains: the split must carry its subsets
+        subset_descriptor(split.manifest, benchmark)
     checkpoint = (
         checkpoints.resolve(config["init_checkpoint"], config["model"], settings.checkpoint_dir)
         if config.get("init_checkpoint")
@@ -260,6 +264,11 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
         "erm_curves": curves.with_columns(pl.lit(plan.benchmark).alias("benchmark")),
         "erm_runs": runs,
     }
+    if (out_dir / "conflicts.parquet").is_file():  # track_conflicts (shiftbench.training_conflicts)
+        tables["erm_training_conflicts"] = pl.read_parquet(out_dir / "conflicts.parquet").with_columns(
+            pl.lit(plan.benchmark).alias("benchmark"), pl.lit(plan.run).alias("run"),
+            pl.lit(plan.split_version).alias("split_version"),
+        )  # fmt: skip
     return tables, summary
 
 
@@ -274,6 +283,8 @@ def stage_run(
         "learning_curve.png": plots.erm_learning_curve(tables["erm_curves"], summary["best_iteration"], title),
         "id_vs_ood.png": plots.erm_id_vs_ood(tables["erm_results"], title),
     }
+    if "erm_training_conflicts" in tables:
+        attachments[CONFLICTS_FIGURE] = plots.training_conflicts(tables["erm_training_conflicts"], title)
     manifest = {
         "code_version": CODE_VERSION,
         "environment": {**environment(), "torch": summary["torch"]},

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from shiftbench import progress
+from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream
 from shiftbench.erm.interrupt import Interrupted
 from shiftbench.erm.methods import Method
@@ -117,10 +118,13 @@ class Loop:
     steady_images: int = 0
     eval_time: float = 0.0
     t_steady: float = field(default_factory=time.perf_counter)
+    tracker: ConflictTracker | None = None  # track_conflicts: losses per evaluation subset after every step
 
     def train(self) -> int:
         """Train from ``start``; the last iteration done."""
         config, iteration = self.run.config, self.start
+        if self.tracker is not None and self.tracker.recorded < 0:
+            self.tracker.record(self.model, 0)  # the losses before the first step
         if self.pending and self._evaluate(iteration, redo=True):
             return iteration
         self._stop_if_asked(iteration)
@@ -138,6 +142,8 @@ class Loop:
             self.model.eval()
         index = next(self.stream)
         self.step(index, iteration)
+        if self.tracker is not None:
+            self.tracker.record(self.model, iteration, index)
         self.running_seen += len(index)
         warm = iteration - self.start
         if warm == 5:  # throughput excludes warm-up (allocator, cudnn autotune, compile)
@@ -205,6 +211,7 @@ class Loop:
             "step": self.step.state_dict(), "method": self.method.state_dict(), "stream": self.stream.state(),
             "augment": self.step.inputs.augment_generator.get_state(), "random": random_states(),
             "running_seen": self.running_seen, "grid": self.grid.record(),
+            "tracker": self.tracker.state(iteration) if self.tracker is not None else None,
             "selected": {
                 "best_state": state.best_state, "best_score": state.best_score, "best_iteration": state.best_iteration,
                 "patience_left": state.patience_left, "curve": state.curve,
@@ -224,6 +231,8 @@ class Loop:
         self.stream.restore(saved["stream"])
         self.step.inputs.augment_generator.set_state(saved["augment"])
         restore_random_states(saved["random"])
+        if self.tracker is not None and saved.get("tracker") is not None:
+            self.tracker.restore(saved["tracker"])
         selected = saved["selected"]
         self.state.best_state = selected["best_state"]
         self.state.best_score, self.state.best_iteration = selected["best_score"], selected["best_iteration"]

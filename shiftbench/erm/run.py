@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.conflicts import Layout
 from shiftbench.erm.data import Batches, normalize
 from shiftbench.erm.interrupt import StopRequest
 from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints
@@ -124,6 +125,7 @@ class Run:
     channels_last: bool
     log: Log
     resumable: Resumable | None = None
+    tracking: Layout | None = None  # track_conflicts: the subsets tracked after every step
 
     def evaluate(
         self, model: nn.Module, split: str, *, final: bool = False, on_batch: Callable[[], None] | None = None

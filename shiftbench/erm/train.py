@@ -24,12 +24,14 @@ import torch
 
 from shiftbench.cpus import available_cpus
 from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.conflicts import layout
 from shiftbench.erm.data import Batches, training_groups
 from shiftbench.erm.fit import Fit, fit_grid
 from shiftbench.erm.run import Log, Resumable, Run
 from shiftbench.errors import InputError
 from shiftbench.metrics import Metric, gap_metrics
 from shiftbench.split_table import SplitTable
+from shiftbench.training_conflicts import SubsetDescriptor
 
 
 @dataclass
@@ -53,6 +55,7 @@ class TrainResult:
     step: str = "eager"  # eager | graph (captured in a CUDA graph) | static (the graph's program, uncaptured)
     threads: int = 0  # torch's CPU threads during the run
     resumed_from: int | None = None  # the checkpoint's iteration this process continued from
+    conflicts: dict[str, list[object]] | None = None  # track_conflicts: erm_training_conflicts' columns
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -107,10 +110,17 @@ def cpu_threads(config: TrainConfig) -> int:
     return config.threads or available_cpus()
 
 
-def _prepare(table: SplitTable, paths: Sequence[Path], config: TrainConfig, log: Log) -> tuple[Run, float]:
+def _prepare(
+    table: SplitTable, paths: Sequence[Path], config: TrainConfig, log: Log, subsets: SubsetDescriptor | None
+) -> tuple[Run, float]:
     """The run's settings checked and its images loaded (with the seconds that took)."""
     device, precision, channels_last = _compute(config)
     train_rows, selection = _rows_and_selection(table, config)
+    tracking = None
+    if config.track_conflicts:
+        if subsets is None:
+            raise InputError(f"{table.benchmark} carries no subsets to track", parameter="track_conflicts")
+        tracking = layout(table, subsets, config.train_split)
     groups, group_labels = training_groups(table, config.group_by)
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True)
@@ -126,8 +136,14 @@ def _prepare(table: SplitTable, paths: Sequence[Path], config: TrainConfig, log:
         f"{selection or 'the last iterate'}, {precision}"
     )
     run = Run(
-        table, batches, config, train_rows, (groups, group_labels), selection, device, precision, channels_last, log
-    )
+        table, batches, config, train_rows, (groups, group_labels), selection, device, precision, channels_last, log,
+        tracking=tracking,
+    )  # fmt: skip
+    if tracking is not None:
+        log(
+            f"tracking training conflicts: {len(tracking.training)} training subsets x {len(tracking.evaluation)} "
+            f"evaluation subsets ({tracking.eval_rows.size:,} images evaluated after every step)"
+        )
     return run, load_s
 
 
@@ -149,12 +165,14 @@ def train(
     *,
     checkpoint: Path | None = None,
     resumable: Resumable | None = None,
+    subsets: SubsetDescriptor | None = None,
 ) -> TrainResult:
     """Train on ``config.train_split`` (once per learning rate of ``lr_grid``), select on the selection
     split, evaluate every split. With ``resumable``: checkpoint, stop on a signal (raising
-    :class:`~shiftbench.erm.interrupt.Interrupted`) and continue from ``resumable.saved``."""
+    :class:`~shiftbench.erm.interrupt.Interrupted`) and continue from ``resumable.saved``. With
+    ``config.track_conflicts``: the split's ``subsets`` tracked after every step (:mod:`shiftbench.erm.conflicts`)."""
     started = time.perf_counter()
-    run, load_s = _prepare(table, paths, config, log)
+    run, load_s = _prepare(table, paths, config, log, subsets)
     run = replace(run, resumable=resumable)
     resumed_from = int(resumable.saved["iteration"]) if resumable is not None and resumable.saved else None
     timings = {"load_images_s": load_s}
@@ -193,4 +211,5 @@ def train(
         step=fit.step,
         threads=torch.get_num_threads(),
         resumed_from=resumed_from,
+        conflicts=fit.conflicts,
     )

@@ -1,0 +1,163 @@
+"""Training conflicts (MetaShift §4.3): the regression against numpy's least squares, and a constructed case with
+planted conflicts that the tracked run must find (shiftbench.training_conflicts, shiftbench.erm.conflicts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from PIL import Image
+
+from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.train import train
+from shiftbench.errors import InputError
+from shiftbench.split_table import SplitTable
+from shiftbench.training_conflicts import Subset, SubsetDescriptor, fit_conflicts, subset_descriptor
+
+
+def test_the_regression_is_numpys_least_squares_with_the_sign_turned() -> None:
+    rng = np.random.default_rng(3)
+    steps, n_train, n_eval = 200, 5, 4
+    x = rng.multinomial(32, np.full(n_train, 1 / n_train), size=steps).astype(float)
+    beta = rng.normal(size=(n_train, n_eval))
+    changes = x @ beta + rng.normal(scale=0.5, size=(steps, n_eval))
+    losses = np.vstack([np.zeros(n_eval), np.cumsum(changes, axis=0)])
+    fit = fit_conflicts(x, losses)
+    expected, *_ = np.linalg.lstsq(x, changes, rcond=None)
+    np.testing.assert_allclose(fit.coefficient, -expected, rtol=1e-10, atol=1e-12)
+    residual = changes - x @ expected
+    sigma2 = (residual**2).sum(axis=0) / (steps - n_train)
+    se = np.sqrt(np.outer(np.diag(np.linalg.inv(x.T @ x)), sigma2))
+    np.testing.assert_allclose(fit.std_error, se, rtol=1e-8)
+    np.testing.assert_allclose(fit.r2, 1 - (residual**2).sum(axis=0) / (changes**2).sum(axis=0), rtol=1e-10)
+    np.testing.assert_allclose(np.abs(fit.normalized).max(axis=0), 1.0)
+    assert np.all(np.sign(fit.normalized) == np.sign(fit.coefficient))
+    # Noise-free changes: the planted slopes come back exactly.
+    exact = fit_conflicts(x, np.vstack([np.zeros(n_eval), np.cumsum(x @ beta, axis=0)]))
+    np.testing.assert_allclose(exact.coefficient, -beta, atol=1e-9)
+
+
+def test_fewer_steps_than_training_subsets_is_one_line() -> None:
+    with pytest.raises(InputError, match="5 tracked steps cannot separate 6 training subsets"):
+        fit_conflicts(np.ones((5, 6)), np.zeros((6, 2)))
+
+
+def test_a_manifest_without_subsets_is_one_line_naming_the_option() -> None:
+    with pytest.raises(InputError, match="sprites-uniform carries no subsets to track") as error:
+        subset_descriptor({"params": {}}, "sprites-uniform")
+    assert error.value.parameter == "track_conflicts"
+
+
+# -- the constructed case ---------------------------------------------------------------------------------------
+# Two classes told apart by a faint bar (vertical: cat, horizontal: dog) on a background. Context A is one red
+# background shared by cat(A) and dog(A): a batch rich in cat(A) teaches "red means cat" and raises the loss of
+# dog(A), and the other way round. The neutral subsets have a background of random colour per image (nothing to
+# learn from it); the out-of-domain subsets have a blue background.
+RED, BLUE = (200, 30, 30), (30, 30, 200)
+SIZE = 16
+BAR = 40
+TRAIN = {"cat(A)": RED, "dog(A)": RED, "cat(n1)": None, "dog(n1)": None, "cat(n2)": None, "dog(n2)": None}
+OOD = {"cat(B)": BLUE, "dog(B)": BLUE}
+N_TRAIN, N_EVAL = 50, 13
+
+
+def _image(cls: str, background: tuple[int, int, int] | None, rng: np.random.Generator) -> np.ndarray:
+    colour = background if background is not None else tuple(int(v) for v in rng.integers(0, 256, 3))
+    pixels = np.empty((SIZE, SIZE, 3), np.float64)
+    pixels[:] = colour
+    pixels += rng.normal(0, 25, pixels.shape)
+    if background != RED:  # context A shows no bar: only its red background, shared by cat(A) and dog(A)
+        bar = (slice(2, 14), slice(7, 9)) if cls == "cat" else (slice(7, 9), slice(2, 14))
+        pixels[bar] += BAR
+    return np.clip(pixels, 0, 255).astype(np.uint8)
+
+
+def _constructed(root: Path) -> tuple[SplitTable, list[Path], SubsetDescriptor]:
+    rng = np.random.default_rng(0)
+    ids, splits, names, labels = [], [], [], []
+    for subset, background in {**TRAIN, **OOD}.items():
+        cls = subset.split("(")[0]
+        parts = [("train", N_TRAIN), ("id_val", N_EVAL)] if subset in TRAIN else [("test", N_EVAL)]
+        for split, n in parts:
+            for k in range(n):
+                example = f"{subset}-{split}-{k}"
+                Image.fromarray(_image(cls, background, rng)).save(root / f"{example}.png")
+                ids.append(example)
+                splits.append(split)
+                names.append(subset)
+                labels.append(0 if cls == "cat" else 1)
+    order = np.argsort(ids)
+    ids = [ids[k] for k in order]
+    group_names = sorted(set(names))
+    group = np.array([group_names.index(names[k]) for k in order])
+    y = np.array([labels[k] for k in order])
+    table = SplitTable(
+        "constructed", "v1", ids, np.array([splits[k] for k in order]), y, group, group_names, ["cat", "dog"],
+        np.stack([group, y], axis=1), ["group", "y"], [group_names, ["0", "1"]],
+    )  # fmt: skip
+    subsets = [Subset(s, s.split("(")[0], "train", 0) for s in TRAIN] + [
+        Subset(s, s.split("(")[0], "ood", 0) for s in OOD
+    ]
+    descriptor = SubsetDescriptor("group", "train", {"id_val": "in_domain", "test": "out_of_domain"}, tuple(subsets))
+    return table, [root / f"{i}.png" for i in ids], descriptor
+
+
+# Plain SGD: a step's loss change then depends on its own batch only (Adam's moments carry earlier batches into it).
+CONFIG = {"model": "mlp", "image_size": SIZE, "batch_size": 32, "max_iters": 150, "eval_every": 50,
+          "optimizer": "sgd", "lr": 0.05, "momentum": 0.0, "patience": 0, "device": "cpu", "threads": 1,
+          "checkpoint_every": 0}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def constructed(tmp_path_factory: pytest.TempPathFactory) -> tuple[SplitTable, list[Path], SubsetDescriptor]:
+    return _constructed(tmp_path_factory.mktemp("constructed"))
+
+
+def _train(constructed: tuple[SplitTable, list[Path], SubsetDescriptor], out: Path, **extra: object):  # type: ignore[no-untyped-def]
+    table, paths, descriptor = constructed
+    config = TrainConfig.from_mapping({**CONFIG, **extra})
+    return train(table, paths, config, out, lambda _line: None, subsets=descriptor)
+
+
+def test_the_tracked_regression_finds_the_planted_conflicts_and_no_other(
+    constructed: tuple[SplitTable, list[Path], SubsetDescriptor], tmp_path: Path
+) -> None:
+    result = _train(constructed, tmp_path / "a", track_conflicts=True)
+    assert result.conflicts is not None
+    table = pl.DataFrame(result.conflicts)
+    assert table.height == len(TRAIN) * (len(TRAIN) + len(OOD))
+    assert set(table["steps"]) == {CONFIG["max_iters"]}
+    in_domain = table.filter(pl.col("evaluation_domain") == "in_domain").with_columns(
+        t=pl.col("coefficient") / pl.col("std_error")
+    )
+    pairs = {(r["training_subset"], r["evaluation_subset"]): r for r in in_domain.iter_rows(named=True)}
+    planted = [("cat(A)", "dog(A)"), ("dog(A)", "cat(A)")]
+    # The planted pairs are the two strongest conflicts of the grid, each the most negative of its column ...
+    strongest = in_domain.sort("t").head(2)
+    assert sorted(zip(strongest["training_subset"], strongest["evaluation_subset"], strict=True)) == planted
+    assert all(pairs[pair]["normalized_coefficient"] == -1.0 and pairs[pair]["t"] < -4 for pair in planted)
+    # ... and the neutral subsets neither help nor hurt the context subsets (|t| < 2).
+    neutral = in_domain.filter(
+        ~pl.col("training_subset").str.contains("A") & pl.col("evaluation_subset").str.contains("A")
+    )
+    assert neutral.height == 8 and neutral["t"].abs().max() < 2, neutral
+    # Deterministic on CPU: a second tracked run gives the same coefficients, bit for bit.
+    again = _train(constructed, tmp_path / "b", track_conflicts=True)
+    assert again.conflicts == result.conflicts
+
+
+def test_tracking_leaves_the_weights_as_they_are(
+    constructed: tuple[SplitTable, list[Path], SubsetDescriptor], tmp_path: Path
+) -> None:
+    # A model with batch norm and a run with augmentation: the shadow evaluation touches neither statistics nor
+    # generators of the live run.
+    extra = {"model": "small_cnn", "optimizer": "adam", "lr": 1e-3, "augment": "flip_rot90", "max_iters": 25}
+    tracked = _train(constructed, tmp_path / "tracked", track_conflicts=True, **extra)
+    plain = _train(constructed, tmp_path / "plain", **extra)
+    assert plain.conflicts is None
+    assert tracked.weights_sha256 == plain.weights_sha256
+    assert [(m.eval_split, m.metric, m.value) for m in tracked.metrics] == [
+        (m.eval_split, m.metric, m.value) for m in plain.metrics
+    ]
