@@ -13,6 +13,7 @@ from PIL import Image
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.train import train
 from shiftbench.errors import InputError
+from shiftbench.settings import Settings
 from shiftbench.split_table import SplitTable
 from shiftbench.training_conflicts import Subset, SubsetDescriptor, fit_conflicts, subset_descriptor
 
@@ -161,3 +162,70 @@ def test_tracking_leaves_the_weights_as_they_are(
     assert [(m.eval_split, m.metric, m.value) for m in tracked.metrics] == [
         (m.eval_split, m.metric, m.value) for m in plain.metrics
     ]
+
+
+# -- the command line: bad inputs are one line, exit 2, and publish nothing --------------------------------------
+BAD_TRACKING = [
+    (["--set", "track_conflicts=true"], "parameter 'track_conflicts': sprites-uniform carries no subsets to track"),
+    (
+        ["--set", "track_conflicts=true", "--set", "lr_grid=1e-3,1e-4"],
+        "parameter 'track_conflicts': tracks one training run: it cannot be combined with a learning-rate grid",
+    ),
+    (["--set", "track_conflicts=sometimes"], "parameter 'track_conflicts': expected bool, got 'sometimes'"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD_TRACKING, ids=["no-subsets", "lr-grid", "not-a-bool"])
+def test_track_conflicts_on_a_split_without_subsets_is_one_line(
+    args: list[str], message: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    from shiftbench.pipelines.cli import main
+
+    from .conftest import small_sprites_home
+
+    home = tmp_path_factory.getbasetemp() / "tracking_home"
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)}) if home.exists() else None
+    settings = settings or small_sprites_home(home, "sprites-uniform")
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
+    runs_before = sorted((settings.store_dir).rglob("erm_runs.parquet"))
+    assert main(["train", "sprites-uniform", "--preset", "smoke", *args, "--in-process"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err, err
+    assert sorted((settings.store_dir).rglob("erm_runs.parquet")) == runs_before == []
+
+
+def test_the_conflict_zones_query_keeps_strong_measurable_conflicts_with_class_and_context() -> None:
+    import duckdb
+
+    from shiftbench.metashift.figures import training_conflicts
+    from shiftbench.registry import analyses
+
+    rows = [  # (training subset, evaluation subset, domain, coefficient, normalised, standard error)
+        ("cat(sofa)", "dog(sofa)", "in_domain", -0.04, -1.0, 0.01),  # strong, measurable, one context
+        ("cat(sofa)", "cat(bed)", "in_domain", -0.02, -0.6, 0.005),  # within the class
+        ("dog(truck)", "dog(grass)", "out_of_domain", -0.03, -0.9, 0.02),  # strong but t = -1.5: left out
+        ("dog(bed)", "cat(sofa)", "in_domain", -0.01, -0.4, 0.001),  # measurable but weak: left out
+        ("dog(bed)", "dog(sofa)", "in_domain", 0.05, 1.0, 0.01),  # helps
+    ]
+    conflicts = pl.DataFrame(
+        [
+            {"benchmark": "metashift-conflicts@generated", "run": "r", "version": "v", "split_version": "s",
+             "training_subset": a, "training_class": a.split("(")[0], "evaluation_subset": b,
+             "evaluation_class": b.split("(")[0], "evaluation_domain": d, "coefficient": c,
+             "normalized_coefficient": n, "std_error": e}
+            for a, b, d, c, n, e in rows
+        ]
+    )  # fmt: skip
+    runs = pl.DataFrame({"run": ["r"], "version": ["v"], "image_source": ["standin"]})
+    con = duckdb.connect()
+    con.register("erm_training_conflicts", conflicts.to_arrow())
+    con.register("erm_runs", runs.to_arrow())
+    got = con.sql(analyses()["metashift-training-conflicts"].sql()).pl()
+    assert got.select("training_subset", "evaluation_subset", "same_class", "shared_context").rows() == [
+        ("cat(sofa)", "dog(sofa)", False, "sofa"),
+        ("cat(sofa)", "cat(bed)", True, None),
+    ]
+    assert set(got["data_tag"]) == {"generated"} and set(got["image_source"]) == {"standin"}
+    assert got["t_value"].to_list() == pytest.approx([-4.0, -4.0])
+    assert training_conflicts(got, "t")[:8] == b"\x89PNG\r\n\x1a\n"

@@ -26,7 +26,7 @@ from shiftbench.metashift.annotations import (
 )
 from shiftbench.metashift.cards import describe_collection, describe_task
 from shiftbench.metashift.fanout import build_collection_unit, plan_collection, stage_collection_units
-from shiftbench.metashift.figures import accuracy_vs_distance
+from shiftbench.metashift.figures import accuracy_vs_distance, training_conflicts
 from shiftbench.metashift.scenes import RELEASED, SCENES, scenes_needed
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
@@ -114,6 +114,17 @@ ANALYSES = (
         "Liang and Zou, MetaShift (ICLR 2022), Section 4.2 and Figure 5",
         accuracy_vs_distance,
         "accuracy_vs_distance.png",
+        SQL_DIR / "metashift",
+    ),
+    Analysis(
+        "metashift-training-conflicts",
+        "metashift",
+        "analysis_metashift_conflicts",
+        "metashift_training_conflicts.sql",
+        "MetaShift: conflict zones between subsets during training",
+        "Liang and Zou, MetaShift (ICLR 2022), Section 4.3, Figure 4 and Appendix B.3",
+        training_conflicts,
+        "training_conflicts.png",
         SQL_DIR / "metashift",
     ),
 )

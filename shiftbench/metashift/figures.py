@@ -209,3 +209,28 @@ def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return png_bytes(fig)
+
+
+def training_conflicts(table: pl.DataFrame, title: str) -> bytes:
+    """MetaShift §4.3: the strongest conflict zones of each tracked run (training subset -> evaluation subset),
+    by normalised coefficient; in-domain and out-of-domain evaluation subsets coloured apart."""
+    plt = pyplot()
+    runs = sorted(set(table["run"].to_list()))
+    fig, axes = plt.subplots(len(runs), 1, figsize=(7, 0.6 + 2.6 * len(runs)), squeeze=False)
+    for axis, run in zip(axes[:, 0], runs, strict=True):
+        part = table.filter(pl.col("run") == run).sort("normalized_coefficient").head(15)
+        labels = [
+            f"{r['training_subset']} -> {r['evaluation_subset']}"
+            + (" (OOD)" if r["evaluation_domain"] == "out_of_domain" else "")
+            for r in part.iter_rows(named=True)
+        ]
+        colours = ["#C44E52" if d == "in_domain" else "#8172B2" for d in part["evaluation_domain"].to_list()]
+        axis.barh(range(part.height), part["normalized_coefficient"].to_list(), color=colours)
+        axis.set_yticks(range(part.height), labels, fontsize=6)
+        axis.invert_yaxis()
+        axis.set_xlim(-1.05, 0)
+        axis.set_xlabel("normalised coefficient (training on the first subset raises the second's loss)", fontsize=7)
+        axis.set_title(f"{run}: {table.filter(pl.col('run') == run).height} conflict pairs", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return png_bytes(fig)
