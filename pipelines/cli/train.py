@@ -185,6 +185,7 @@ def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: 
         "best_iteration": summary["best_iteration"],
         "device": summary["device"],
         "train_images_per_s": summary["train_images_per_s"] or 0.0,
+        "path": str(outcome.staged.path),
         **headline(results),
     }
     _print_training(meta, time.monotonic() - started)
@@ -202,3 +203,10 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
         if "/acc_" in key and value is not None:
             print(f"  {key:<28} {float(value):.4f}")
     print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")
+    heatmap = Path(str(meta.get("path", ""))) / "files" / "training_conflicts.png"
+    if meta.get("path") and heatmap.is_file():  # track_conflicts (MetaShift §4.3)
+        print(
+            f'Training conflicts: heatmap {heatmap}\n  strongest: shiftbench sql "SELECT training_subset, '
+            "evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized FROM "
+            f"erm_training_conflicts WHERE run = '{meta['run']}' ORDER BY normalized_coefficient LIMIT 10\""
+        )
