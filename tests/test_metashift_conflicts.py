@@ -24,6 +24,7 @@ from shiftbench.settings import Settings
 from shiftbench.sources.generated_scenes import generate_scene_tables
 
 from .conftest import stage_one
+from .test_cards import croissant_report
 
 SPECS = load_specs()
 SPEC = SPECS.tasks["metashift-conflicts"]
@@ -99,7 +100,7 @@ def test_the_manifest_descriptor_lists_every_subset_in_heatmap_order(
     assert len({o["community"] for o in order if o["class"] == "dog"}) > 1  # communities, not one block
 
 
-def test_two_builds_in_separate_homes_are_one_version_and_pass_the_contracts(
+def test_two_builds_in_separate_homes_are_one_version_pass_the_contracts_and_croissant(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     staged = [
@@ -112,6 +113,11 @@ def test_two_builds_in_separate_homes_are_one_version_and_pass_the_contracts(
     assert manifests[0]["subsets"] == manifests[1]["subsets"] and len(manifests[0]["subsets"]["order"]) == 48
     assert not failures(check_staged(staged[0]))
     assert "Training conflicts" in (staged[0].path / "files" / "card.md").read_text()
+    # the Croissant file, read by mlcroissant itself: valid, with every example and the three splits
+    checked = croissant_report([staged[0].path / "files" / "croissant.json"])
+    report = next(iter(checked.values()))
+    assert report["errors"] == [] and report["warnings"] == [], report
+    assert report["examples"] == 26 * 63 + 22 * 13 and report["splits"] == ["id_val", "test", "train"]
 
 
 @pytest.mark.parametrize(
