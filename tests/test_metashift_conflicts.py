@@ -16,7 +16,7 @@ from shiftbench.contracts import failures
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_file
 from shiftbench.metashift import build
-from shiftbench.metashift.conflicts import ROLES, id_eval_images
+from shiftbench.metashift.conflicts import ROLES, Sizes, id_eval_images
 from shiftbench.metashift.specs import load_specs
 from shiftbench.metashift.tasks import TaskData, excluded_images
 from shiftbench.publishing import check_staged
@@ -187,3 +187,7 @@ def test_in_domain_evaluation_images_round_halves_up_on_the_share_as_written() -
     assert id_eval_images(1, 0.2) == 0  # 0.25
     assert id_eval_images(3, 0.25) == 1  # 1.0
     assert id_eval_images(40, 0.5) == 40
+    assert Sizes.of(SPEC) == Sizes(train=50, id_eval=13, ood=13)
+    assert Sizes.of(SPEC.with_overrides({"ood_images_per_subset": 7})).ood == 7
+    with pytest.raises(InputError, match=r"id_eval_share=0.2 holds out no image of a training subset of 1"):
+        Sizes.of(SPEC.with_overrides({"images_per_subset": 1}))  # 0.25 rounds to 0

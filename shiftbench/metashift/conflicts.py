@@ -67,6 +67,12 @@ class Sizes:
     def of(cls, spec: TaskSpec) -> Sizes:
         assert spec.images_per_subset is not None and spec.id_eval_share is not None  # validated
         id_eval = id_eval_images(spec.images_per_subset, spec.id_eval_share)
+        if id_eval == 0:  # no in-domain evaluation, and by default out-of-domain subsets of no image
+            raise InputError(
+                f"task {spec.name}: id_eval_share={spec.id_eval_share} holds out no image of a training subset of "
+                f"{spec.images_per_subset}: raise id_eval_share or images_per_subset",
+                parameter="id_eval_share",
+            )
         ood = spec.ood_images_per_subset if spec.ood_images_per_subset is not None else id_eval
         return cls(spec.images_per_subset, id_eval, ood)
 
