@@ -108,9 +108,11 @@ def stage_tables(
     card: CardInfo | None = None,
     consume: bool = False,
     check: Callable[[Mapping[str, Path]], None] | None = None,
+    manifest_extra: Mapping[str, Any] | None = None,
 ) -> StagedVersion:
     """Stage a benchmark's version with the manifest every family writes (params, sources, images, environment),
-    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given.
+    and its shift card and Croissant file (:mod:`shiftbench.cards`) when ``card`` is given. ``manifest_extra`` adds
+    a family's own manifest entries (a MetaShift conflicts task's ``subsets``); like the manifest, not in the id.
 
     With ``consume`` (``tables`` a dict the caller no longer reads), the store empties ``tables`` as it takes each
     table; the card then reads what it needs of them, kept aside here (:func:`_for_card`). ``check`` runs on the
@@ -127,6 +129,7 @@ def stage_tables(
         "images": dict(images) if images is not None else None,
         "warnings": list(warnings),
         "family": family,
+        **dict(manifest_extra or {}),
     }
 
     described = _for_card(tables) if consume else tables

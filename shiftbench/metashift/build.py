@@ -26,6 +26,7 @@ import pyarrow as pa
 from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
 from shiftbench.metashift import embedding as em
+from shiftbench.metashift.conflicts import build_conflicts
 from shiftbench.metashift.specs import TaskSpec
 from shiftbench.metashift.subsets import candidate_memberships, image_classes
 from shiftbench.metashift.tasks import TaskData, build_task
@@ -239,7 +240,24 @@ def task_tables(
     overrides: Mapping[str, Any] | None = None,
 ) -> dict[str, pl.DataFrame]:
     """All tables of one task version (without ``version``)."""
-    result = build_task(spec, data)
+    return task_version(spec, data, dataset, example_id_format, sources, overrides)[0]
+
+
+def task_version(
+    spec: TaskSpec,
+    data: TaskData,
+    dataset: str,
+    example_id_format: str,
+    sources: Mapping[str, Any],
+    overrides: Mapping[str, Any] | None = None,
+) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:
+    """All tables of one task version (without ``version``), and what its manifest carries besides the usual:
+    a conflicts task's ``subsets`` descriptor (:func:`shiftbench.metashift.conflicts.descriptor`), else nothing."""
+    manifest_extra: dict[str, Any] = {}
+    if spec.kind == "conflicts":
+        result, manifest_extra = build_conflicts(spec, data)
+    else:
+        result = build_task(spec, data)
     examples = result.examples.select(
         pl.lit(FAMILY).alias("family"),
         pl.lit(dataset).alias("dataset"),
@@ -250,10 +268,11 @@ def task_tables(
         "group",
     )
     params = {**spec.params(), **result.notes, "overrides": dict(overrides or {})}
-    return {
+    tables = {
         "benchmarks": benchmarks_row(FAMILY, spec.name, params, sources, examples.height),
         "examples": examples,
         "metashift_tasks": pl.DataFrame([result.summary], schema=TASK_SCHEMA),
         "metashift_task_communities": result.communities,
         "shift_magnitudes": task_magnitudes(result.summary, result.communities),
     }
+    return tables, manifest_extra

@@ -28,6 +28,10 @@ TASK_SHIFT = {
     "its test community are different contexts (class(context)); d is the spectral distance between them.",
     "subpopulation": "Subpopulation shift: a spurious context (e.g. indoor/outdoor) is correlated with the class "
     "in training, with the minority groups a given fraction; the test set is balanced over groups.",
+    "conflicts": "Training conflicts (paper Section 4.3): randomly chosen subsets (class(context)) of equal size, "
+    "each example labelled with its subset (group): training subsets with their in-domain evaluation images "
+    "(id_val) and out-of-domain evaluation subsets (test), to measure which training subsets help or hurt which "
+    "evaluation subsets (the manifest's subsets block lists them in the paper's heatmap order).",
 }
 DATASET_LICENCES = {
     "visual-genome": (

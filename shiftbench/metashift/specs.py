@@ -8,9 +8,10 @@ Overrides (CLI ``--set``, Dagster config) make a new validated spec and are reco
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
@@ -36,7 +37,7 @@ from shiftbench.spec_model import (
     spec_texts,
 )
 
-TASK_KINDS = ("domain_generalization", "subpopulation")
+TASK_KINDS = ("domain_generalization", "subpopulation", "conflicts")
 COMMUNITY_EMBEDDINGS = ("community_graph", "member_mean")
 # An overlap coefficient in [0, 1] (checked with the spec: check_edge_threshold); its defaults are in metagraph.py.
 EdgeThreshold = Annotated[float, BeforeValidator(as_float)]
@@ -155,10 +156,15 @@ TASK_PARAMS = (
     "test_size",
     "minority_fraction",
 )
+# Kind conflicts (paper Section 4.3, Appendix B.3): the task selects its own subsets; only these parameters are its
+# own (the other kinds' parameters, merged from task_defaults, are neither used nor recorded for it).
+CONFLICTS_PARAMS: tuple[str, ...] = ("context_kinds", "min_subset_size", "seed", "allow_scale_down")
+CONFLICTS_PARAMS += ("train_subsets", "ood_subsets", "images_per_subset", "id_eval_share", "ood_images_per_subset")
+_CONFLICTS_ONLY = tuple(p for p in CONFLICTS_PARAMS if p not in TASK_PARAMS)
 
 
 class TaskSpec(Spec):
-    OVERRIDABLE: ClassVar[tuple[str, ...]] = TASK_PARAMS
+    OVERRIDABLE: ClassVar[tuple[str, ...]] = TASK_PARAMS + _CONFLICTS_ONLY
 
     base: str
     kind: str
@@ -179,9 +185,15 @@ class TaskSpec(Spec):
     train_size: int = 400
     test_size: int | None = None
     minority_fraction: float | None = None
+    # kind conflicts only (null elsewhere): subsets per role, images per training subset, in-domain evaluation share
+    train_subsets: int | None = None
+    ood_subsets: int | None = None
+    images_per_subset: int | None = None
+    id_eval_share: float | None = None
+    ood_images_per_subset: int | None = None  # null: as many as a training subset's in-domain evaluation images
 
     _kinds = field_validator("context_kinds", mode="before")(lambda value: _as_kinds(value))
-    _floats = field_validator("id_val_fraction", "minority_fraction", "paper_distance", mode="before")(
+    _floats = field_validator("id_val_fraction", "minority_fraction", "paper_distance", "id_eval_share", mode="before")(
         lambda value: as_float(value)
     )
 
@@ -190,8 +202,14 @@ class TaskSpec(Spec):
         return validate_task(self, source_of(info))
 
     def params(self) -> dict[str, Any]:
-        values = {name: getattr(self, name) for name in TASK_PARAMS}
+        """The recorded parameters: those of the spec's kind only (the other kinds' records are as they were before
+        kind conflicts existed, so their version ids did not change)."""
+        values = {name: getattr(self, name) for name in (CONFLICTS_PARAMS if self.kind == "conflicts" else TASK_PARAMS)}
         values["context_kinds"] = list(self.context_kinds)
+        if self.kind == "conflicts":
+            values.update(kind=self.kind, task=self.base, classes=list(self.classes))
+            values["exclude_images_in"] = list(self.exclude_images_in)
+            return values
         values.update(
             kind=self.kind,
             task=self.base,
@@ -205,6 +223,16 @@ class TaskSpec(Spec):
         )
         return values
 
+    def with_overrides(self, overrides: Mapping[str, Any]) -> Self:
+        """As :meth:`Spec.with_overrides`, refusing a parameter that the spec's kind does not use."""
+        own = CONFLICTS_PARAMS if self.kind == "conflicts" else TASK_PARAMS
+        unknown = sorted(set(overrides) - set(own))
+        if unknown:
+            raise InputError(
+                f"not a parameter of a task of kind {self.kind}; expected one of {', '.join(own)}", parameter=unknown[0]
+            )
+        return super().with_overrides(overrides)
+
     def by_role(self, *roles: str) -> list[Community]:
         return [c for c in self.communities if c.role in roles]
 
@@ -213,6 +241,12 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     where = f"task {spec.name} ({source})"
     if spec.kind not in TASK_KINDS:
         raise InputError(f"{where}: kind must be one of {', '.join(TASK_KINDS)}", parameter="kind")
+    if spec.kind == "conflicts":
+        validate_conflicts(spec, where)
+    else:
+        for name in _CONFLICTS_ONLY:
+            if getattr(spec, name) is not None:
+                raise InputError(f"{where}: only a task of kind conflicts takes {name}", parameter=name)
     if len(spec.classes) < 2 or len(set(spec.classes)) != len(spec.classes):
         raise InputError(f"{where}: needs at least two distinct classes", parameter="classes")
     if spec.community_embedding not in COMMUNITY_EMBEDDINGS:
@@ -278,6 +312,29 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     return spec
 
 
+def validate_conflicts(spec: TaskSpec, where: str) -> None:
+    """Kind conflicts: its own parameters given and in range; it lists no communities (it selects subsets)."""
+    if spec.communities:
+        raise InputError(
+            f"{where}: a task of kind conflicts selects its subsets itself: give no train/test/val/groups",
+            parameter="communities",
+        )
+    for name in ("train_subsets", "ood_subsets", "images_per_subset", "id_eval_share"):
+        if getattr(spec, name) is None:
+            raise InputError(f"{where}: a task of kind conflicts needs {name}", parameter=name)
+    for name, low in (("train_subsets", max(1, len(spec.classes))), ("ood_subsets", 0), ("images_per_subset", 1)):
+        at_least(getattr(spec, name), name, low, where)
+    fraction(spec.id_eval_share or 0.0, "id_eval_share", where, low_open=True, high_open=True)
+    if spec.ood_images_per_subset is not None:
+        at_least(spec.ood_images_per_subset, "ood_images_per_subset", 1, where)
+    if spec.allow_scale_down:
+        raise InputError(
+            f"{where}: a task of kind conflicts does not scale down (its sizes are the experiment's design): lower "
+            "train_subsets, ood_subsets or images_per_subset instead",
+            parameter="allow_scale_down",
+        )
+
+
 def _communities(block: Any, role: str, where: str, source: str, line: int | None) -> list[Community]:
     if block is None:
         return []
@@ -309,6 +366,7 @@ _TASK_ENTRY_KEYS = {
     "variants",
     "paper_distance",
     *TASK_PARAMS,
+    *_CONFLICTS_ONLY,
 }
 
 
@@ -334,7 +392,7 @@ def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], sourc
         unknown = sorted(set(variant) - _TASK_ENTRY_KEYS)
         if unknown:
             raise InputError(f"{where}-{suffix}: unknown field {unknown[0]!r}", path=source, line=line)
-        merged = {**defaults, **{k: v for k, v in entry.items() if k in TASK_PARAMS}, **variant}
+        merged = {**defaults, **{k: v for k, v in entry.items() if k in TASK_PARAMS + _CONFLICTS_ONLY}, **variant}
         communities = communities_of(entry.get("test"), "test") + communities_of(entry.get("train"), "train")
         communities += all_train[suffix]
         for other, trains in all_train.items():
@@ -346,7 +404,7 @@ def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], sourc
             for c in communities_of(entry.get("groups"), "groups"):
                 communities.append(c.model_copy(update={"role": "minority" if c.name in minority else "majority"}))
         values = {
-            **{k: merged[k] for k in TASK_PARAMS if k in merged},
+            **{k: merged[k] for k in TASK_PARAMS + _CONFLICTS_ONLY if k in merged},
             "name": f"{name}-{suffix}" if suffix else str(name),
             "base": str(name),
             "kind": str(kind),

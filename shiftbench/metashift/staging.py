@@ -155,11 +155,13 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
     objects, images = read_scenes(scenes)
     data = build.task_data(objects, images, spec, specs.general_contexts)
     dataset = str(scenes.meta["dataset"])
-    tables = build.task_tables(
+    tables, manifest_extra = build.task_version(
         spec, data, dataset, EXAMPLE_ID_FORMATS[dataset], recorded_sources(settings, scenes), target.overrides
     )
 
     def figures() -> dict[str, bytes]:
+        if spec.kind == "conflicts":  # no distances: its subsets are chosen at random, not at a distance
+            return {}
         title = f"{target.benchmark}: distances to the reference community"
         return {TASK_FIGURE: task_distances(tables["metashift_task_communities"], title)}
 
@@ -175,4 +177,5 @@ def stage_task(settings: Settings, target: Target, inputs: Mapping[str, CachedAr
         attachments=figures,
         card=card_info(dataset, TASK_SHIFT[spec.kind], "task"),
         check=target.check,
+        manifest_extra=manifest_extra,
     )

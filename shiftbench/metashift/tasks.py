@@ -285,9 +285,7 @@ def build_subpopulation(spec: TaskSpec, data: TaskData) -> tuple[_Builder, pl.Da
 
 
 # -- distances ---------------------------------------------------------------------------------
-def _graph_from_sets(
-    class_name: str, names: list[str], sets: Mapping[str, set[str]], threshold: float
-) -> mg.ClassGraph:
+def graph_from_sets(class_name: str, names: list[str], sets: Mapping[str, set[str]], threshold: float) -> mg.ClassGraph:
     memberships = Memberships.from_frame(
         pl.DataFrame(
             [(n, i) for n in names for i in sorted(sets[n])],
@@ -332,7 +330,7 @@ def community_distances(
             groups = [("train", "other_train", "majority"), ("test", "minority"), ("val",)]
             names = [n for roles in groups for n in sorted(c.name for c in mine if c.role in roles)]
             names = [n for n in names if sets[n]]
-            graph = _graph_from_sets(cls, names, sets, spec.edge_threshold)
+            graph = graph_from_sets(cls, names, sets, spec.edge_threshold)
             emb = em.embed(graph.weights, spec.embedding_dim, spec.embedding)
             index = {n: k for k, n in enumerate(names)}
             coords = {n: (emb.coords[k], int(emb.component[k]), str(emb.component_status[k])) for n, k in index.items()}
@@ -361,7 +359,7 @@ def _member_mean_coords(
     prefix = f"{cls}("
     sets = {name: set(images) - excluded for name, images in data.subset_images.items() if name.startswith(prefix)}
     names = sorted((n for n, s in sets.items() if len(s) >= spec.min_subset_size), key=lambda n: (-len(sets[n]), n))
-    graph = _graph_from_sets(cls, names, sets, spec.edge_threshold)
+    graph = graph_from_sets(cls, names, sets, spec.edge_threshold)
     emb = em.embed(graph.weights, spec.embedding_dim, spec.embedding)
     index = {n: k for k, n in enumerate(names)}
     coords: dict[str, tuple[np.ndarray, int, str]] = {}
