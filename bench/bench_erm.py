@@ -82,6 +82,7 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
         out.mkdir(parents=True, exist_ok=True)
         examples.write_parquet(out / "examples.parquet")
         root = Path(splits.published_split(settings, "sprites-uniform").manifest["origin"]["image_root"])
+        root = root if root.is_absolute() else settings.home / root  # manifests record roots inside the warehouse
         (out / "images").mkdir(exist_ok=True)
         for example_id in examples["example_id"]:
             shutil.copy2(root / TEMPLATE.format(example_id), out / TEMPLATE.format(example_id))

@@ -3,6 +3,7 @@ planted conflicts that the tracked run must find (shiftbench.training_conflicts,
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,46 @@ def test_the_conflict_zones_query_keeps_strong_measurable_conflicts_with_class_a
     assert set(got["data_tag"]) == {"generated"} and set(got["image_source"]) == {"standin"}
     assert got["t_value"].to_list() == pytest.approx([-4.0, -4.0])
     assert training_conflicts(got, "t")[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the_heatmap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The user's path: build metashift-conflicts on the embedded generated sample, train with tracking from the
+    command line (stand-in images), query the strongest conflicts in DuckDB; an untracked run has the same weights."""
+    from shiftbench.pipelines.cli import main
+
+    from shiftbench.contracts import failures
+    from shiftbench.erm.launch import CONFLICTS_FIGURE
+    from shiftbench.publishing import check_staged
+    from shiftbench.store import Store
+
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    assert main(["build", "metashift", "--benchmark", "metashift-conflicts@generated"]) == 0
+    capsys.readouterr()
+    args = ["train", "metashift-conflicts@generated", "--preset", "smoke", "--set", "max_iters=40"]
+    assert main([*args, "--set", "eval_every=20", "--set", "track_conflicts=true", "--in-process"]) == 0
+    out = capsys.readouterr().out
+    assert "Training conflicts: heatmap " in out and "erm_training_conflicts WHERE run = " in out, out
+    heatmap = Path(re.search(r"heatmap (\S+)", out).group(1))  # type: ignore[union-attr]
+    assert heatmap.name == CONFLICTS_FIGURE and heatmap.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    run = re.search(r"\[train\] (\S+) version (\S+)", out)
+    assert run is not None
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(tmp_path / "home")})
+    staged = Store(settings.store_dir).layout.staged("erm", run.group(1), run.group(2))
+    assert "erm_training_conflicts" in staged.tables
+    assert not failures(check_staged(staged))  # every contract, erm_training_conflicts' included
+    query = (
+        "SELECT count(*) AS cells, count(DISTINCT training_subset) AS rows, count(DISTINCT evaluation_subset) AS "
+        f"columns, max(steps) AS steps FROM erm_training_conflicts WHERE run = '{run.group(1)}'"
+    )
+    assert main(["sql", query, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == f"{26 * 48},26,48,40"
+
+    assert main([*args, "--set", "eval_every=20", "--in-process"]) == 0  # untracked: the same run name and weights
+    plain = re.search(r"\[train\] (\S+) version (\S+)", capsys.readouterr().out)
+    assert plain is not None and plain.group(1) == run.group(1) and plain.group(2) != run.group(2)
+    weights = "SELECT count(DISTINCT weights_sha256) FROM erm_runs_history WHERE run = '" + run.group(1) + "'"
+    assert main(["sql", weights, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1"

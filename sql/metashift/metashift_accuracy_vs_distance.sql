@@ -7,5 +7,5 @@ SELECT t.benchmark AS task, l.data_tag, t.task_kind, array_to_string(t.classes, 
        l.eval_split, l.n_seeds, l.mean AS acc_mean, l.std AS acc_std
 FROM leaderboard_with_standins AS l
 JOIN metashift_tasks AS t ON t.benchmark = l.benchmark AND t.version = l.split_version
-WHERE l.metric = 'acc_avg' AND l.eval_split = 'test'
+WHERE l.metric = 'acc_avg' AND l.eval_split = 'test' AND t.task_kind <> 'conflicts'  -- no distance to plot
 ORDER BY t.task_kind, t.classes, t.distance, l.method, setting, l.image_source
