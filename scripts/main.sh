@@ -5,8 +5,8 @@
 # metashift-attributes collection from the released attribute annotations shipped with the package,
 # and the object-context collection and tasks on the generated scene sample (named NAME@generated;
 # GQA scene graphs when SHIFTBENCH_GQA_SCENE_GRAPHS is set), then the 34 ConDS cases on the generated
-# sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines, the
-# papers' analyses and the leaderboard. How long it takes, measured: BENCHMARKS.md.
+# sprites images (plus CelebA's when SHIFTBENCH_CELEBA_DIR is set), then three quick ERM baselines and a run
+# tracking MetaShift's training conflicts, the papers' analyses and the leaderboard. How long it takes, measured: BENCHMARKS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -29,6 +29,11 @@ task=$(.venv/bin/shiftbench build metashift --list | awk '$1 ~ /^cat-dog-dg-cabi
 .venv/bin/shiftbench train sprites-sc-object_color --preset quick
 .venv/bin/shiftbench train sprites-uniform --preset quick
 .venv/bin/shiftbench train "$task" --preset smoke
+# MetaShift's second application (Section 4.3): training conflicts between subsets, tracked after every step on
+# the metashift-conflicts task (26 training subsets x 50 images, 48 evaluation subsets; stand-in images here):
+# the table erm_training_conflicts, its heatmap (the paper's Figure 4 layout) and the conflict zones' analysis.
+conflicts=$(.venv/bin/shiftbench build metashift --list | awk '$1 ~ /^metashift-conflicts(@|$)/ {print $1; exit}')
+.venv/bin/shiftbench train "$conflicts" --preset smoke --set track_conflicts=true
 # The papers' analyses over these results (tables, views and plots; those without results say so; an
 # analysis over stand-in runs says so in its table, image_source, and in its figure's title).
 .venv/bin/shiftbench analyse
@@ -47,6 +52,10 @@ echo "How much each BREEDS split shifts (view shift_magnitudes; every version ha
   round(max(value) FILTER (benchmark LIKE '%-good'), 3) AS good, round(max(value) FILTER (benchmark LIKE '%-bad'), 3) AS bad
 FROM shift_magnitudes WHERE family = 'breeds' AND measure = 'subclass_distance_mean' AND scope = 'all'
 GROUP BY 1 ORDER BY 1"
+echo
+echo "Training conflicts on $conflicts (the strongest: training on the first subset raises the second's loss; heatmap: files/training_conflicts.png of the run's version):"
+.venv/bin/shiftbench sql "SELECT training_subset, evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized,
+  round(coefficient / std_error, 1) AS t FROM erm_training_conflicts ORDER BY normalized_coefficient, t LIMIT 8"
 echo
 echo "Leaderboard (shiftbench leaderboard: results on real images, the mean over seeds (number of seeds)):"
 .venv/bin/shiftbench leaderboard --splits id_val,test --metrics acc_avg

@@ -273,3 +273,21 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
     weights = "SELECT count(DISTINCT weights_sha256) FROM erm_runs_history WHERE run = '" + run.group(1) + "'"
     assert main(["sql", weights, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "1"
+
+
+def test_the_lean_job_and_the_gpu_bench_import_nothing_a_plain_torch_image_lacks() -> None:
+    """``python -m shiftbench.erm.job`` (and bench/bench_conflicts.py, bench/bench_erm.py) run where only torch,
+    numpy, pyarrow and Pillow are installed (a GPU image): polars, duckdb, dagster, pydantic and yaml are blocked."""
+    import subprocess
+    import sys
+
+    blocked = ("polars", "duckdb", "dagster", "pydantic", "yaml", "networkx", "scipy")
+    code = (
+        "import sys\n"
+        f"for name in {blocked!r}: sys.modules[name] = None\n"
+        "sys.path.insert(0, 'bench')\n"
+        "import shiftbench.erm.job, bench_conflicts, bench_erm\n"
+    )
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

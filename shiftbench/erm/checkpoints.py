@@ -24,15 +24,13 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 from shiftbench.errors import InputError
 
 
-class RegisteredCheckpoint(BaseModel):
-    """A published weights file our models load unchanged (torchvision's parameter names)."""
-
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True)
+class RegisteredCheckpoint:
+    """A published weights file our models load unchanged (torchvision's parameter names). A dataclass, not a
+    pydantic model: the lean training job imports this module where only torch, numpy, pyarrow and Pillow are."""
 
     model: str
     file: str
