@@ -291,3 +291,53 @@ def test_the_lean_job_and_the_gpu_bench_import_nothing_a_plain_torch_image_lacks
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+USER_SPEC = """family: metashift
+tasks:
+  pets-conflicts:
+    kind: conflicts
+    classes: [cat, dog]
+    train_subsets: 8
+    ood_subsets: 4
+    images_per_subset: 30
+    id_eval_share: 0.2
+"""
+
+
+def test_the_figure_4_workflow_on_a_users_own_tag_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/metashift.md's workflow as written: a user's image -> tag table and a conflicts task of their own in a
+    spec file, built, trained with tracking (stand-in images), the strongest conflicts and the zones queried."""
+    from shiftbench.pipelines.cli import main
+
+    from shiftbench.sources.generated_scenes import generate_scene_tables
+
+    objects, _, _ = generate_scene_tables()
+    objects.select("image_id", pl.col("name").alias("tag")).unique().sort("image_id", "tag").write_parquet(
+        tmp_path / "tags.parquet"
+    )
+    (tmp_path / "my_conflicts.yaml").write_text(USER_SPEC)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
+    monkeypatch.setenv("SHIFTBENCH_TAGS_TABLE", str(tmp_path / "tags.parquet"))
+    monkeypatch.setenv("SHIFTBENCH_METASHIFT_SPECS", str(tmp_path / "my_conflicts.yaml"))
+    assert main(["build", "metashift", "--benchmark", "pets-conflicts"]) == 0
+    capsys.readouterr()
+    train = ["train", "pets-conflicts", "--preset", "smoke", "--image-root", "standin", "--set", "max_iters=30"]
+    assert main([*train, "--set", "track_conflicts=true", "--set", "optimizer=sgd", "--set", "momentum=0"]) == 0
+    assert "Training conflicts: heatmap" in capsys.readouterr().out
+    strongest = (
+        "SELECT training_subset, evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized "
+        "FROM erm_training_conflicts WHERE benchmark = 'pets-conflicts' ORDER BY normalized_coefficient LIMIT 5"
+    )
+    assert main(["sql", strongest, "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "training_subset,evaluation_subset,evaluation_domain,normalized" and len(lines) == 6
+    assert float(lines[1].split(",")[-1]) == -1.0  # the strongest conflict of its column
+    assert main(["analyse", "metashift-training-conflicts"]) == 0
+    capsys.readouterr()
+    zones = "SELECT count(*) FILTER (normalized_coefficient > -0.5 OR t_value > -2) FROM analysis_metashift_conflicts"
+    assert main(["sql", zones, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "0"
