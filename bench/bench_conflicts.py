@@ -67,22 +67,23 @@ def prepare(out: Path) -> None:
         (out / "images.json").write_text(json.dumps({"template": "{}.png", "benchmark": name}))
 
 
-def measure(data: Path, device: str, iterations: int, rounds: int, recording: records.Recording) -> dict[str, Any]:
+def measure(
+    data: Path, device: str, iterations: int, rounds: int, every: list[int], recording: records.Recording
+) -> dict[str, Any]:
     table = read_split(data / "split")
     descriptor = subset_descriptor(json.loads((data / "split" / "manifest.json").read_text()), table.benchmark)
     paths = image_paths(table.example_ids, data / "images", "{}.png")
-    runs: dict[str, list[dict[str, float]]] = {"untracked": [], "tracked": []}
+    labels = {"untracked": {}, **{f"tracked_every_{k}": {"track_conflicts": True, "track_every": k} for k in every}}
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label in labels}
     for round_ in range(rounds):
-        for label in ("untracked", "tracked"):
-            config = TrainConfig.from_mapping(
-                {**QUICK, "max_iters": iterations, "device": device, "track_conflicts": label == "tracked"}
-            )
+        for label, tracking in labels.items():
+            config = TrainConfig.from_mapping({**QUICK, "max_iters": iterations, "device": device, **tracking})
             with tempfile.TemporaryDirectory() as out:
                 tick = time.perf_counter()
                 result = train(table, paths, config, Path(out), lambda _line: None, subsets=descriptor)
                 wall = time.perf_counter() - tick
             runs[label].append({"wall_s": wall, **result.timings})
-            recording.run(round=round_ + 1, tracked=label == "tracked", wall_s=wall, **result.timings)
+            recording.run(round=round_ + 1, run=label, wall_s=wall, **result.timings)
             print(f"round {round_ + 1} {label}: {wall:.1f} s ({result.timings})", flush=True)
     medians = {label: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for label, rows in runs.items()}
     n_eval = sum(1 for s in table.splits.tolist() if s in descriptor.evaluation_splits)
@@ -103,8 +104,7 @@ def measure(data: Path, device: str, iterations: int, rounds: int, recording: re
         ),
         "runs": runs,
         "medians": medians,
-        "ratio_train_s": medians["tracked"]["train_s"] / medians["untracked"]["train_s"],
-        "ratio_wall_s": medians["tracked"]["wall_s"] / medians["untracked"]["wall_s"],
+        **{f"ratio_train_s.{label}": medians[label]["train_s"] / medians["untracked"]["train_s"] for label in runs},
         "machine": platform.processor() or platform.machine(),
     }
 
@@ -116,6 +116,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--iterations", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--track-every", type=int, nargs="+", default=[1], help="tracked runs, one per value")
     records.add_argument(parser)
     args = parser.parse_args()
     recording = records.start(args.record)
@@ -127,15 +128,17 @@ def main() -> None:
         if data is None:
             data = Path(scratch)
             prepare(data)
-        result = measure(data, args.device, args.iterations, args.rounds, recording)
+        result = measure(data, args.device, args.iterations, args.rounds, args.track_every, recording)
     print(json.dumps({k: v for k, v in result.items() if k != "runs"}, indent=2))
     runs = result["runs"]
     figures = {
-        f"{label}.train_s": records.median_figure([r["train_s"] for r in runs[label]], "s", 1, f"{label}: train_s")
-        for label in ("untracked", "tracked")
+        f"{label}.train_s": records.median_figure([r["train_s"] for r in rows], "s", 1, f"{label}: train_s")
+        for label, rows in runs.items()
     }
-    ratios = [t["train_s"] / u["train_s"] for t, u in zip(runs["tracked"], runs["untracked"], strict=True)]
-    figures["ratio"] = records.median_figure(ratios, "x", 2, "tracked train_s over untracked, per round")
+    for label, rows in runs.items():
+        if label != "untracked":  # per round, over the untracked run of the same round
+            ratios = [t["train_s"] / u["train_s"] for t, u in zip(rows, runs["untracked"], strict=True)]
+            figures[f"{label}.ratio"] = records.median_figure(ratios, "x", 2, f"{label} train_s over untracked")
     what = (
         f"track_conflicts on {result['benchmark']} ({result['training_subsets']} training subsets, "
         f"{result['evaluation_subsets']} evaluation subsets, {result['evaluation_images']} evaluation images), "

@@ -91,12 +91,13 @@ class ConflictFit:
     normalized: np.ndarray  # [S, E]
     std_error: np.ndarray  # [S, E]
     r2: np.ndarray  # [E]
-    steps: int
+    intervals: int  # the regression's rows
 
 
 def fit_conflicts(compositions: np.ndarray, losses: np.ndarray) -> ConflictFit:
-    """``compositions`` [T, S]: images of each training subset in step t's batch; ``losses`` [T + 1, E]: each
-    evaluation subset's mean loss before the first step and after every step."""
+    """``compositions`` [T, S]: images of each training subset in interval t's batches (one step each with
+    ``track_every: 1``); ``losses`` [T + 1, E]: each evaluation subset's mean loss before the first step and after
+    every interval."""
     x = np.asarray(compositions, dtype=np.float64)
     y = np.diff(np.asarray(losses, dtype=np.float64), axis=0)
     steps, n_subsets = x.shape
@@ -104,7 +105,8 @@ def fit_conflicts(compositions: np.ndarray, losses: np.ndarray) -> ConflictFit:
         raise ValueError(f"{steps} batch compositions but {y.shape[0]} loss changes")
     if steps <= n_subsets:
         raise InputError(
-            f"{steps} tracked steps cannot separate {n_subsets} training subsets: train more than {n_subsets} steps",
+            f"{steps} tracked intervals cannot separate {n_subsets} training subsets: train more than {n_subsets} "
+            "steps (times track_every)",
             parameter="max_iters",
         )
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
@@ -122,15 +124,15 @@ def fit_conflicts(compositions: np.ndarray, losses: np.ndarray) -> ConflictFit:
 
 
 def conflict_rows(
-    fit: ConflictFit, training: Sequence[Subset], evaluation: Sequence[tuple[Subset, str]]
+    fit: ConflictFit, training: Sequence[Subset], evaluation: Sequence[tuple[Subset, str]], *, steps: int, every: int
 ) -> dict[str, list[Any]]:
     """The fit as columns of ``erm_training_conflicts`` (without the run's keys): one row per pair, with each
-    subset's position in the heatmap."""
+    subset's position in the heatmap, the gradient steps tracked and the steps between two evaluations."""
     columns: dict[str, list[Any]] = {
         name: []
         for name in (
             "training_subset", "training_class", "row", "evaluation_subset", "evaluation_class", "evaluation_domain",
-            "column", "coefficient", "normalized_coefficient", "std_error", "r2", "steps",
+            "column", "coefficient", "normalized_coefficient", "std_error", "r2", "steps", "intervals", "track_every",
         )
     }  # fmt: skip
     for i, source in enumerate(training):
@@ -138,7 +140,7 @@ def conflict_rows(
             values = (
                 source.name, source.class_name, i, target.name, target.class_name, domain, j,
                 float(fit.coefficient[i, j]), float(fit.normalized[i, j]), float(fit.std_error[i, j]),
-                float(fit.r2[j]), fit.steps,
+                float(fit.r2[j]), steps, fit.intervals, every,
             )  # fmt: skip
             for name, value in zip(columns, values, strict=True):
                 columns[name].append(value)

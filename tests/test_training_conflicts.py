@@ -42,7 +42,7 @@ def test_the_regression_is_numpys_least_squares_with_the_sign_turned() -> None:
 
 
 def test_fewer_steps_than_training_subsets_is_one_line() -> None:
-    with pytest.raises(InputError, match="5 tracked steps cannot separate 6 training subsets"):
+    with pytest.raises(InputError, match="5 tracked intervals cannot separate 6 training subsets"):
         fit_conflicts(np.ones((5, 6)), np.zeros((6, 2)))
 
 
@@ -266,6 +266,14 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
     )
     assert main(["sql", query, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == f"{26 * 48},26,48,40"
+    # The run's page in the UI shows the heatmap (the published asset's materialization metadata).
+    import dagster as dg
+
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
+        record = instance.fetch_materializations(dg.AssetKey(["erm", "metashift_task_baseline"]), limit=1).records[0]
+    assert record.asset_materialization is not None
+    shown = record.asset_materialization.metadata["training_conflicts"]
+    assert isinstance(shown, dg.MarkdownMetadataValue) and "data:image/png;base64," in shown.value
 
     assert main([*args, "--set", "eval_every=20", "--in-process"]) == 0  # untracked: the same run name and weights
     plain = re.search(r"\[train\] (\S+) version (\S+)", capsys.readouterr().out)
@@ -341,3 +349,40 @@ def test_the_figure_4_workflow_on_a_users_own_tag_table(
     zones = "SELECT count(*) FILTER (normalized_coefficient > -0.5 OR t_value > -2) FROM analysis_metashift_conflicts"
     assert main(["sql", zones, "--csv"]) == 0
     assert capsys.readouterr().out.splitlines()[1] == "0"
+
+
+def test_track_every_closes_intervals_and_an_interrupted_tracked_run_resumes_to_the_same_table(
+    constructed: tuple[SplitTable, list[Path], SubsetDescriptor], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from shiftbench.erm import resume
+    from shiftbench.erm.interrupt import TEST_HOOK, Interrupted, stop_requests
+    from shiftbench.erm.run import Resumable
+
+    table, paths, descriptor = constructed
+    config = TrainConfig.from_mapping({**CONFIG, "max_iters": 40, "track_conflicts": True, "track_every": 3})
+    whole = train(table, paths, config, tmp_path / "whole", lambda _line: None, subsets=descriptor)
+    assert whole.conflicts is not None
+    # 13 intervals of 3 steps and the last step alone: 14 regression rows over the 40 steps.
+    assert set(whole.conflicts["intervals"]) == {14} and set(whole.conflicts["steps"]) == {40}
+    assert set(whole.conflicts["track_every"]) == {3}
+
+    checkpoints = resume.Checkpoints(tmp_path / "resume", {"run": "constructed"})
+    monkeypatch.setenv(TEST_HOOK, "17")  # stopped after step 17: inside an interval (15..18)
+    with stop_requests() as stop, pytest.raises(Interrupted):
+        train(table, paths, config, tmp_path / "a", lambda _line: None, subsets=descriptor,
+              resumable=Resumable(checkpoints, stop, 0, "constructed seed 0"))  # fmt: skip
+    monkeypatch.delenv(TEST_HOOK)
+    saved = checkpoints.load()
+    assert saved is not None and saved[0]["iteration"] == 17
+    with stop_requests() as stop:
+        again = train(table, paths, config, tmp_path / "a", lambda _line: None, subsets=descriptor,
+                      resumable=Resumable(checkpoints, stop, 0, "constructed seed 0", saved[0]))  # fmt: skip
+    assert again.resumed_from == 17 and again.weights_sha256 == whole.weights_sha256
+    assert again.conflicts == whole.conflicts
+
+
+def test_track_every_without_tracking_is_one_line() -> None:
+    with pytest.raises(InputError, match="applies only with track_conflicts=true") as error:
+        TrainConfig.from_mapping({"track_every": 2})
+    assert error.value.parameter == "track_every"
+    assert "track_every" not in TrainConfig.from_mapping({}).as_dict()  # recorded only when tracking

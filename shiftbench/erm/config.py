@@ -21,7 +21,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers", "step", "threads", "checkpoint_every", "track_conflicts"}
+    | {"decode_workers", "step", "threads", "checkpoint_every", "track_conflicts", "track_every"}
 )
 
 
@@ -80,6 +80,7 @@ class TrainConfig:
     # After every step, each evaluation subset's loss and the batch's subsets, regressed into erm_training_conflicts
     # (MetaShift §4.3; a split that carries subsets only: shiftbench.erm.conflicts). The weights do not change.
     track_conflicts: bool = False
+    track_every: int = 1  # steps between two tracked evaluations (1: after every step, the paper's)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -142,13 +143,15 @@ class TrainConfig:
             "track_conflicts",
             "tracks one training run: it cannot be combined with a learning-rate grid (lr_grid)",
         )
+        need(isinstance(self.track_every, int) and self.track_every >= 1, "track_every", "must be an integer >= 1")
+        need(self.track_conflicts or self.track_every == 1, "track_every", "applies only with track_conflicts=true")
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["lr_milestones"] = list(self.lr_milestones)
         values["lr_grid"] = list(self.lr_grid)
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
-            del values["track_conflicts"]
+            del values["track_conflicts"], values["track_every"]
         return values
 
 

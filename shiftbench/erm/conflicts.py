@@ -26,7 +26,6 @@ from shiftbench.errors import InputError
 from shiftbench.split_table import SplitTable
 from shiftbench.training_conflicts import (
     DOMAINS,
-    ConflictFit,
     Subset,
     SubsetDescriptor,
     conflict_rows,
@@ -75,13 +74,14 @@ def layout(table: SplitTable, descriptor: SubsetDescriptor, train_split: str) ->
 
 
 class ConflictTracker:
-    """Records, after each step, the evaluation subsets' mean losses and the batch's training-subset counts."""
+    """Records the evaluation subsets' mean losses every ``every`` steps (1: after each step, the paper's) and the
+    training-subset counts of the batches in between: one regression row per interval."""
 
     def __init__(
         self, where: Layout, batches: Batches, table: SplitTable, max_iters: int, *, device: torch.device,
-        precision: str, normalization: str,
+        precision: str, normalization: str, every: int = 1,
     ) -> None:  # fmt: skip
-        self.where, self.device, self.precision = where, device, precision
+        self.where, self.device, self.precision, self.every = where, device, precision, every
         rows = torch.from_numpy(where.eval_rows)
         self.inputs = normalize(batches(rows), channels_last=True, kind=normalization)
         self.targets = torch.from_numpy(table.y[where.eval_rows]).to(device)
@@ -89,19 +89,34 @@ class ConflictTracker:
         n_eval = len(where.evaluation)
         self.sizes = torch.bincount(self.column, minlength=n_eval).double()
         self.train_code = torch.from_numpy(where.train_code)
-        self.losses = torch.zeros((max_iters + 1, n_eval), dtype=torch.float64, device=device)
-        self.compositions = torch.zeros((max_iters, len(where.training)), dtype=torch.int64)
+        n_points = max_iters // every + 2  # the initial losses, every interval's, a last partial interval's
+        self.losses = torch.zeros((n_points, n_eval), dtype=torch.float64, device=device)
+        self.compositions = torch.zeros((n_points, len(where.training)), dtype=torch.int64)
         self.shadow: nn.Module | None = None
-        self.recorded = -1  # the last iteration whose losses are recorded (0: before the first step)
+        self.started = False  # the initial losses are recorded
+        self.intervals = 0  # closed intervals: losses[k] is after interval k, compositions[k] its batches' counts
 
-    def record(self, model: nn.Module, iteration: int, index: torch.Tensor | None = None) -> None:
-        """The losses after ``iteration`` (0: the initial weights) and the composition of its batch."""
-        if index is not None:
-            self.compositions[iteration - 1] = torch.bincount(
-                self.train_code[index], minlength=self.compositions.shape[1]
-            )
-        self.losses[iteration] = self._losses(model)
-        self.recorded = iteration
+    def start(self, model: nn.Module) -> None:
+        """The losses of the initial weights."""
+        self.losses[0] = self._losses(model)
+        self.started = True
+
+    def record(self, model: nn.Module, iteration: int, index: torch.Tensor) -> None:
+        """Count the step's batch; after every ``every``-th step, the losses close the interval."""
+        self.compositions[self.intervals] += torch.bincount(
+            self.train_code[index], minlength=self.compositions.shape[1]
+        )
+        if iteration % self.every == 0:
+            self._close(model)
+
+    def finish(self, model: nn.Module) -> None:
+        """Close a last interval shorter than ``every`` (the run stopped between two evaluations)."""
+        if int(self.compositions[self.intervals].sum()) > 0:
+            self._close(model)
+
+    def _close(self, model: nn.Module) -> None:
+        self.intervals += 1
+        self.losses[self.intervals] = self._losses(model)
 
     def _shadow(self, model: nn.Module) -> nn.Module:
         if self.shadow is None:
@@ -126,19 +141,19 @@ class ConflictTracker:
         sums = torch.zeros_like(self.sizes).index_add_(0, self.column, torch.cat(per_example).double())
         return sums / self.sizes
 
-    def state(self, iteration: int) -> dict[str, Any]:
-        """What a checkpoint keeps: the records up to ``iteration``."""
-        return {"losses": self.losses[: iteration + 1].cpu(), "compositions": self.compositions[:iteration].clone()}
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the records so far, the open interval's counts included."""
+        n = self.intervals
+        return {"losses": self.losses[: n + 1].cpu(), "compositions": self.compositions[: n + 1].clone()}
 
     def restore(self, saved: dict[str, Any]) -> None:
         n = saved["losses"].shape[0]
         self.losses[:n] = saved["losses"].to(self.device)
-        self.compositions[: n - 1] = saved["compositions"]
-        self.recorded = n - 1
-
-    def fit(self, iterations: int) -> ConflictFit:
-        losses = self.losses[: iterations + 1].cpu().numpy()
-        return fit_conflicts(self.compositions[:iterations].numpy(), losses)
+        self.compositions[:n] = saved["compositions"]
+        self.intervals, self.started = n - 1, True
 
     def rows(self, iterations: int) -> dict[str, list[Any]]:
-        return conflict_rows(self.fit(iterations), self.where.training, self.where.evaluation)
+        """The regression over the closed intervals, as ``erm_training_conflicts``' columns."""
+        n = self.intervals
+        fit = fit_conflicts(self.compositions[:n].numpy(), self.losses[: n + 1].cpu().numpy())
+        return conflict_rows(fit, self.where.training, self.where.evaluation, steps=iterations, every=self.every)

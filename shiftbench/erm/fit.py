@@ -88,11 +88,13 @@ def fit_one(run: Run, checkpoint: Path | None, grid: Grid) -> Fit:
         config = run.config
         tracker = ConflictTracker(
             run.tracking, run.batches, run.table, config.max_iters, device=run.device, precision=run.precision,
-            normalization=config.normalization,
+            normalization=config.normalization, every=config.track_every,
         )  # fmt: skip
     loop = Loop(run, model, step_model, step, stream, method, state, grid, tracker=tracker)
     resumed = loop.resume()
     iteration = loop.train()
+    if tracker is not None:
+        tracker.finish(model)
     synchronize(run.device)
     train_time = time.perf_counter() - loop.t_steady - loop.eval_time
     return Fit(

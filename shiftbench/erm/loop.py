@@ -123,8 +123,8 @@ class Loop:
     def train(self) -> int:
         """Train from ``start``; the last iteration done."""
         config, iteration = self.run.config, self.start
-        if self.tracker is not None and self.tracker.recorded < 0:
-            self.tracker.record(self.model, 0)  # the losses before the first step
+        if self.tracker is not None and not self.tracker.started:
+            self.tracker.start(self.model)  # the losses before the first step
         if self.pending and self._evaluate(iteration, redo=True):
             return iteration
         self._stop_if_asked(iteration)
@@ -211,7 +211,7 @@ class Loop:
             "step": self.step.state_dict(), "method": self.method.state_dict(), "stream": self.stream.state(),
             "augment": self.step.inputs.augment_generator.get_state(), "random": random_states(),
             "running_seen": self.running_seen, "grid": self.grid.record(),
-            "tracker": self.tracker.state(iteration) if self.tracker is not None else None,
+            "tracker": self.tracker.state() if self.tracker is not None else None,
             "selected": {
                 "best_state": state.best_state, "best_score": state.best_score, "best_iteration": state.best_iteration,
                 "patience_left": state.patience_left, "curve": state.curve,
