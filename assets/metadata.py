@@ -118,7 +118,9 @@ def contract_evaluations(
                     "failed": len(failed),
                     "results": dg.MetadataValue.md("\n".join(lines)),
                 },
-                description=f"{len(rules) - len(failed)}/{len(rules)} rules of data_contracts/{table}.yaml hold",
+                description=f"{len(rules) - len(failed)}/{len(rules)} rules of data_contracts/{table}.yaml hold"
+                if table in results
+                else f"no {table} table in this version: nothing to check",
             )
         )
     return evaluations

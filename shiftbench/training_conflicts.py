@@ -58,8 +58,8 @@ def subset_descriptor(manifest: dict[str, Any], benchmark: str) -> SubsetDescrip
     raw = manifest.get(DESCRIPTOR_KEY)
     if not isinstance(raw, dict):
         raise InputError(
-            f"{benchmark} carries no subsets to track (a split built by a task that records each example's subset, "
-            "such as MetaShift's conflicts task: shiftbench build metashift --benchmark metashift-conflicts)",
+            f"{benchmark} carries no subsets to track: its manifest has no 'subsets' descriptor (a task that records "
+            "each example's subset writes one, such as a conflicts task; docs/erm.md#training-conflicts)",
             parameter="track_conflicts",
         )
     try:

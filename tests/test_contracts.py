@@ -37,7 +37,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "metashift_task_communities",
     }
     conds = {"conds_examples", "conds_cases", "conds_attributes", "conds_value_counts", "conds_cells"}
-    erm = {"erm_results", "erm_runs", "erm_curves", "eval_results", "eval_runs"}
+    erm = {"erm_results", "erm_runs", "erm_curves", "erm_training_conflicts", "eval_results", "eval_runs"}
     assert set(found) == {
         "benchmarks",
         "examples",
@@ -48,6 +48,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         *conds,
         *erm,
         "analysis_metashift_distance",
+        "analysis_metashift_conflicts",
         "analysis_breeds_source_target",
         "analysis_conds_shifts",
         "analysis_conds_grid",

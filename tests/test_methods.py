@@ -4,6 +4,7 @@ generated sprites through the CLI into the `results` view, and a learning-rate g
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -222,7 +223,7 @@ def test_registered_checkpoints_are_found_verified_or_named_with_their_url(
         checkpoints.resolve("imagenet:resnet18", "resnet18", None)
     entry = checkpoints.REGISTRY["imagenet:resnet18"]
     prefix = hashlib.sha256(weights.read_bytes()).hexdigest()[:8]
-    monkeypatch.setitem(checkpoints.REGISTRY, "imagenet:resnet18", entry.model_copy(update={"sha256_prefix": prefix}))
+    monkeypatch.setitem(checkpoints.REGISTRY, "imagenet:resnet18", dataclasses.replace(entry, sha256_prefix=prefix))
     assert checkpoints.resolve("imagenet:resnet18", "resnet18", tmp_path / "weights") == weights
     user = tmp_path / "mine.pt"
     torch.save({}, user)

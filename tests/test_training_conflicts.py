@@ -47,7 +47,9 @@ def test_fewer_steps_than_training_subsets_is_one_line() -> None:
 
 
 def test_a_manifest_without_subsets_is_one_line_naming_the_option() -> None:
-    with pytest.raises(InputError, match="sprites-uniform carries no subsets to track") as error:
+    with pytest.raises(
+        InputError, match="sprites-uniform carries no subsets to track: its manifest has no 'subsets' descriptor"
+    ) as error:
         subset_descriptor({"params": {}}, "sprites-uniform")
     assert error.value.parameter == "track_conflicts"
 
