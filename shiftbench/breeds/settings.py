@@ -43,3 +43,18 @@ class BreedsSettings(BaseModel):
         description="an ILSVRC-2012 root; train/<wnid>/*.JPEG are listed (never opened); unset: the 50,000 packaged "
         "validation labels only",
     )
+    imagenet21k_dir: Path | None = Field(
+        None,
+        description="an ImageNet-21k root: class folders <wnid>/*.JPEG directly or under fall11_whole/ or "
+        "winter21_whole/ (listed, never opened); unset: 21k benchmarks hold classes and subpopulations, no images",
+    )
+    imagenet21k_class_source: Literal["package", "timm"] = Field(
+        "package",
+        description="where the ImageNet-21k/22k/12k class lists come from: package (shipped, derived from timm's "
+        "files) or timm (the files of an installed timm, read without importing it)",
+    )
+    imagenet21k_calibration: Path | None = Field(
+        None,
+        description="an edit file applied to WordNet restricted to the ImageNet-21k classes, before the project's "
+        "tree rule (format: docs/breeds.md, Calibration)",
+    )

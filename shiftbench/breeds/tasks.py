@@ -28,11 +28,12 @@ SPLITS: tuple[str, ...] = ("rand", "good", "bad", "none")
 
 @dataclass(frozen=True)
 class TaskParams:
-    level: int
+    level: int | None
     n_subclasses: int
     split: str = "rand"
     seed: int = 2
     ancestor: str | None = None
+    superclasses: tuple[str, ...] | None = None  # these, sorted by id, instead of the nodes at ``level``
 
 
 @dataclass(frozen=True)
@@ -43,21 +44,54 @@ class SuperclassSplit:
     target: tuple[str, ...]
 
 
-def superclasses(hierarchy: Hierarchy, classes: frozenset[str], params: TaskParams) -> list[tuple[str, list[str]]]:
-    """Sorted (superclass, sorted subclasses) pairs that have at least N subclasses."""
+def candidates(hierarchy: Hierarchy, params: TaskParams) -> list[str]:
+    """The superclass candidates: the nodes at ``level`` (below ``ancestor``), or the listed ones."""
+    if params.superclasses is not None:
+        unknown = [node for node in params.superclasses if node not in hierarchy.graph]
+        if unknown:
+            raise InputError(
+                f"{len(unknown)} superclass(es) not in the hierarchy, e.g. {', '.join(unknown[:3])}",
+                parameter="superclasses",
+            )
+        return sorted(params.superclasses)
     levels = hierarchy.levels
-    candidates = sorted(node for node, level in levels.items() if level == params.level)
+    nodes = sorted(node for node, level in levels.items() if level == params.level)
     if params.ancestor is not None:
         if params.ancestor not in hierarchy.graph:
             raise InputError(f"unknown node {params.ancestor}", parameter="ancestor")
         below = hierarchy.descendants(params.ancestor) | {params.ancestor}
-        candidates = [node for node in candidates if node in below]
-    if not candidates:
+        nodes = [node for node in nodes if node in below]
+    if not nodes:
         where = f" below {params.ancestor}" if params.ancestor else ""
         deepest = max(levels.values(), default=0)
         raise InputError(f"no node at level {params.level}{where} (levels run from 0 to {deepest})", parameter="level")
-    with_subclasses = [(node, hierarchy.reachable_classes(node, classes)) for node in candidates]
+    return nodes
+
+
+def subclasses_of(hierarchy: Hierarchy, node: str, classes: frozenset[str]) -> list[str]:
+    """The dataset classes a superclass holds: those at or below it, itself only when it is a leaf class.
+
+    ImageNet-1k's classes are leaves; ImageNet-21k also labels inner synsets ("dog" has images of its
+    own): a superclass's subpopulations are then the classes strictly below it.
+    """
+    found = hierarchy.reachable_classes(node, classes)
+    if len(found) > 1 and node in classes:
+        found.remove(node)
+    return found
+
+
+def superclasses(hierarchy: Hierarchy, classes: frozenset[str], params: TaskParams) -> list[tuple[str, list[str]]]:
+    """Sorted (superclass, sorted subclasses) pairs that have at least N subclasses."""
+    chosen = candidates(hierarchy, params)
+    with_subclasses = [(node, subclasses_of(hierarchy, node, classes)) for node in chosen]
     kept = [(node, subs) for node, subs in with_subclasses if len(subs) >= params.n_subclasses]
+    if params.superclasses is not None and len(kept) < len(with_subclasses):
+        node, subs = next((n, s) for n, s in with_subclasses if len(s) < params.n_subclasses)
+        raise InputError(
+            f"superclass {node} ({hierarchy.name(node)}) has {len(subs)} subclass(es), "
+            f"fewer than N={params.n_subclasses}",
+            parameter="superclasses",
+        )
     if not kept:
         largest = max(len(subs) for _, subs in with_subclasses)
         raise InputError(
@@ -71,7 +105,8 @@ def superclasses(hierarchy: Hierarchy, classes: frozenset[str], params: TaskPara
 def _ordered_children(hierarchy: Hierarchy, superclass: str, classes: frozenset[str]) -> list[list[str]]:
     """Subclass groups under the first node below ``superclass`` that branches, largest first."""
     node = superclass
-    while len(children := hierarchy.children(node)) == 1:
+    # Down a chain of single children, but not past one that is a class itself (ImageNet-21k's inner classes).
+    while len(children := hierarchy.children(node)) == 1 and children[0] not in classes:
         node = children[0]
     groups = [hierarchy.reachable_classes(child, classes) for child in children]
     # sorted() is stable, so ties keep id order.
