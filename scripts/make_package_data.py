@@ -2,30 +2,45 @@
 
     .venv/bin/python scripts/make_package_data.py \
         --breeds-dir ../shared/fixtures/breeds/modified \
-        --metashift-subsets ../shared/fixtures/metashift/attribute_subsets.parquet
+        --metashift-subsets ../shared/fixtures/metashift/attribute_subsets.parquet \
+        --timm-wheel timm-1.0.31-py3-none-any.whl   # pip download timm==1.0.31 --no-deps -d DIR
+
+Each input makes its files; give any of them (a step whose input is not given is skipped).
 
 - The BREEDS calibration: :func:`shiftbench.calibration.diff` from WordNet 3.0 (Debian's files
   through nltk), restricted to the ancestors of the 1000 classes, to the release's hierarchy.
 - MetaShift's attribute annotations: the released attribute subsets as one row per
   (image, subject object) with its attributes, zstd-compressed Parquet.
+- The ImageNet-21k/22k/12k class lists (:mod:`shiftbench.sources.imagenet21k`): timm's
+  ``timm/data/_info/*_synsets.txt`` files, read from the wheel (no install), as one Parquet file (a row
+  per wnid of the union, a column per list with its class index or null) recording timm's version and
+  each file's SHA-256 and size, and ``LICENSE-TIMM`` (timm's Apache-2.0 licence from the wheel).
 
 The output is deterministic (same inputs, same bytes); ``tests/test_package_data.py`` checks that
 WordNet plus the shipped edits is the release and that the attribute collection built from the
-shipped Parquet file is the released subsets.
+shipped Parquet file is the released subsets; ``tests/test_imagenet21k.py`` that the class lists are
+the wheel's files and that this script rebuilds them byte for byte.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import re
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from shiftbench.calibration import diff, format_edits
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import RELEASE_SHA256, read_breeds_hierarchy_dir
+from shiftbench.sources.imagenet21k import CLASS_TABLE, LISTS, PROVENANCE_KEY, TIMM_FILES, list_bytes, parse_wnids
 from shiftbench.sources.packaged import BREEDS_CALIBRATION, DATA_DIR, METASHIFT_ATTRIBUTES, metashift_attribute_objects
 from shiftbench.sources.wordnet import load_wordnet
 
@@ -52,20 +67,104 @@ def make_breeds_calibration(breeds_dir: Path, wordnet_dir: Path, cache: Path | N
     return BREEDS_HEADER.format(checksums=checksums) + format_edits(diff(wordnet, release.hierarchy))
 
 
+TIMM_HEADER = """\
+ImageNet class lists from timm {version} (PyTorch Image Models), Apache License 2.0.
+
+shiftbench/data/{table} is derived from these files of the wheel {wheel}
+(sha256 {wheel_sha256}) by scripts/make_package_data.py: a row per wnid of their union and a column per
+list holding the wnid's line number (from 0) in that file, or null. Each list read back from it is
+checked to reproduce its file byte for byte.
+
+{files}
+
+The licence of timm, the wheel's {licence}, follows.
+
+"""
+
+
+def read_timm_wheel(wheel: Path) -> tuple[str, dict[str, bytes], str, bytes]:
+    """timm's version, the list files (by list name), the licence's name and text, read from the wheel."""
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        dist_info = sorted(n.split("/")[0] for n in names if re.fullmatch(r"timm-[^/]+\.dist-info/METADATA", n))
+        if len(dist_info) != 1:
+            sys.exit(f"{wheel}: not a timm wheel (no single timm-*.dist-info/METADATA)")
+        version_lines = re.findall(r"^Version: (\S+)$", archive.read(f"{dist_info[0]}/METADATA").decode(), re.M)
+        licence = f"{dist_info[0]}/licenses/LICENSE"
+        wanted = [f"timm/data/_info/{file}" for file in TIMM_FILES.values()]
+        if missing := [name for name in [*wanted, licence] if name not in names]:
+            sys.exit(f"{wheel}: missing {', '.join(missing)}")
+        files = {name: archive.read(f"timm/data/_info/{file}") for name, file in TIMM_FILES.items()}
+        return version_lines[0], files, licence, archive.read(licence)
+
+
+def make_imagenet21k_classes(wheel: Path) -> tuple[pa.Table, str]:
+    """The class table (zstd Parquet-ready, provenance in its metadata) and LICENSE-TIMM's text."""
+    version, files, licence, licence_text = read_timm_wheel(wheel)
+    lists = {name: parse_wnids(raw.decode("utf-8"), f"{wheel}:{TIMM_FILES[name]}") for name, raw in files.items()}
+    for name, wnids in lists.items():
+        if list_bytes(wnids) != files[name]:  # comments, blank lines, CRs: the table could not give it back
+            sys.exit(f"{wheel}: {TIMM_FILES[name]} is not one wnid and a newline a line")
+    union = sorted(set().union(*lists.values()))
+    columns = {"wnid": pa.array(union, pa.string())}
+    for name in LISTS:
+        index = {wnid: i for i, wnid in enumerate(lists[name])}
+        columns[name] = pa.array([index.get(wnid) for wnid in union], pa.int32())
+    record = {name: {"file": TIMM_FILES[name], "sha256": hashlib.sha256(files[name]).hexdigest(),
+                     "bytes": len(files[name])} for name in LISTS}  # fmt: skip
+    wheel_sha256 = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    provenance = {"timm_version": version, "wheel": wheel.name, "wheel_sha256": wheel_sha256, "files": record}
+    table = pa.table(columns).replace_schema_metadata({PROVENANCE_KEY: json.dumps(provenance, sort_keys=True)})
+    listing = "\n".join(
+        f"  timm/data/_info/{r['file']}  ({name}: {len(lists[name]):,} wnids, {r['bytes']:,} bytes,"
+        f" sha256 {r['sha256']})"
+        for name, r in record.items()
+    )
+    header = TIMM_HEADER.format(
+        version=version, table=CLASS_TABLE.name, wheel=wheel.name, wheel_sha256=wheel_sha256, files=listing,
+        licence=licence,
+    )  # fmt: skip
+    return table, header + licence_text.decode("utf-8")
+
+
+def write_imagenet21k_classes(wheel: Path, out: Path) -> list[Path]:
+    table, licence = make_imagenet21k_classes(wheel)
+    parquet, notice = out / CLASS_TABLE.name, out / "LICENSE-TIMM"
+    # Sorted wnids and rising indices: delta encodings make it 60 kB instead of 300 kB.
+    encodings = {name: "DELTA_BYTE_ARRAY" if name == "wnid" else "DELTA_BINARY_PACKED" for name in table.column_names}
+    pq.write_table(
+        table, parquet, compression="zstd", compression_level=22, write_statistics=False, use_dictionary=False,
+        column_encoding=encodings,
+    )  # fmt: skip
+    notice.write_text(licence, "utf-8")
+    return [parquet, notice]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--breeds-dir", type=Path, required=True, help="the BREEDS release's modified/ folder")
+    parser.add_argument("--breeds-dir", type=Path, help="the BREEDS release's modified/ folder")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
-    parser.add_argument("--metashift-subsets", type=Path, required=True, help="attribute_subsets.parquet")
+    parser.add_argument("--metashift-subsets", type=Path, help="attribute_subsets.parquet")
+    parser.add_argument("--timm-wheel", type=Path, help="timm's wheel (timm-1.0.31-py3-none-any.whl)")
     parser.add_argument("--cache", type=Path, help="a shiftbench cache folder holding WordNet's parsed tables")
     parser.add_argument("--out", type=Path, default=DATA_DIR, help="where to write (default: the package's data/)")
     args = parser.parse_args()
-    calibration, attributes = args.out / BREEDS_CALIBRATION.name, args.out / METASHIFT_ATTRIBUTES.name
+    if not (args.breeds_dir or args.metashift_subsets or args.timm_wheel):
+        parser.error("nothing to make: give --breeds-dir, --metashift-subsets and/or --timm-wheel")
     args.out.mkdir(parents=True, exist_ok=True)
-    calibration.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir, args.cache), "utf-8")
-    objects = metashift_attribute_objects(pl.read_parquet(args.metashift_subsets))
-    objects.write_parquet(attributes, compression="zstd", compression_level=22, statistics=False)
-    for path in (calibration, attributes):
+    written: list[Path] = []
+    if args.breeds_dir:
+        calibration = args.out / BREEDS_CALIBRATION.name
+        calibration.write_text(make_breeds_calibration(args.breeds_dir, args.wordnet_dir, args.cache), "utf-8")
+        written.append(calibration)
+    if args.metashift_subsets:
+        attributes = args.out / METASHIFT_ATTRIBUTES.name
+        objects = metashift_attribute_objects(pl.read_parquet(args.metashift_subsets))
+        objects.write_parquet(attributes, compression="zstd", compression_level=22, statistics=False)
+        written.append(attributes)
+    if args.timm_wheel:
+        written += write_imagenet21k_classes(args.timm_wheel, args.out)
+    for path in written:
         print(f"{path}: {path.stat().st_size:,} bytes")
 
 
