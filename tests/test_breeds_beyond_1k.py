@@ -1,0 +1,270 @@
+"""BREEDS beyond ImageNet-1k (issue 40): ImageNet-21k tasks, novel subpopulations, any labelled hierarchy.
+
+Through the CLI a newcomer uses: the shipped ``living17@in21k``, ``living17-novel@in21k`` and
+``superclasses@cifar100`` build offline, deterministically, with what their names promise; their
+subpopulations are queried in DuckDB; a user's 21k spec at any level builds its four variants; bad specs
+are one line, exit 2, nothing published; the ImageNet-1k benchmarks keep their version ids.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import networkx as nx
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+from shiftbench.pipelines.cli import main
+
+from shiftbench.breeds.build import _tree_distance
+from shiftbench.breeds.novel import build_novel_task
+from shiftbench.breeds.tasks import TaskParams, build_task
+from shiftbench.hierarchy import Hierarchy
+from shiftbench.settings import Settings
+from shiftbench.sources.imagenet21k import class_list
+
+from .conftest import PUBLISHED_SPLITS
+
+SHIPPED = ["living17@in21k", "living17-good@in21k", "living17-bad@in21k", "living17-novel@in21k", "superclasses@cifar100"]
+SHIPPED += ["superclasses-good@cifar100", "superclasses-bad@cifar100", "superclasses-nosplit@cifar100"]
+
+
+def _build(*names: str, extra: list[str] | None = None) -> int:
+    args = ["build", "breeds"]
+    for name in names:
+        args += ["--benchmark", name]
+    return main(args + (extra or []))
+
+
+def _catalog(settings: Settings) -> duckdb.DuckDBPyConnection:
+    return duckdb.connect(str(settings.home / "catalog.duckdb"), read_only=True)
+
+
+def _subpopulations(settings: Settings, benchmark: str) -> list[dict[str, object]]:
+    with _catalog(settings) as con:
+        frame = con.sql(f"SELECT * FROM breeds_subpopulations WHERE benchmark = '{benchmark}' ORDER BY y, domain, rank")
+        return frame.pl().to_dicts()
+
+
+def _living17() -> list[dict[str, object]]:
+    superclasses: list[dict[str, object]] = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]["living17"][
+        "superclasses"
+    ]
+    return superclasses
+
+
+def test_the_shipped_tasks_beyond_1k_build_offline_and_hold_what_their_names_say(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    settings = cli_env()
+    assert _build(*SHIPPED) == 0
+    out = capsys.readouterr().out
+    assert f"{len(SHIPPED)} published" in out
+    in21k, in1k = set(class_list("in21k").wnids), set(class_list("in1k").wnids)
+    living17 = _living17()
+    # living17@in21k: Living-17's 17 superclasses in its label order, 2 + 2 subclasses from the 21k classes below.
+    rows = _subpopulations(settings, "living17@in21k")
+    assert [(r["y"], r["superclass_wnid"]) for r in rows if r["domain"] == "source" and r["rank"] == 0] == [
+        (s["label"], s["superclass_wnid"]) for s in living17
+    ]
+    assert len(rows) == 17 * 4 and all(r["subclass_wnid"] in in21k and r["n_images"] == 0 for r in rows)
+    # living17-novel@in21k: the source is Living-17's source; the target never an ImageNet-1k class.
+    novel = _subpopulations(settings, "living17-novel@in21k")
+    for sup in living17:
+        mine = [r for r in novel if r["superclass_wnid"] == sup["superclass_wnid"]]
+        assert sorted(r["subclass_wnid"] for r in mine if r["domain"] == "source") == sorted(sup["source"])
+        targets = [r["subclass_wnid"] for r in mine if r["domain"] == "target"]
+        assert len(targets) == 2 and not set(targets) & in1k and set(targets) <= in21k
+    with _catalog(settings) as con:
+        # Every subclass descends from its superclass in the version's hierarchy (the contract, here in SQL).
+        below = con.execute(
+            "WITH RECURSIVE up(benchmark, node, ancestor) AS ("
+            " SELECT benchmark, child, parent FROM breeds_hierarchy WHERE benchmark = 'living17-novel@in21k'"
+            " UNION SELECT u.benchmark, u.node, h.parent FROM up u JOIN breeds_hierarchy h"
+            " ON h.benchmark = u.benchmark AND h.child = u.ancestor)"
+            " SELECT count(*) FROM breeds_subpopulations s WHERE benchmark = 'living17-novel@in21k' AND NOT EXISTS"
+            " (SELECT 1 FROM up WHERE up.node = s.subclass_wnid AND up.ancestor = s.superclass_wnid)"
+        ).fetchone()
+        assert below == (0,)
+        magnitudes = dict(
+            con.execute(
+                "SELECT benchmark, value FROM shift_magnitudes WHERE measure = 'subclass_distance_mean' "
+                "AND scope = 'all'"
+            ).fetchall()
+        )
+    # bad keeps similar subpopulations on one side: farther than good (on 21k's uneven depths rand is not between)
+    assert magnitudes["living17-bad@in21k"] > magnitudes["living17-good@in21k"] > 0
+    # superclasses@cifar100: CIFAR-100's 20 superclasses, 2 + 2 of their 5 classes.
+    cifar = _subpopulations(settings, "superclasses@cifar100")
+    assert len({r["superclass_wnid"] for r in cifar}) == 20 and len(cifar) == 80
+    assert {r["superclass_name"] for r in cifar} >= {"aquatic mammals", "vehicles 1"}
+    # The cards say where the classes came from and that no images were listed.
+    card = _card(settings, "living17@in21k")
+    assert re.search(r"Classes: in21k \(timm [\d.]+, imagenet21k_goog_synsets.txt, SHA-256 [0-9a-f]{64}", card)
+    assert "Images: none listed (SHIFTBENCH_IMAGENET21K_DIR unset" in card
+    assert "ImageNet-21k classes outside the 1k" in _card(settings, "living17-novel@in21k")
+    assert "CIFAR-100's 20 superclasses x 5 classes" in _card(settings, "superclasses@cifar100")
+    # Deterministic: another home builds the same versions.
+    first = _versions(settings)
+    other = cli_env(SHIFTBENCH_HOME=str(tmp_path / "other"))
+    assert _build(*SHIPPED) == 0
+    assert _versions(other) == first
+
+
+def _versions(settings: Settings) -> dict[str, str]:
+    with _catalog(settings) as con:
+        return dict(con.execute("SELECT benchmark, version FROM benchmarks").fetchall())
+
+
+def _card(settings: Settings, benchmark: str) -> str:
+    (card,) = (settings.store_dir / "breeds" / benchmark).glob("versions/*/files/card.md")
+    return card.read_text()
+
+
+def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_given(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(
+        "family: breeds\nbenchmarks:\n  dogs:\n    classes: in12k\n    level: 14\n    ancestor: n02084071\n"
+        "    n_subclasses: 4\nvariants:\n  good: {split: good}\n  bad: {split: bad}\n  nosplit: {split: none}\n"
+    )
+    # Class folders in the winter21 layout for every in12k class below "dog"; two files each.
+    root = tmp_path / "in21k"
+    dogs = _below("n02084071", set(class_list("in12k").wnids))
+    for wnid in dogs:
+        folder = root / "winter21_whole" / wnid
+        folder.mkdir(parents=True)
+        for i in range(12):
+            (folder / f"{wnid}_{i}.JPEG").write_bytes(b"")
+    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(root))
+    names = ["dogs@in12k", "dogs-good@in12k", "dogs-bad@in12k", "dogs-nosplit@in12k"]
+    assert _build(*names) == 0, capsys.readouterr().err
+    with _catalog(settings) as con:
+        splits = dict(
+            con.execute("SELECT split, count(*) FROM examples WHERE benchmark = 'dogs@in12k' GROUP BY ALL").fetchall()
+        )
+        assert set(splits) == {"train", "id_test", "test", "ood_train"}
+        roots = con.execute("SELECT DISTINCT dataset FROM examples WHERE benchmark LIKE 'dogs%'").fetchall()
+        assert roots == [("imagenet21k",)]
+    assert "Images: ImageNet-21k (" in _card(settings, "dogs@in12k")
+
+
+def _below(node: str, classes: set[str]) -> list[str]:
+    from shiftbench.sources.wordnet import load_wordnet
+
+    from .conftest import TEST_CACHE
+
+    tables = load_wordnet(Path("/usr/share/wordnet"), TEST_CACHE)
+    graph = Hierarchy.from_tables(tables.edges, tables.nodes).graph
+    return sorted(n for n in nx.descendants(graph, node) if n in classes)
+
+
+BAD_SPECS = [
+    ("classes: in99k\n    level: 5\n    n_subclasses: 4", r"classes.*must be one of in1k, in21k"),
+    ("classes: in21k\n    level: 5\n    superclasses: [n02084071]\n    n_subclasses: 4", r"either superclasses or level"),
+    ("classes: in21k\n    n_subclasses: 4", r"level.*required"),
+    ("task: novel\n    classes: in1k\n    level: 5\n    n_subclasses: 4", r"novel task draws its target"),
+    ("task: novel\n    level: 5\n    split: bad\n    n_subclasses: 4", r"novel task has no split variants"),
+    ("hierarchy: cifar100\n    classes: in21k\n    level: 1\n    n_subclasses: 4", r"give hierarchy or classes"),
+    ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    variants: maybe", r"variants must be true or false"),
+    ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    tree: false", r"tree applies to a labelled hierarchy"),
+]
+
+
+@pytest.mark.parametrize(("entry", "message"), BAD_SPECS)
+def test_bad_specs_beyond_1k_are_one_line_naming_the_file_and_exit_2(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str], entry: str, message: str
+) -> None:
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(f"family: breeds\nbenchmarks:\n  mine:\n    {entry}\n")
+    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs))
+    assert main(["build", "breeds", "--list"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and re.search(message, lines[0]) and str(specs) in lines[0], lines
+    assert not settings.store_dir.exists() or not list(settings.store_dir.glob("breeds/*/publications/*.json"))
+
+
+BAD_BUILDS = [
+    # a tag that does not say the classes
+    ("mine@in12k:\n    classes: in21k\n    level: 5\n    n_subclasses: 4", "mine@in12k", r"specs.yaml:3.*mine@in21k"),
+    # a listed superclass with too few subclasses
+    ("mine:\n    classes: in21k\n    superclasses: [n02114100]\n    n_subclasses: 40", "mine@in21k", r"superclasses"),
+    # a novel source that is not an ImageNet-1k class
+    (
+        "mine:\n    task: novel\n    n_subclasses: 2\n    source_subclasses: {n02084071: [n02085374]}",
+        "mine@in21k",
+        r"source_subclasses.*n02085374.*not an ImageNet-1k class",
+    ),
+    # a user's wnid file with a wnid outside ImageNet-21k: its file and line
+    ("mine:\n    classes: wnids.txt\n    level: 5\n    n_subclasses: 4", "mine@wnids", r"wnids.txt:3.*n99999999"),
+]
+
+
+@pytest.mark.parametrize(("entry", "name", "message"), BAD_BUILDS)
+def test_bad_builds_beyond_1k_are_one_line_exit_2_and_publish_nothing(
+    cli_env: Callable[..., Settings],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    entry: str,
+    name: str,
+    message: str,
+) -> None:
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(f"family: breeds\nbenchmarks:\n  {entry}\n")
+    (tmp_path / "wnids.txt").write_text("n02084071\n# a comment\nn99999999\n")
+    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs))
+    assert main(["build", "breeds", "--benchmark", name]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(lines) == 1 and re.search(message, lines[0]), lines
+    assert not list(settings.store_dir.glob("breeds/*/publications/*.json"))
+
+
+# -- the task rules on small hierarchies, by hand ------------------------------------------------------
+def _hierarchy(edges: list[tuple[str, str]]) -> Hierarchy:
+    return Hierarchy.from_edges(edges, {}, root="r")
+
+
+def test_an_inner_class_is_a_subpopulation_but_never_of_itself() -> None:
+    # r -> s (a class, like ImageNet-21k's "dog") -> a (a class) -> a1, a2; s -> b -> b1, b2
+    h = _hierarchy([("r", "s"), ("s", "a"), ("a", "a1"), ("a", "a2"), ("s", "b"), ("b", "b1"), ("b", "b2")])
+    classes = ["s", "a", "a1", "a2", "b1", "b2"]
+    (sup,) = build_task(h, classes, TaskParams(1, 4, "bad", 0))
+    assert sup.superclass == "s" and "s" not in sup.source + sup.target
+    # bad keeps a's branch on one side: a, a1, a2 are similar; b1, b2 the other branch
+    assert set(sup.source) <= {"a", "a1", "a2"} and set(sup.target) <= {"b1", "b2"} | {"a", "a1", "a2"}
+    (nosplit,) = build_task(h, classes, TaskParams(1, 5, "none", 0))
+    assert sorted(nosplit.source) == ["a", "a1", "a2", "b1", "b2"]
+
+
+def test_novel_draws_seen_sources_and_unseen_targets_under_each_superclass() -> None:
+    h = _hierarchy([("r", "x"), ("r", "y"), ("x", "x1"), ("x", "x2"), ("x", "x3"), ("y", "y1"), ("y", "y2")])
+    seen, unseen = ["x1", "y1"], ["x2", "x3", "y2"]
+    x, y = build_novel_task(h, seen, unseen, TaskParams(1, 2, seed=0))
+    assert (x.superclass, x.source, y.superclass, y.source, y.target) == ("x", ("x1",), "y", ("y1",), ("y2",))
+    assert x.target[0] in {"x2", "x3"} and build_novel_task(h, seen, unseen, TaskParams(1, 2, seed=0)) == [x, y]
+    with pytest.raises(Exception, match="N/2 = 2 subclasses both inside and outside"):
+        build_novel_task(h, seen, unseen, TaskParams(1, 4, seed=0))  # x has one seen class, y one unseen
+    with pytest.raises(Exception, match="superclass y .* 1 ImageNet-21k subclass"):
+        build_novel_task(h, seen, unseen, TaskParams(None, 4, superclasses=("y",)))
+    # A given source outside the 1k, or not below its superclass, is refused.
+    with pytest.raises(Exception, match="y2 .* not an ImageNet-1k class"):
+        build_novel_task(h, seen, unseen, TaskParams(None, 2, superclasses=("y",)), {"y": ["y2"]})
+    with pytest.raises(Exception, match="x1 is not below superclass y"):
+        build_novel_task(h, seen, unseen, TaskParams(None, 2, superclasses=("y",)), {"y": ["x1"]})
+
+
+@hsettings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=1000), min_size=2, max_size=40))
+def test_the_tree_distance_is_the_shortest_path(parents: list[int]) -> None:
+    edges = [(f"n{parent % (i + 1)}", f"n{i + 1}") for i, parent in enumerate(parents)]
+    h = Hierarchy.from_edges(edges, {}, root="n0")
+    distance = _tree_distance(h)
+    undirected = h.graph.to_undirected()
+    nodes = h.nodes
+    for a in nodes[:6]:
+        lengths = nx.single_source_shortest_path_length(undirected, a)
+        assert all(distance(a, b) == lengths[b] for b in nodes)
