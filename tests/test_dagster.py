@@ -251,8 +251,10 @@ def test_one_run_publishes_every_breeds_benchmark_with_results_per_partition(
     loc = location(monkeypatch, real_settings)
     sync(instance, real_settings)
     kind = registry.family("breeds").kind("benchmark")
-    names = instance.get_dynamic_partitions(kind.qualified)
-    assert len(names) == 16
+    partitions = instance.get_dynamic_partitions(kind.qualified)
+    beyond = [name for name in partitions if "@" in name]  # ImageNet-21k and CIFAR-100 (issue 40): after the 16
+    assert len(partitions) == 16 + 9 and partitions[16:] == beyond
+    names = partitions[:16]
     result = run_kind(loc, instance, kind, names)
     assert result.success
     assert instance.get_runs_count() == 1
@@ -278,9 +280,31 @@ def test_one_run_publishes_every_breeds_benchmark_with_results_per_partition(
             ).fetchall()
             assert rows == [(s["label"], d, s[d]) for s in expected["superclasses"] for d in ("source", "target")]
 
+        # The ImageNet-1k benchmarks keep the version ids they had before ImageNet-21k (issue 40).
+        versions = dict(con.execute("SELECT benchmark, version FROM benchmarks").fetchall())
+    assert versions == IMAGENET1K_VERSIONS
+
     assert run_kind(loc, instance, kind, ["living17"]).success  # unchanged: same version
     again = latest_metadata(instance, kind.publish_key, "living17").metadata
     assert again["version"].value == meta["version"].value and again["became_latest"].value is False
+
+    # The 21k and novel partitions in one run, as the UI's range selection launches them.
+    in21k = [name for name in beyond if name.endswith("@in21k")]
+    assert run_kind(loc, instance, kind, in21k).success
+    novel = latest_metadata(instance, kind.publish_key, "living17-novel@in21k").metadata
+    assert "ImageNet-21k classes outside the 1k" in novel["card"].value
+    assert "Images: none listed" in novel["card"].value
+
+
+# Built at 2fcd5d1 (before issue 40) and after it: the same ids.
+IMAGENET1K_VERSIONS = {
+    "entity13": "3574f8943da8fd76", "entity13-good": "e284b6747af2ee09", "entity13-bad": "e2024c6ecd0ea227",
+    "entity13-nosplit": "db52002a9d7e2797", "entity30": "44bfd1cd128a8b6f", "entity30-good": "e33d4fe4b8f3fffb",
+    "entity30-bad": "498f8f884f692a59", "entity30-nosplit": "1ab5243f461eed96", "living17": "31a12fd1e8f944a5",
+    "living17-good": "8d61b0d744f1d932", "living17-bad": "3edce5c5357a9947", "living17-nosplit": "2be2adef5aea850e",
+    "nonliving26": "1c09c14bf4a0c669", "nonliving26-good": "c94dc1885cad8764", "nonliving26-bad": "86e3b867ec0fe7f6",
+    "nonliving26-nosplit": "96b83fe273781b18",
+}  # fmt: skip
 
 
 def _failing_checks(monkeypatch: pytest.MonkeyPatch) -> None:
