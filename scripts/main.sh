@@ -47,11 +47,16 @@ echo "Published benchmarks (DuckDB catalog):"
 .venv/bin/shiftbench sql "$query" --max-rows 80
 echo
 echo "How much each BREEDS split shifts (view shift_magnitudes; every version has rows, see docs/shift_magnitudes.md):"
-.venv/bin/shiftbench sql "SELECT regexp_replace(benchmark, '-(good|bad|nosplit)$', '') AS benchmark,
-  round(max(value) FILTER (benchmark NOT SIMILAR TO '.*-(good|bad|nosplit)'), 3) AS rand,
-  round(max(value) FILTER (benchmark LIKE '%-good'), 3) AS good, round(max(value) FILTER (benchmark LIKE '%-bad'), 3) AS bad
+.venv/bin/shiftbench sql "SELECT regexp_replace(benchmark, '-(good|bad|nosplit)(@.*)?$', '\\2') AS benchmark,
+  round(max(value) FILTER (NOT regexp_matches(benchmark, '-(good|bad|nosplit)(@|$)')), 3) AS rand,
+  round(max(value) FILTER (regexp_matches(benchmark, '-good(@|$)')), 3) AS good,
+  round(max(value) FILTER (regexp_matches(benchmark, '-bad(@|$)')), 3) AS bad
 FROM shift_magnitudes WHERE family = 'breeds' AND measure = 'subclass_distance_mean' AND scope = 'all'
 GROUP BY 1 ORDER BY 1"
+echo
+echo "Novel subpopulations (living17-novel@in21k): Living-17's ImageNet-1k source, ImageNet-21k classes outside the 1k as target:"
+.venv/bin/shiftbench sql "SELECT superclass_name, domain, string_agg(subclass_name, ' | ' ORDER BY rank) AS subclasses
+FROM breeds_subpopulations WHERE benchmark = 'living17-novel@in21k' AND y < 4 GROUP BY ALL ORDER BY min(y), domain"
 echo
 echo "Training conflicts on $conflicts (the strongest: training on the first subset raises the second's loss; heatmap: files/training_conflicts.png of the run's version):"
 .venv/bin/shiftbench sql "SELECT training_subset, evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized,

@@ -32,7 +32,7 @@ RECORD_LINK = re.compile(r"\[([\w.@-]+)#([^\]\s]+)\]\(bench/figures/([\w.@-]+)\.
 # The scripts behind the current figures (issue 38): each takes --record PATH and writes its runs with records.py.
 RECORDING_SCRIPTS = (
     "bench_load_split", "bench_busy", "bench_checkpoint", "bench_slurm", "bench_erm", "bench_catalog",
-    "bench_conds_grid", "bench_conflicts",
+    "bench_conds_grid", "bench_conflicts", "bench_breeds21k",
 )  # fmt: skip
 
 
