@@ -226,6 +226,29 @@ def test_bad_builds_beyond_1k_are_one_line_exit_2_and_publish_nothing(
     assert not list(settings.store_dir.glob("breeds/*/publications/*.json"))
 
 
+def test_a_users_hierarchy_file_builds_its_tasks_and_a_bad_one_is_its_file_and_line(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows = ["parent,child,child_name"] + [f"root,g{i},group {i}" for i in range(3)]
+    rows += [f"g{i},c{i}{j},class {i}{j}" for i in range(3) for j in range(4)]
+    (tmp_path / "My Groups.csv").write_text("\n".join(rows) + "\n")
+    specs = tmp_path / "specs.yaml"
+    specs.write_text(
+        "family: breeds\nbenchmarks:\n  mine:\n    hierarchy: My Groups.csv\n    level: 1\n    n_subclasses: 4\n"
+    )
+    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs))
+    assert _build("mine@my-groups") == 0, capsys.readouterr().err
+    rows_built = _subpopulations(settings, "mine@my-groups")
+    assert len(rows_built) == 12 and {r["superclass_name"] for r in rows_built} == {"group 0", "group 1", "group 2"}
+    # The same file with a cycle: one line naming the file and the edge's line; nothing new published.
+    (tmp_path / "My Groups.csv").write_text("\n".join([*rows, "c00,g0,group 0"]) + "\n")
+    capsys.readouterr()
+    assert _build("mine@my-groups", extra=["--name", "other"]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(lines) == 1 and re.search(r"My Groups.csv:17.*cycle", lines[0]), lines
+    assert not list(settings.store_dir.glob("breeds/other*/publications/*.json"))
+
+
 # -- the task rules on small hierarchies, by hand ------------------------------------------------------
 def _hierarchy(edges: list[tuple[str, str]]) -> Hierarchy:
     return Hierarchy.from_edges(edges, {}, root="r")
