@@ -44,7 +44,8 @@ sb="$work/venv/bin/shiftbench"
 # The shipped class lists and hierarchy files travel in the wheel: a 21k task and the CIFAR-100 grouping build.
 "$sb" build breeds --benchmark living17@in21k --benchmark superclasses@cifar100 >breeds.log 2>&1 \
   || { cat breeds.log >&2; exit 1; }
-grep -q "2 published" breeds.log && echo "[wheel] living17@in21k and superclasses@cifar100 built from the wheel's data"
+grep -q "2 published" breeds.log || { echo "[wheel] the breeds build published less than 2" >&2; cat breeds.log >&2; exit 1; }
+echo "[wheel] living17@in21k and superclasses@cifar100 built from the wheel's data"
 "$sb" train sprites-uniform --preset smoke --set max_iters=20 --set eval_every=10 >train.log 2>&1
 grep "^\[train\] sprites-uniform.smoke" train.log
 "$work/venv/bin/python" - <<'EOF'
