@@ -512,8 +512,11 @@ BENCHMARK = Kind(
 
 def _training_unavailable(settings: Settings) -> str | None:
     own = settings.of(BreedsSettings)
-    if own.imagenet_dir is None:
-        return "BREEDS trains on ImageNet's train images: set SHIFTBENCH_IMAGENET_DIR"
+    if own.imagenet_dir is None and own.imagenet21k_dir is None:
+        return (
+            "BREEDS trains on ImageNet's train images: set SHIFTBENCH_IMAGENET_DIR (ImageNet-1k) or "
+            "SHIFTBENCH_IMAGENET21K_DIR (ImageNet-21k)"
+        )
     return None
 
 
@@ -577,7 +580,8 @@ BREEDS = Family(
     source_tag=_recorded_tag,
     tag_meaning=tag_meaning,
     settings=BreedsSettings,
-    no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR is set at build time",
+    no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR (ImageNet-1k) or "
+    "SHIFTBENCH_IMAGENET21K_DIR (ImageNet-21k) is set at build time; a labelled hierarchy's benchmarks list none",
     analyses=ANALYSES,
     contracts_dir=CONTRACTS_DIR / "breeds",
     measures=MEASURES,
