@@ -110,10 +110,15 @@ def test_results_live_under_their_split_and_the_sensors_run() -> None:
 
 def test_erm_assets_exist_only_where_images_are(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("SHIFTBENCH_IMAGENET_DIR", raising=False)
+    monkeypatch.delenv("SHIFTBENCH_IMAGENET21K_DIR", raising=False)
     monkeypatch.delenv("SHIFTBENCH_GQA_SCENE_GRAPHS", raising=False)
     keys = {k.to_user_string() for k in build_definitions().resolve_asset_graph().get_all_asset_keys()}
     assert "erm/conds_case_baseline" in keys and "erm/metashift_task_baseline" in keys  # sprites, stand-ins
     assert "erm/breeds_benchmark_baseline" not in keys  # BREEDS trains on ImageNet's train images
+    monkeypatch.setenv("SHIFTBENCH_IMAGENET21K_DIR", str(tmp_path))  # ImageNet-21k's images are enough too
+    keys = {k.to_user_string() for k in build_definitions().resolve_asset_graph().get_all_asset_keys()}
+    assert "erm/breeds_benchmark_baseline" in keys
+    monkeypatch.delenv("SHIFTBENCH_IMAGENET21K_DIR")
     monkeypatch.setenv("SHIFTBENCH_IMAGENET_DIR", str(tmp_path))
     keys = {k.to_user_string() for k in build_definitions().resolve_asset_graph().get_all_asset_keys()}
     assert "erm/breeds_benchmark_baseline" in keys
