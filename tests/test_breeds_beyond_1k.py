@@ -8,6 +8,7 @@ are one line, exit 2, nothing published; the ImageNet-1k benchmarks keep their v
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Callable
@@ -15,7 +16,9 @@ from pathlib import Path
 
 import duckdb
 import networkx as nx
+import PIL.Image
 import pytest
+import shiftbench
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
@@ -138,11 +141,13 @@ def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_gi
     # Class folders in the winter21 layout for every in12k class below "dog"; two files each.
     root = tmp_path / "in21k"
     dogs = _below("n02084071", set(class_list("in12k").wnids))
+    jpeg = io.BytesIO()
+    PIL.Image.new("RGB", (8, 8), (200, 40, 40)).save(jpeg, "JPEG")
     for wnid in dogs:
         folder = root / "winter21_whole" / wnid
         folder.mkdir(parents=True)
         for i in range(12):
-            (folder / f"{wnid}_{i}.JPEG").write_bytes(b"")
+            (folder / f"{wnid}_{i}.JPEG").write_bytes(jpeg.getvalue())
     settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(root))
     names = ["dogs@in12k", "dogs-good@in12k", "dogs-bad@in12k", "dogs-nosplit@in12k"]
     assert _build(*names) == 0, capsys.readouterr().err
@@ -154,6 +159,10 @@ def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_gi
         roots = con.execute("SELECT DISTINCT dataset FROM examples WHERE benchmark LIKE 'dogs%'").fetchall()
         assert roots == [("imagenet21k",)]
     assert "Images: ImageNet-21k (" in _card(settings, "dogs@in12k")
+    # A user's loader finds the listed images under SHIFTBENCH_IMAGENET21K_DIR.
+    split = shiftbench.load_split("dogs@in12k", home=settings.home)
+    image, label, _ = split.dataset("train")[0]
+    assert tuple(image.shape) == (3, 8, 8) and int(label) in set(split.examples["y"].to_list())
 
 
 def _below(node: str, classes: set[str]) -> list[str]:
