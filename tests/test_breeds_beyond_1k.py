@@ -18,12 +18,12 @@ import duckdb
 import networkx as nx
 import PIL.Image
 import pytest
-import shiftbench
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from shiftbench.pipelines.cli import main
 
+import shiftbench
 from shiftbench.breeds.build import _tree_distance
 from shiftbench.breeds.novel import build_novel_task
 from shiftbench.breeds.tasks import TaskParams, build_task
