@@ -166,7 +166,7 @@ def croissant(v: Version) -> dict[str, Any]:
             }
             if repeated:
                 field["repeated"] = True
-            if table == "examples" and column == "split":
+            if table == "examples" and column == "split" and splits:  # none: a version without images
                 field["references"] = {"field": {"@id": "splits/name"}}
             fields.append(field)
         record_sets.append({"@type": "cr:RecordSet", "@id": table, "name": table, "field": fields})
