@@ -237,6 +237,12 @@ BAD_BUILDS = [
     ),
     # a user's wnid file with a wnid outside ImageNet-21k: its file and line
     ("mine:\n    classes: wnids.txt\n    level: 5\n    n_subclasses: 4", "mine@wnids", r"wnids.txt:3.*n99999999"),
+    # ImageNet-21k's folder set, but none of the task's classes in it
+    (
+        "mine:\n    classes: in21k\n    superclasses: [n02114100]\n    n_subclasses: 2",
+        "mine@in21k",
+        r"SHIFTBENCH_IMAGENET21K_DIR.*none of the 2 subclasses of mine@in21k has a class folder",
+    ),
 ]
 
 
@@ -252,7 +258,9 @@ def test_bad_builds_beyond_1k_are_one_line_exit_2_and_publish_nothing(
     specs = tmp_path / "specs.yaml"
     specs.write_text(f"family: breeds\nbenchmarks:\n  {entry}\n")
     (tmp_path / "wnids.txt").write_text("n02084071\n# a comment\nn99999999\n")
-    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs))
+    (tmp_path / "in21k" / "n01440764").mkdir(parents=True)  # a tench folder only
+    (tmp_path / "in21k" / "n01440764" / "n01440764_1.JPEG").write_bytes(b"")
+    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(tmp_path / "in21k"))
     assert main(["build", "breeds", "--benchmark", name]) == 2
     lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(lines) == 1 and re.search(message, lines[0]), lines

@@ -27,6 +27,7 @@ from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.cache import CachedArtifact, cached
 from shiftbench.cards import CardInfo
+from shiftbench.errors import InputError
 from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
 from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
@@ -347,6 +348,12 @@ def _imagenet21k_tables(
         spec, calibrated, image_table, image_sources, overrides=target.overrides, dataset=in21k.DATASET, seen=seen
     )
     root = settings.of(BreedsSettings).imagenet21k_dir
+    if root is not None and tables["examples"].height == 0:  # the folder is set but holds none of these classes
+        raise InputError(
+            f"none of the {tables['breeds_subpopulations'].height} subclasses of {target.benchmark} has a class folder "
+            f"under {root}",
+            parameter="SHIFTBENCH_IMAGENET21K_DIR",
+        )
     lines = in21k.card_lines(record, tables["examples"].height, root is not None)
     return (
         tables,

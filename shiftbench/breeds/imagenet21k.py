@@ -77,7 +77,11 @@ def calibrated_hierarchy(settings: Settings, wordnet_artifact: CachedArtifact) -
     wordnet = _wordnet(wordnet_artifact)
     present = [wnid for wnid in union if wnid in wordnet.graph]
     result = cal.from_wordnet(
-        wordnet, wordnet_artifact.fingerprint, present, own.imagenet21k_calibration, "SHIFTBENCH_BREEDS_* for 21k"
+        wordnet,
+        wordnet_artifact.fingerprint,
+        present,
+        own.imagenet21k_calibration,
+        "ImageNet-21k: no release",
     )
     missing = sorted(set(union) - set(present))
     provenance = {name: dict(listed.provenance) for name, listed in lists.items()}
