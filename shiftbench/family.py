@@ -217,6 +217,9 @@ class Family:
     # What a tag says about the data (``generated`` -> "the generated scene sample, not Visual Genome ..."): why a
     # paper's name is refused for it and what gives the paper's name back (None: a tag the family does not give).
     tag_meaning: Callable[[str], str | None] = lambda tag: None
+    # Whether a tag says "a paper's content from other sources" (the default: every tag). BREEDS' dataset tags
+    # (``@in21k``, ``@cifar100``) name other classes: a refused paper name never points at them.
+    is_source_tag: Callable[[str], bool] = lambda tag: True
     # The family's own settings (a pydantic model; ``Settings.of``) and its own tables' contracts (a folder of
     # ODCS YAML files in its package): the Dagster resource, the catalog and the checks read them from here.
     settings: type[BaseModel] | None = None

@@ -129,8 +129,9 @@ def refused_paper_name(benchmark: str, families: Mapping[str, str], *, published
     instead: dict[str, str | None] = {}
     for name in tagged_instead(benchmark, families):
         owner = find(families[name])
-        if owner is not None and benchmark in owner.shipped_names():
-            instead[name] = owner.tag_meaning(name.partition(TAG_SEPARATOR)[2])
+        tag = name.partition(TAG_SEPARATOR)[2]
+        if owner is not None and benchmark in owner.shipped_names() and owner.is_source_tag(tag):
+            instead[name] = owner.tag_meaning(tag)
     return refusal(benchmark, instead, published=published) if instead else None
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import duckdb
 import networkx as nx
 import PIL.Image
+import polars as pl
 import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
@@ -335,3 +336,22 @@ def test_the_tree_distance_is_the_shortest_path(parents: list[int]) -> None:
     for a in nodes[:6]:
         lengths = nx.single_source_shortest_path_length(undirected, a)
         assert all(distance(a, b) == lengths[b] for b in nodes)
+
+
+def test_the_examples_contract_allows_no_examples_only_when_no_images_were_listed(tmp_path: Path) -> None:
+    from shiftbench.benchmarks_table import benchmarks_row
+    from shiftbench.breeds.build import examples_table, subpopulations_table
+    from shiftbench.contracts import check_tables, failures
+
+    empty = examples_table(subpopulations_table([], _hierarchy([("r", "a")]), "rand"), _no_images())
+    for images, broken in (("none", False), ("imagenet21k-dir", True)):
+        row = benchmarks_row("breeds", "x", {}, {"images": images}, 0).with_columns(version=pl.lit("v"))
+        paths = {"benchmarks": tmp_path / f"b-{images}.parquet", "examples": tmp_path / f"e-{images}.parquet"}
+        row.with_columns(benchmark=pl.lit("x")).write_parquet(paths["benchmarks"])
+        empty.with_columns(benchmark=pl.lit("x"), version=pl.lit("v")).write_parquet(paths["examples"])
+        rules = [r.rule for r in failures(check_tables(paths, only=["examples"]))]
+        assert ("not_empty_unless_no_images" in rules) is broken, rules
+
+
+def _no_images() -> pl.DataFrame:
+    return pl.DataFrame(schema={"image_id": pl.String, "wnid": pl.String, "imagenet_split": pl.String})

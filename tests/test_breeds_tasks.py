@@ -110,7 +110,12 @@ def test_impossible_tasks_name_the_parameter(params: TaskParams, parameter: str,
 
 def test_specs_cover_all_sixteen_variants() -> None:
     specs = load_specs()
-    assert len(specs) == 16
+    imagenet1k = [name for name, spec in specs.items() if spec.is_imagenet1k]
+    assert len(imagenet1k) == 16 and all("@" not in name for name in imagenet1k)
+    assert sorted(set(specs) - set(imagenet1k)) == sorted(  # beyond ImageNet-1k: always NAME@TAG (issue 40)
+        [f"living17{v}@in21k" for v in ("", "-good", "-bad", "-nosplit", "-novel")]
+        + [f"superclasses{v}@cifar100" for v in ("", "-good", "-bad", "-nosplit")]
+    )
     assert specs["living17-nosplit"].split == "none"
     assert specs["nonliving26-good"].ancestor == "n00021939"
     with pytest.raises(InputError, match="unknown parameter"):

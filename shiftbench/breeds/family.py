@@ -20,21 +20,18 @@ import polars as pl
 from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds import imagenet21k as in21k
-from shiftbench.breeds import labelled
-from shiftbench.breeds.build import FAMILY, MEASURES, build_tables
-from shiftbench.breeds.figures import source_vs_target, subclasses_per_superclass
+from shiftbench.breeds import staging
+from shiftbench.breeds.build import FAMILY, MEASURES
+from shiftbench.breeds.figures import source_vs_target
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
+from shiftbench.breeds.staging import CODE_VERSION, FIGURE, needs, stage_benchmark
 from shiftbench.cache import CachedArtifact, cached
-from shiftbench.cards import CardInfo
-from shiftbench.errors import InputError
-from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table
 from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
 from shiftbench.hierarchy import Hierarchy
-from shiftbench.images import image_block
 from shiftbench.naming import tag_paper_names
 from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
-from shiftbench.publishing import stage_tables
 from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ
@@ -42,13 +39,9 @@ from shiftbench.sources.imagenet import load_imagenet_images, read_imagenet_hier
 from shiftbench.sources.wordnet import dict_fingerprint, load_wordnet
 from shiftbench.store import StagedVersion
 
-# Bump when a change to the BREEDS builder can change its output: Dagster marks every
-# benchmark stale and the automation rebuilds them.
-CODE_VERSION = "breeds-2"
 # The names of the specs shipped with the package (the papers' names), parsed once.
 SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None)))
 TABLES = ("benchmarks", "examples", "breeds_subpopulations", "breeds_hierarchy", "shift_magnitudes")
-FIGURE = "subclasses_per_superclass.png"
 
 
 # -- raw sources ----------------------------------------------------------------------------------
@@ -251,8 +244,13 @@ def benchmark_specs(settings: Settings) -> dict[str, BreedsSpec]:
     )
 
 
+def _key(name: str) -> tuple[str, str]:
+    group, _, item = name.partition("/")
+    return (group, item)
+
+
 HIERARCHY = Input(
-    key=("sources", "imagenet_hierarchy"),
+    key=_key(staging.WORDNET),
     description="WordNet 3.0 noun hierarchy in ImageNet form (wordnet.is_a.txt / words.txt), cached as Parquet.",
     build=imagenet_hierarchy,
     summary=lambda a: f"{a.meta['kind']}: {a.meta['n_edges']:,} edges",
@@ -260,7 +258,7 @@ HIERARCHY = Input(
     sources=("imagenet_hierarchy_files",),
 )
 IMAGES = Input(
-    key=("sources", "imagenet_images"),
+    key=_key(staging.IMAGES),
     description="ImageNet-1k classes and known images: 50,000 packaged validation labels, plus train/ listings.",
     build=imagenet_images,
     summary=lambda a: f"{a.meta['kind']}: {a.meta['n_images']:,} images",
@@ -268,7 +266,7 @@ IMAGES = Input(
     sources=("imagenet_image_files",),
 )
 CALIBRATED = Input(
-    key=("breeds", "calibrated_hierarchy"),
+    key=_key(staging.CALIBRATED),
     description="The BREEDS hierarchy (the release's files, or WordNet + the shipped calibration edits), or on "
     "request WordNet's default calibration (a tree).",
     build=calibrated_hierarchy,
@@ -282,7 +280,7 @@ CALIBRATED = Input(
 
 
 IN21K_HIERARCHY = Input(
-    key=("breeds", "imagenet21k_hierarchy"),
+    key=_key(staging.IN21K_HIERARCHY),
     description="WordNet 3.0 restricted to the ImageNet-21k/22k/12k classes (timm's class lists), calibrated by the "
     "project's own rule (a user edit file, then each node's deepest parent): one tree for every list.",
     build=lambda settings, upstream: in21k.calibrated_hierarchy(settings, upstream[HIERARCHY.name]),
@@ -301,170 +299,13 @@ IN21K_HIERARCHY = Input(
     ),
 )
 IN21K_IMAGES = Input(
-    key=("sources", "imagenet21k_images"),
+    key=_key(staging.IN21K_IMAGES),
     description="The images of the ImageNet-21k class folders under SHIFTBENCH_IMAGENET21K_DIR (none when unset).",
     build=lambda settings, upstream: in21k.images(settings),
     summary=lambda a: f"{a.meta['kind']}: {a.meta['n_images']:,} images",
     rows="n_images",
     sources=("imagenet21k_image_files",),
 )
-
-
-# -- benchmarks -----------------------------------------------------------------------------------
-def _imagenet1k_tables(
-    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
-) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
-    spec = target.spec
-    assert isinstance(spec, BreedsSpec)
-    calibrated_artifact, images = inputs[CALIBRATED.name], inputs[IMAGES.name]
-    calibrated = cal.CalibratedHierarchy.load(calibrated_artifact.path)
-    image_table = pl.read_parquet(images.path / "images.parquet")
-    image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint}
-    tables = build_tables(spec, calibrated, image_table, image_sources, overrides=target.overrides)
-    root = settings.of(BreedsSettings).imagenet_dir
-    return (
-        tables,
-        card_info(calibrated.kind, spec.split),
-        {
-            "origin": {"hierarchy": calibrated.origin, "images": images.meta.get("path")},
-            "images": image_block("imagenet", "{}", root, "imagenet_dir"),
-        },
-    )
-
-
-def _imagenet21k_tables(
-    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
-) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
-    spec = target.spec
-    assert isinstance(spec, BreedsSpec)
-    calibrated, record = in21k.spec_hierarchy(settings, spec, inputs[IN21K_HIERARCHY.name])
-    images = inputs[IN21K_IMAGES.name]
-    image_table = pl.read_parquet(images.path / "images.parquet")
-    seen: list[str] = []
-    if spec.task == "novel":
-        seen = pl.read_parquet(inputs[IMAGES.name].path / "classes.parquet")["wnid"].to_list()
-    image_sources = {"images": images.meta["kind"], "images_sha256": images.fingerprint, **record}
-    tables = build_tables(
-        spec, calibrated, image_table, image_sources, overrides=target.overrides, dataset=in21k.DATASET, seen=seen
-    )
-    root = settings.of(BreedsSettings).imagenet21k_dir
-    if root is not None and tables["examples"].height == 0:  # the folder is set but holds none of these classes
-        raise InputError(
-            f"none of the {tables['breeds_subpopulations'].height} subclasses of {target.benchmark} has a class folder "
-            f"under {root}",
-            parameter="SHIFTBENCH_IMAGENET21K_DIR",
-        )
-    lines = in21k.card_lines(record, tables["examples"].height, root is not None)
-    return (
-        tables,
-        card_info(calibrated.kind, spec.split, extra=lines, task=spec.task),
-        {
-            "origin": {"hierarchy": calibrated.origin, "images": images.meta.get("path")},
-            "images": image_block("imagenet", "{}", root, "imagenet21k_dir"),
-        },
-    )
-
-
-def _labelled_tables(
-    settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]
-) -> tuple[dict[str, pl.DataFrame], CardInfo, dict[str, Any]]:
-    spec = target.spec
-    assert isinstance(spec, BreedsSpec)
-    calibrated = labelled.calibrated(spec)
-    empty = pl.DataFrame(schema=in21k.IMAGE_COLUMNS)
-    tables = build_tables(
-        spec, calibrated, empty, {"images": "none"}, overrides=target.overrides, dataset=str(spec.dataset_tag)
-    )
-    return (
-        tables,
-        labelled.card_info(calibrated, SPLIT_SHIFT[spec.split], CITATION),
-        {
-            "origin": {"hierarchy": calibrated.origin},
-            "images": image_block("user", "{}", None, None),
-        },
-    )
-
-
-def stage_benchmark(settings: Settings, target: Target, inputs: Mapping[str, CachedArtifact]) -> StagedVersion:
-    """Build one benchmark's tables and stage them as an (unpublished) version."""
-    spec = target.spec
-    assert isinstance(spec, BreedsSpec)
-    if spec.hierarchy is not None:
-        tables, card, where = _labelled_tables(settings, target, inputs)
-    elif spec.is_imagenet1k:
-        tables, card, where = _imagenet1k_tables(settings, target, inputs)
-    else:
-        tables, card, where = _imagenet21k_tables(settings, target, inputs)
-
-    def figures() -> dict[str, bytes]:
-        title = f"{target.benchmark}: subclasses per superclass"
-        return {FIGURE: subclasses_per_superclass(tables["breeds_subpopulations"], title)}
-
-    return stage_tables(
-        settings,
-        FAMILY,
-        target.benchmark,
-        tables,
-        spec=spec.name,
-        origin=where["origin"],
-        code_version=CODE_VERSION,
-        images=where["images"],
-        attachments=figures,
-        card=card,
-        check=target.check,
-    )
-
-
-def needs(settings: Settings, spec: object) -> tuple[str, ...]:
-    """The inputs a spec reads: ImageNet-1k's, ImageNet-21k's (and the 1k classes for a novel task), or none."""
-    assert isinstance(spec, BreedsSpec)
-    if spec.hierarchy is not None:
-        return ()
-    if spec.is_imagenet1k:
-        return (CALIBRATED.name, IMAGES.name)
-    novel = (IMAGES.name,) if spec.task == "novel" else ()
-    return (IN21K_HIERARCHY.name, IN21K_IMAGES.name, *novel)
-
-
-CITATION = "S. Santurkar, D. Tsipras, A. Madry. BREEDS: Benchmarks for Subpopulation Shift. ICLR 2021."
-SPLIT_SHIFT = {
-    "rand": "subclasses are split between source and target at random (the published benchmarks)",
-    "good": "similar subclasses are put on both sides (a smaller shift)",
-    "bad": "similar subclasses are kept on one side (a larger shift)",
-    "none": "there is no split: source and target hold the same subclasses (no subpopulation shift)",
-}
-
-
-def card_info(kind: str, split: str, *, extra: tuple[str, ...] = (), task: str = "breeds") -> CardInfo:
-    """What a BREEDS version's card says: the subpopulation shift and the hierarchy's and images' licences.
-
-    ``extra``: an ImageNet-21k version's lines on its classes (timm's list, version, SHA-256) and images.
-    """
-    if kind.startswith(cal.KIND_WORDNET):
-        hierarchy = "Hierarchy: WordNet 3.0 (WordNet 3.0 licence), calibrated by shiftbench's own rule (MIT)"
-    else:
-        hierarchy = "Hierarchy: the BREEDS calibration (BREEDS-Benchmarks, MIT) of WordNet 3.0 (WordNet 3.0 licence)"
-    if "+edits" in kind or kind.startswith(cal.KIND_FILES):
-        hierarchy += ", with the user's changes"
-    images = (
-        "Images: ImageNet ILSVRC-2012 (ImageNet terms of access: non-commercial research and education); "
-        "not redistributed",
-    )
-    shift = (
-        f"the source domain (splits train, id_test) and the target domain (test, ood_train) hold different ImageNet "
-        f"classes (subpopulations) of it; {SPLIT_SHIFT[split]}"
-    )
-    if task == "novel":
-        shift = (
-            "the source domain (train, id_test) holds ImageNet-1k classes of it, the target domain (test, ood_train) "
-            "ImageNet-21k classes outside the 1k (subpopulations an ILSVRC-trained model has never seen)"
-        )
-    return CardInfo(
-        title="BREEDS benchmark",
-        shift=f"Subpopulation shift: each superclass is a label; {shift}.",
-        licences=(hierarchy, *(extra or images)),
-        citation=CITATION,
-    )
 
 
 def describe_benchmark(staged: StagedVersion) -> Description:
@@ -586,6 +427,7 @@ BREEDS = Family(
     shipped_names=SHIPPED_NAMES,
     source_tag=_recorded_tag,
     tag_meaning=tag_meaning,
+    is_source_tag=lambda tag: tag == "edits" or tag.removesuffix("-edits") in cal.NAME_TAGS.values(),
     settings=BreedsSettings,
     no_training_examples="BREEDS lists train images only when SHIFTBENCH_IMAGENET_DIR (ImageNet-1k) or "
     "SHIFTBENCH_IMAGENET21K_DIR (ImageNet-21k) is set at build time; a labelled hierarchy's benchmarks list none",
