@@ -1,4 +1,4 @@
-"""Raw sources: WordNet through nltk equals ImageNet's files; strict readers."""
+"""Raw sources: WordNet read from its database files equals ImageNet's files; strict readers."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from shiftbench.sources.imagenet import (
     read_imagenet_hierarchy_dir,
     validation_images,
 )
-from shiftbench.sources.wordnet import lexnames_text, load_wordnet, prepare_nltk_root
+from shiftbench.sources.wordnet import load_wordnet
 
 from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, TEST_CACHE, ToyDir
 
 
 @pytest.mark.slow
-def test_wordnet_through_nltk_equals_imagenet_files(fixtures: Path) -> None:
+def test_wordnet_read_from_its_database_equals_imagenet_files(fixtures: Path) -> None:
     wordnet = load_wordnet(Path("/usr/share/wordnet"), TEST_CACHE)
     imagenet = read_imagenet_hierarchy_dir(IMAGENET_WORDNET_FIXTURE)
     assert wordnet.edges.height == imagenet.edges.height == 75_850
@@ -39,19 +39,14 @@ def test_wordnet_through_nltk_equals_imagenet_files(fixtures: Path) -> None:
     assert again.edges.equals(wordnet.edges)
 
 
-def test_lexnames_is_the_standard_list() -> None:
-    lines = lexnames_text().splitlines()
-    assert len(lines) == 45
-    assert lines[3] == "03\tnoun.Tops\t1"
-    assert lines[29] == "29\tverb.body\t2"
-    assert lines[44] == "44\tadj.ppl\t3"
-
-
-def test_incomplete_wordnet_database_is_a_clear_error(tmp_path: Path) -> None:
+def test_a_malformed_or_missing_wordnet_database_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "dict").mkdir()
-    (tmp_path / "dict" / "data.noun").write_text("")
-    with pytest.raises(InputError, match="wordnet-base"):
-        prepare_nltk_root(tmp_path / "dict", tmp_path / "root")
+    licence = "  1 This software and database is being provided to you, the LICENSEE, by\n"
+    good = "00001740 03 n 01 entity 0 003 ~ 00001930 n 0000 ~ 00002137 n 0000 ~ 04431553 n 0000 | that which is\n"
+    (tmp_path / "dict" / "data.noun").write_text(licence + good + "00001930 03 n 01\n")
+    with pytest.raises(InputError, match=r"data.noun:3: not a WordNet data.noun line") as info:
+        load_wordnet(tmp_path / "dict", tmp_path / "cache", offline=True)
+    assert info.value.line == 3
     with pytest.raises(InputError, match="SHIFTBENCH_OFFLINE"):
         load_wordnet(tmp_path / "nowhere", tmp_path / "cache", offline=True)
 

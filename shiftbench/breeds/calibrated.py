@@ -4,7 +4,7 @@ Where it comes from (never pretending to be the published hierarchy when it is n
 
 1. the BREEDS release's files from ``SHIFTBENCH_BREEDS_HIERARCHY_DIR`` (kind ``breeds-published``;
    files in that format whose bytes differ from the release are kind ``breeds-files``);
-2. by default, WordNet (nltk, or ImageNet's files from ``SHIFTBENCH_IMAGENET_HIERARCHY_DIR``)
+2. by default, WordNet (its database files, or ImageNet's files from ``SHIFTBENCH_IMAGENET_HIERARCHY_DIR``)
    restricted to the ancestors of the 1000 classes, plus the shipped BREEDS calibration edits
    (``shiftbench/data/breeds_calibration.edits``); the result must be the release's hierarchy, node
    for node and name for name (:data:`RELEASE_CONTENT_SHA256`), else the build is refused. Kind

@@ -80,7 +80,7 @@ def imagenet_images_fingerprint(settings: Settings) -> str:
 
 # -- inputs ---------------------------------------------------------------------------------------
 def imagenet_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact] | None = None) -> CachedArtifact:
-    """WordNet's noun hierarchy in ImageNet form, from the user's files or nltk."""
+    """WordNet's noun hierarchy in ImageNet form, from the user's files or WordNet's database."""
     own = settings.of(BreedsSettings)
     if own.imagenet_hierarchy_dir is not None:
         files = read_imagenet_hierarchy_dir(own.imagenet_hierarchy_dir)
@@ -89,8 +89,8 @@ def imagenet_hierarchy(settings: Settings, upstream: Mapping[str, CachedArtifact
     else:
         tables = load_wordnet(own.wordnet_dict_dir, settings.cache_dir, offline=settings.offline)
         edges, nodes, file_fingerprint = tables.edges, tables.nodes, tables.fingerprint
-        origin = {"kind": "wordnet-nltk", "path": str(own.wordnet_dict_dir)}
-    # Content, not files: ImageNet's files and nltk's WordNet hold the same hierarchy, so both
+        origin = {"kind": "wordnet-dict", "path": str(own.wordnet_dict_dir)}
+    # Content, not files: ImageNet's files and WordNet's database hold the same hierarchy, so both
     # routes give the same fingerprint and hence the same benchmark versions.
     fingerprint = sha256_text(f"{sha256_table(edges)}|{sha256_table(nodes)}")
     meta = {

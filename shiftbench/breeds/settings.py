@@ -16,11 +16,12 @@ class BreedsSettings(BaseModel):
     imagenet_hierarchy_dir: Path | None = Field(
         None,
         description="ImageNet-format hierarchy files: wordnet.is_a.txt (parent child per line), words.txt (wnid TAB "
-        "names); unset: WordNet 3.0 through nltk from Debian's files",
+        "names); unset: WordNet 3.0 from Debian's files",
     )
     wordnet_dict_dir: Path = Field(
         Path("/usr/share/wordnet"),
-        description="the WordNet database nltk reads (copied under $SHIFTBENCH_HOME/cache/nltk_data)",
+        description="the WordNet 3.0 database (data.noun is read; the parsed hierarchy is cached under "
+        "$SHIFTBENCH_HOME/cache/wordnet)",
     )
     breeds_hierarchy_dir: Path | None = Field(
         None,
