@@ -8,12 +8,20 @@ import polars as pl
 
 from shiftbench.plots import method_label, png_bytes, pyplot
 
+# At most this many superclasses are drawn (an ImageNet-21k level has hundreds: a figure of 400 bars is 110
+# inches tall and takes seconds); the title says how many there are.
+MAX_SUPERCLASSES = 60
+
 
 def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes:
-    """Stacked bars: number of subclasses of each superclass in each domain."""
+    """Stacked bars: number of subclasses of each superclass in each domain (the first ``MAX_SUPERCLASSES``)."""
     plt = pyplot()
     counts = subpopulations.group_by("y", "superclass_name", "domain").agg(pl.len().alias("n")).sort("y", "domain")
     labels = counts.select("y", "superclass_name").unique().sort("y")
+    if labels.height > MAX_SUPERCLASSES:
+        title = f"{title} (the first {MAX_SUPERCLASSES} of {labels.height} superclasses)"
+        labels = labels.head(MAX_SUPERCLASSES)
+        counts = counts.filter(pl.col("y").is_in(labels["y"].implode()))
     height = max(2.5, 0.28 * labels.height + 1.2)
     fig, ax = plt.subplots(figsize=(7, height), dpi=90)
     left = [0] * labels.height
