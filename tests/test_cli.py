@@ -341,7 +341,7 @@ def test_a_crash_in_one_benchmark_is_reported_and_the_others_publish(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from shiftbench.breeds import family as breeds_family
+    from shiftbench.breeds import staging as breeds_family  # where a BREEDS version is staged
 
     settings, _ = toy_cli
     real = breeds_family.build_tables

@@ -365,7 +365,7 @@ def test_a_broken_table_blocks_publication_and_the_previous_version_stays(
 ) -> None:
     import polars as pl
 
-    from shiftbench.breeds import family as breeds_family
+    from shiftbench.breeds import staging as breeds_family  # where a BREEDS version is staged
 
     loc = location(monkeypatch, real_settings)
     sync(instance, real_settings)
