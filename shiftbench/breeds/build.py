@@ -202,7 +202,8 @@ def build_tables(
     if spec.task == "novel":
         seen_here = [c for c in seen if c in calibrated.hierarchy.graph]
         restricted = calibrated.hierarchy.restrict_to_ancestors([*classes, *seen_here])
-        unseen = [c for c in classes if c not in set(seen_here)]
+        seen_set = set(seen_here)
+        unseen = [c for c in classes if c not in seen_set]
         given = dict(spec.source_subclasses) if spec.source_subclasses is not None else None
         task = build_novel_task(restricted, seen_here, unseen, spec.task_params(), given)
     else:
