@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import shutil
+import os
+import signal
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -43,9 +45,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 
-from shiftbench.erm import resume  # noqa: E402
+from shiftbench.erm import resume, run_folder  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
-from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Stopped, job_lock, stop_requests  # noqa: E402
+from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Interrupted, Stopped, job_lock, stop_requests  # noqa: E402
 from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
 from shiftbench.erm.run import Resumable  # noqa: E402
 from shiftbench.erm.train import TrainResult, cpu_threads, train  # noqa: E402
@@ -55,8 +57,6 @@ from shiftbench.split_table import SplitTable, read_split  # noqa: E402
 from shiftbench.training_conflicts import SubsetDescriptor, subset_descriptor  # noqa: E402
 
 JOB_FORMAT = 1
-# A previous attempt's outputs, removed when a job starts (its checkpoint folder is kept: the job resumes from it).
-STALE = ("error.json", "interrupted.json", "run.json", "conflicts.parquet")
 
 
 def _stderr(message: str) -> None:
@@ -64,7 +64,8 @@ def _stderr(message: str) -> None:
 
 
 def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[str, Any]:
-    """Train and write the outputs; returns the run summary (also ``run.json``)."""
+    """Train and write the outputs; returns the run summary (also ``run.json``). A folder an earlier attempt of the
+    same run finished is not trained again: its summary is returned as it is (:mod:`shiftbench.erm.run_folder`)."""
     for key in ("split_dir", "image_root", "path_template", "config", "out_dir"):
         if key not in job:
             raise InputError("missing from the job description", parameter=key)
@@ -75,29 +76,43 @@ def run_job(job: dict[str, Any], log: Callable[[str], None] = _stderr) -> dict[s
 
 
 def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    for name in STALE:
-        (out_dir / name).unlink(missing_ok=True)
     config = TrainConfig.from_mapping(job["config"])
     table = read_split(Path(job["split_dir"]))
-    paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
-    subsets = _subsets(Path(job["split_dir"]), table) if config.track_conflicts else None
     checkpoint = job.get("checkpoint") or config.init_checkpoint
     if checkpoint:  # a checkpoint that does not fit is refused before anything is loaded or logged
         check_checkpoint(config, table.num_classes, Path(checkpoint))
-    checkpoints = resume.Checkpoints(out_dir / resume.FOLDER, _identity(job, config, table, checkpoint))
+    identity = _identity(job, config, table, checkpoint)
+    done = run_folder.finished(out_dir)
+    if done is not None and not resume.differences(done.get("identity") or {}, identity):
+        run_folder.discard_checkpoints(out_dir)  # a kill during the last attempt's clean-up may have left it
+        log(f"{table.benchmark} version {table.version}: finished by an earlier attempt; its outputs are kept")
+        return done
+    for name in run_folder.STALE:
+        (out_dir / name).unlink(missing_ok=True)
+    label = f"{table.benchmark} seed {config.seed}"
+    limit = int(job.get("max_stalled_attempts") or run_folder.MAX_STALLED_ATTEMPTS)
+    gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit)
+    if gave_up is not None:  # a requeue that keeps stopping at the same point (a preemption requeues regardless)
+        raise InputError(f"{label}: {gave_up}")
+    paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
+    subsets = _subsets(Path(job["split_dir"]), table) if config.track_conflicts else None
+    checkpoints = resume.Checkpoints(out_dir / run_folder.RESUME, identity)
     loaded = checkpoints.load()  # another run's or a damaged checkpoint is refused here, before training
     log(f"{table.benchmark} version {table.version}: {len(paths):,} examples, {table.num_classes} classes")
+    started = int(loaded[0]["iteration"]) if loaded else 0
     with stop_requests() as stop:
-        resumable = Resumable(
-            checkpoints, stop, config.checkpoint_every, f"{table.benchmark} seed {config.seed}",
-            loaded[0] if loaded else None,
-        )  # fmt: skip
+        resumable = Resumable(checkpoints, stop, config.checkpoint_every, label, loaded[0] if loaded else None)
         try:
             result = train(
                 table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None,
                 resumable=resumable, subsets=subsets,
             )  # fmt: skip
-        except Stopped as stopped:  # the launcher reads what happened (its one line, the exit code)
+        except Interrupted as stopped:  # the launcher reads what happened (its one line, the exit code)
+            _record_stop(out_dir, stopped, run_folder.Attempt(
+                started, stopped.iteration, signal.Signals(stopped.signum).name, resumable.progress, *_where()
+            ), limit)  # fmt: skip
+            raise
+        except Stopped as stopped:
             _record_stop(out_dir, stopped)
             raise
         except KeyboardInterrupt:  # a second Ctrl-C (shiftbench.erm.interrupt)
@@ -129,14 +144,31 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
         "lr_grid_scores": result.lr_grid_scores,
         "init": result.init,
         "resumed_from": result.resumed_from,
+        "identity": identity,  # what a later attempt compares before it keeps these outputs
     }
-    (out_dir / "run.json").write_text(json.dumps(summary, indent=2, sort_keys=True), encoding="utf-8")
-    shutil.rmtree(checkpoints.folder, ignore_errors=True)  # the outputs supersede it
+    run_folder.write_json(out_dir / run_folder.RUN_JSON, summary)  # the commit: every output is in place
+    run_folder.discard_checkpoints(out_dir)  # the outputs supersede it
     return summary
 
 
-def _record_stop(out_dir: Path, stopped: Stopped) -> None:
-    (out_dir / "interrupted.json").write_text(json.dumps(stopped.as_dict()), encoding="utf-8")
+def _where() -> tuple[str | None, str | None]:
+    """The Slurm job (``<array>_<task>``, or the job id) and the node this attempt runs on."""
+    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+    return job, socket.gethostname().split(".")[0]
+
+
+def _record_stop(
+    out_dir: Path, stopped: Stopped, attempt: run_folder.Attempt | None = None, limit: int = 0
+) -> None:
+    """``interrupted.json`` for the launcher; a checkpointed stop also joins ``attempts.jsonl``, and the stop that
+    makes the run give up (no progress in ``limit`` attempts in a row) becomes a failure, not a requeue."""
+    if attempt is not None:
+        run_folder.record_attempt(out_dir, attempt)
+        gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit)
+        if gave_up is not None:
+            raise InputError(f"{stopped.line().split(':', 1)[0]}: {gave_up}") from None
+    (out_dir / run_folder.INTERRUPTED_JSON).write_text(json.dumps(stopped.as_dict()), encoding="utf-8")
 
 
 def _identity(job: dict[str, Any], config: TrainConfig, table: SplitTable, checkpoint: str | None) -> dict[str, Any]:

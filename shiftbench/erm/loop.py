@@ -19,9 +19,10 @@ from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream
 from shiftbench.erm.interrupt import Interrupted
 from shiftbench.erm.methods import Method
-from shiftbench.erm.resume import random_states, restore_random_states
+from shiftbench.erm.resume import DISCARD, random_states, restore_random_states
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep
+from shiftbench.errors import InputError
 from shiftbench.metrics import Metric, value_of
 
 
@@ -125,8 +126,11 @@ class Loop:
         config, iteration = self.run.config, self.start
         if self.tracker is not None and not self.tracker.started:
             self.tracker.start(self.model)  # the losses before the first step
-        if self.pending and self._evaluate(iteration, redo=True):
-            return iteration
+        if self.pending:
+            patience_out = self._evaluate(iteration, redo=True)
+            self._progressed()
+            if patience_out:
+                return iteration
         self._stop_if_asked(iteration)
         for iteration in range(self.start + 1, config.max_iters + 1):
             self._step(iteration)
@@ -151,8 +155,13 @@ class Loop:
             self.t_steady, self.steady_images, self.eval_time = time.perf_counter(), 0, 0.0
         elif warm > 5:
             self.steady_images += len(index)
+        self._progressed()
         if self.run.resumable is not None:
             self.run.resumable.stop.after_step(iteration)
+
+    def _progressed(self) -> None:
+        if self.run.resumable is not None:
+            self.run.resumable.progress += 1
 
     def _evaluate(self, iteration: int, *, redo: bool = False) -> bool:
         """The evaluation at ``iteration`` (abandoned, checkpointed and stopped if a stop is asked for during it;
@@ -225,6 +234,19 @@ class Loop:
         if resumable is None or saved is None or saved["grid"]["index"] != self.grid.index:
             return None
         resumable.saved = None  # the grid's next fits start afresh
+        try:
+            self._restore(saved)
+        except (RuntimeError, KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise InputError(
+                f"damaged checkpoint (it does not fit this run's model and state: {reason}): "
+                f"{DISCARD.format(folder=resumable.checkpoints.folder)}; the run then starts over",
+                path=resumable.checkpoints.state_path,
+            ) from None
+        self.run.log(f"resuming from iteration {self.start} ({resumable.checkpoints.folder})")
+        return int(self.start)
+
+    def _restore(self, saved: dict[str, Any]) -> None:
         self.model.load_state_dict(saved["model"])
         self.step.load_state_dict(saved["step"])
         self.method.load_state_dict(saved["method"])
@@ -239,5 +261,3 @@ class Loop:
         self.state.patience_left = selected["patience_left"]
         self.state.curve = [tuple(point) for point in selected["curve"]]
         self.start, self.pending, self.running_seen = saved["iteration"], saved["pending"], saved["running_seen"]
-        self.run.log(f"resuming from iteration {self.start} ({resumable.checkpoints.folder})")
-        return int(self.start)

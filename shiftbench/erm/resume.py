@@ -14,10 +14,12 @@ where writing one would take more than ``MAX_OVERHEAD`` of the run's time) and w
   the same way after the file (its rename is the commit: a crash before it leaves the previous checkpoint whole).
 
 A checkpoint is used only by the run that wrote it: same benchmark and split version, same training config (every
-key but ``checkpoint_every``), same images, same init checkpoint (by SHA-256), same training code (a hash of its
-source files) and torch version. Anything else, and a file whose bytes fail the SHA-256 in ``state.json`` (or the
-CRC-32 of its zip members), is refused in one line naming the file and what differs (exit 2); ``shiftbench train
---restart`` (or deleting the folder) discards it. The job deletes the folder once its outputs are written.
+key but ``checkpoint_every``), same images, same init checkpoint (by SHA-256), same training code (a hash of the
+source of every module the job imports) and torch version; the identity is in ``state.json`` and in the state file
+itself, and both must match. Anything else, a file whose bytes fail the SHA-256 in ``state.json`` (or the CRC-32 of
+its zip members), a record or a state of another structure, is refused in one line naming the file and what
+differs (exit 2); ``shiftbench train --restart`` (or deleting the folder) discards it. The job discards the folder
+(renamed away, then deleted: :func:`shiftbench.erm.run_folder.discard_checkpoints`) once its outputs are written.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import io
 import json
 import os
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -37,9 +40,10 @@ import numpy as np
 import torch
 
 from shiftbench.erm.checkpoints import read as read_checkpoint
+from shiftbench.erm.run_folder import write_atomically
 from shiftbench.errors import InputError
 
-FORMAT = 1
+FORMAT = 2  # 2: the state file carries the identity too (a record's identity alone is only its own word)
 # The largest share of a run's time periodic checkpoints may take (shiftbench.erm.run.Resumable.due).
 MAX_OVERHEAD = 0.02
 FOLDER = "resume"
@@ -50,8 +54,26 @@ DISCARD = (
     "rerun with --restart (shiftbench train; restart: true in Dagster's launchpad) or delete {folder} to discard it"
 )
 _PACKAGE = Path(__file__).resolve().parent
-# The source a run's numbers depend on: the training package, the seeds and the groups.
-_CODE = (*sorted(_PACKAGE.glob("*.py")), _PACKAGE.parent / "seeding.py", _PACKAGE.parent / "grouper.py")
+# The source a run's bytes depend on: every shiftbench module the job imports (the training package, the images and
+# their decoding, the split table, the metrics, the seeds and the groups); tests/test_resume.py checks the list
+# against what ``python -m shiftbench.erm.job`` really imports.
+JOB_MODULES = (
+    "cache", "cpus", "errors", "grouper", "images", "method_names", "metrics", "outputs", "progress", "seeding",
+    "split_dataset", "split_table", "training_conflicts",
+)  # fmt: skip
+_CODE = (*sorted(_PACKAGE.glob("*.py")), *(_PACKAGE.parent / f"{name}.py" for name in JOB_MODULES))
+_FILE = re.compile(r"state-\d{9}\.pt")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+# What a checkpoint's state holds (shiftbench.erm.loop.Loop.snapshot) and the type of each entry.
+STATE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "iteration": int, "pending": bool, "model": dict, "step": dict, "method": dict, "stream": dict,
+    "augment": torch.Tensor, "random": dict, "running_seen": int, "grid": dict, "selected": dict,
+    "identity": dict, "tracker": (dict, type(None)),
+}  # fmt: skip
+NESTED_KEYS = {
+    "grid": {"index", "scores", "best"},
+    "selected": {"best_state", "best_score", "best_iteration", "patience_left", "curve"},
+}
 
 
 @cache
@@ -74,7 +96,7 @@ def identity(
         "images": dict(images),
         "init_sha256": init_sha256,
         "code": code_hash(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a plain string: the state file carries the identity too
     }
 
 
@@ -128,74 +150,127 @@ class Checkpoints:
     def state_path(self) -> Path:
         return self.folder / STATE
 
+    def _damaged(self, what: str, path: Path | None = None) -> InputError:
+        return InputError(
+            f"{what}: {DISCARD.format(folder=self.folder)}; the run then starts over", path=path or self.state_path
+        )
+
     def load(self) -> tuple[dict[str, Any], dict[str, Any]] | None:
-        """The checkpoint's state and its record (``state.json``), checked; None when there is none."""
-        if not self.state_path.is_file():
+        """The checkpoint's state and its record (``state.json``), checked; None when there is none. Anything
+        that is not this run's intact checkpoint is one line naming the file (:class:`InputError`), never a
+        traceback: a record or folder of the wrong kind, another run's identity in the record or in the state
+        file itself, a file failing its SHA-256 or CRC-32, a state of another structure."""
+        if os.path.lexists(self.folder) and not self.folder.is_dir():
+            raise self._damaged("damaged checkpoint (not a folder)", self.folder)
+        if not os.path.lexists(self.state_path):
             return None
         record = self._record()
-        differ = differences(record.get("identity", {}), self.identity)
+        differ = differences(record["identity"], self.identity)
         if differ:
             raise InputError(
                 f"checkpoint of another run ({'; '.join(differ)}): {DISCARD.format(folder=self.folder)}",
                 path=self.state_path,
             )
-        path = self.folder / str(record["file"])
-        damaged = f"{DISCARD.format(folder=self.folder)}; the run then starts over"
+        path = self.folder / record["file"]
         try:
             data = read_checkpoint(path).data  # a zip member failing its CRC-32 is refused there
         except InputError as exc:
-            raise InputError(f"damaged checkpoint ({exc.message}): {damaged}", path=path) from None
+            raise self._damaged(f"damaged checkpoint ({exc.message})", path) from None
         digest = hashlib.sha256(data).hexdigest()
         if digest != record["sha256"]:
-            raise InputError(
-                f"damaged checkpoint: SHA-256 {digest[:12]}... is not the {str(record['sha256'])[:12]}... "
-                f"{STATE} recorded: {damaged}",
-                path=path,
+            raise self._damaged(
+                f"damaged checkpoint: SHA-256 {digest[:12]}... is not the {record['sha256'][:12]}... {STATE} recorded",
+                path,
             )
-        state: dict[str, Any] = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-        return state, record
+        return self._state(data, record, path), record
 
     def _record(self) -> dict[str, Any]:
+        """``state.json``, every field of the type a checkpoint writes."""
         try:
             record = json.loads(self.state_path.read_text("utf-8"))
-            if not isinstance(record, dict) or record.get("format") != FORMAT or "file" not in record:
-                raise ValueError(f"not a checkpoint record of format {FORMAT}")
-        except (OSError, ValueError) as exc:
+            _check_record(record)
+        except (OSError, ValueError, TypeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             raise InputError(
-                f"damaged checkpoint record ({exc}): {DISCARD.format(folder=self.folder)}", path=self.state_path
+                f"damaged checkpoint record ({reason}): {DISCARD.format(folder=self.folder)}", path=self.state_path
             ) from None
-        return record
+        return dict(record)
+
+    def _state(self, data: bytes, record: dict[str, Any], path: Path) -> dict[str, Any]:
+        """The state file's contents, of the structure a checkpoint writes and naming this run as its own."""
+        try:
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises pickle's, its own and zip errors: all mean "not a checkpoint"
+            raise self._damaged(f"damaged checkpoint (unreadable: {type(exc).__name__})", path) from None
+        wrong = _state_problem(state)
+        if wrong is not None:
+            raise self._damaged(f"damaged checkpoint ({wrong}): not a checkpoint this job writes", path)
+        if state["iteration"] != record["iteration"]:
+            raise self._damaged(
+                f"damaged checkpoint (its iteration {state['iteration']} is not the {record['iteration']} {STATE} "
+                "recorded)",
+                path,
+            )
+        differ = differences(state["identity"], self.identity)
+        if differ:
+            raise InputError(
+                f"checkpoint of another run, whatever {STATE} says (the file's own identity: {'; '.join(differ)}): "
+                f"{DISCARD.format(folder=self.folder)}",
+                path=path,
+            )
+        return dict(state)
 
     def save(self, state: dict[str, Any], iteration: int) -> int:
         """Write ``state`` as the run's checkpoint at ``iteration`` (file, then record: each atomically); the
-        previous files are deleted after the record points to the new one. Returns the file's size."""
+        previous files are deleted after the record points to the new one. Returns the file's size. The file
+        carries the run's identity too, so a record copied from another run cannot vouch for it."""
         self.folder.mkdir(parents=True, exist_ok=True)
         buffer = io.BytesIO()
-        torch.save(state, buffer)
+        torch.save({**state, "identity": self.identity}, buffer)
         data = buffer.getvalue()
         name = f"state-{iteration:09d}.pt"
-        _write_atomically(self.folder / name, data)
+        write_atomically(self.folder / name, data)
         record = {
             "format": FORMAT, "file": name, "iteration": iteration, "sha256": hashlib.sha256(data).hexdigest(),
             "bytes": len(data), "identity": self.identity,
         }  # fmt: skip
-        _write_atomically(self.state_path, json.dumps(record, indent=1, sort_keys=True).encode())
+        write_atomically(self.state_path, json.dumps(record, indent=1, sort_keys=True).encode())
         for old in self.folder.glob("state-*.pt"):
             if old.name != name:
                 old.unlink(missing_ok=True)
         return len(data)
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Temporary file, fsync, rename, fsync of the folder: the path holds the old bytes or the new, never a mix."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with temporary.open("wb") as sink:
-        sink.write(data)
-        sink.flush()
-        os.fsync(sink.fileno())
-    temporary.replace(path)
-    folder = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+def _check_record(record: Any) -> None:
+    """Raise ValueError naming the first field of ``state.json`` that a checkpoint would not have written."""
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if record.get("format") != FORMAT:
+        raise ValueError(f"format {record.get('format')!r}, this job reads {FORMAT}: written by another shiftbench")
+    checks = {
+        "file": lambda v: isinstance(v, str) and _FILE.fullmatch(v) is not None,
+        "iteration": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "sha256": lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None,
+        "bytes": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+        "identity": lambda v: isinstance(v, dict) and isinstance(v.get("config"), dict),
+    }
+    for key, valid in checks.items():
+        if key not in record:
+            raise ValueError(f"no {key!r}")
+        if not valid(record[key]):
+            raise ValueError(f"{key!r} is not what a checkpoint writes")
+
+
+def _state_problem(state: Any) -> str | None:
+    """What is wrong with a loaded state's structure, if anything (its values are checked when they load)."""
+    if not isinstance(state, dict):
+        return f"a {type(state).__name__}, not a mapping"
+    for key, kind in STATE_KEYS.items():
+        if key not in state:
+            return f"no {key!r}"
+        if not isinstance(state[key], kind) or (kind is int and isinstance(state[key], bool)):
+            return f"{key!r} is a {type(state[key]).__name__}"
+    for key, fields in NESTED_KEYS.items():
+        if set(state[key]) != fields:
+            return f"{key!r} holds {', '.join(sorted(map(str, state[key]))) or 'nothing'}"
+    return None

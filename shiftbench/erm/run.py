@@ -93,6 +93,7 @@ class Resumable:
     every: int
     label: str  # how the stop line names the run: "sprites-uniform seed 0"
     saved: dict[str, Any] | None = None
+    progress: int = 0  # steps taken and abandoned evaluations redone by this process (a requeue that made none stalls)
     write_s: float = 0.0  # how long the last checkpoint took to write
     written_at: float = field(default_factory=time.perf_counter)
 
