@@ -42,6 +42,9 @@ SEEDS = [str(seed) for seed in sweep.SEEDS]  # one seed range: the sweep plans o
 JOB_COMMAND = [sys.executable, "-m", "shiftbench.erm.job"]
 # Seconds a stopped run's job is given to finish its step and write its checkpoint before it is left behind.
 STOP_GRACE_S = 300
+# A run tag: "exit" makes a stop on SIGTERM or SIGUSR1 end the run with its exit code instead of a retry (the
+# command `shiftbench train` sets it: the person or scheduler that sent the signal decides what comes next).
+STOP_TAG = "shiftbench/on_stop"
 # Training parameters that may be null: launchpad text, as on the command line ("null" clears).
 NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
 
@@ -329,6 +332,8 @@ def _retry_if_requeued(context: dg.AssetExecutionContext, settings: Settings, st
     """A training stopped by SIGTERM or SIGUSR1 (a pod deleted or evicted, a preemption) checkpointed and asks to
     run again: Dagster's retry runs the step again (on Kubernetes, a new pod), and the job resumes."""
     if stopped.exit_code != EXIT_REQUEUE or context.retry_number >= settings.train_retries:
+        return
+    if context.run.tags.get(STOP_TAG) == "exit":
         return
     attempt = context.retry_number + 2
     context.log.warning(

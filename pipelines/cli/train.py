@@ -46,14 +46,22 @@ def add_train(sub: Subcommands) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run."""
+    """One ERM run through the kind's ERM job: the partition (benchmark, seed) the UI would run; several: a sweep.
+
+    The stop signals are held from the start, before any library starts threads of its own: every way of training
+    then answers a stop sent to the command, its process group or the job the same way (the job checkpoints; exit
+    130 for SIGINT, 75 for SIGTERM, SIGUSR1 and SIGHUP; docs/erm.md)."""
+    from shiftbench.erm.interrupt import held_stops
+
+    with held_stops():
+        return _cmd_train(args)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
     from shiftbench.pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from shiftbench.pipelines.cli.sweep import cmd_sweep, wants_sweep
 
-    from shiftbench import registry
-    from shiftbench.erm.launch import plan_run
-    from shiftbench.erm.sweep import training_seed
-    from shiftbench.plans import trainable_kind, training_overrides
+    from shiftbench.plans import training_overrides
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
@@ -65,6 +73,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     if wants_sweep(args):
         _typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)
+    if args.in_process:  # the job unblocks the held signals in this process (shiftbench.erm.interrupt)
+        return _train_one(args, settings, overrides, None)
+    from shiftbench.erm.interrupt import forwarded_stops
+
+    with forwarded_stops() as forwarder:  # a stop sent to the command reaches the job as what it was
+        return _train_one(args, settings, overrides, forwarder)
+
+
+def _train_one(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any], forwarder: Any) -> int:
+    """One run: planned (a bad input is one line before anything trains), then trained through Dagster's ERM job or,
+    for a family without one here, in this process."""
+    from shiftbench import registry
+    from shiftbench.erm.launch import plan_run
+    from shiftbench.erm.sweep import training_seed
+    from shiftbench.plans import trainable_kind
+
     args.benchmark = args.benchmarks[0]
     kind = trainable_kind(settings, args.benchmark)
     args.seed = training_seed(args.seed)
@@ -88,19 +112,19 @@ def cmd_train(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if unavailable is not None:  # no ERM asset for this family here: the library path, said so
         return _train_outside_dagster(settings, plan, unavailable, started, restart=args.restart)
-    return _train_in_dagster(settings, args, kind, plan, overrides, started)
+    return _train_in_dagster(settings, args, kind, plan, overrides, started, forwarder)
 
 
 def _train_in_dagster(
-    settings: Settings, args: argparse.Namespace, kind: Any, plan: Any, overrides: dict[str, Any], started: float
-) -> int:
+    settings: Settings, args: argparse.Namespace, kind: Any, plan: Any, overrides: dict[str, Any], started: float,
+    forwarder: Any,
+) -> int:  # fmt: skip
     """The run of the kind's ERM job for the partition (benchmark, seed), and its lines."""
     import dagster as dg
-    from shiftbench.assets.erm import RUN_FIELDS, baseline_job_name, baseline_keys
+    from shiftbench.assets.erm import RUN_FIELDS, STOP_TAG, baseline_job_name, baseline_keys
     from shiftbench.pipelines import runs
     from shiftbench.pipelines.terminal import Reporter
 
-    from shiftbench.erm.interrupt import deferred_interrupts
     from shiftbench.erm.launch import job_interrupted, scratch_dir
 
     config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
@@ -113,13 +137,18 @@ def _train_in_dagster(
     key = dg.MultiPartitionKey({"benchmark": args.benchmark, "seed": str(args.seed)})
     _, publish_key = baseline_keys(kind)
     out_dir = scratch_dir(settings, plan)
-    # Ctrl-C is the job's to answer (it checkpoints): held back from this process and Dagster's helpers.
-    with deferred_interrupts(), Reporter().listening():
+    # A stop is the job's to answer (it checkpoints): held back from this process and Dagster's helpers and sent on
+    # to the job as the signal it was; the command's exit code is the job's (130 for SIGINT, 75 for the others), a
+    # stop is never retried inside the command (STOP_TAG).
+    if forwarder is not None:
+        forwarder.out_dir = out_dir
+    with Reporter().listening():
         run = runs.run_job(
             instance,
             baseline_job_name(kind),
             partition_key=key,
             config={"ops": {kind.baseline_op: {"config": config}}},
+            tags={STOP_TAG: "exit"},
         )
     stopped = job_interrupted(out_dir) if not run.is_success else None
     if stopped is not None:

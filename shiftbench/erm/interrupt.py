@@ -7,8 +7,8 @@ a checkpoint (:mod:`shiftbench.erm.resume`) and raises :class:`Interrupted`. The
 (:func:`Interrupted.line`) and exits with:
 
 - :data:`EXIT_INTERRUPTED` (130, the shell's code for Ctrl-C) after SIGINT: a person stopped it;
-- :data:`EXIT_REQUEUE` (75, ``EX_TEMPFAIL`` of sysexits.h: "try again later") after SIGTERM or SIGUSR1: the
-  checkpoint is kept and a scheduler should run the same job again, which resumes.
+- :data:`EXIT_REQUEUE` (75, ``EX_TEMPFAIL`` of sysexits.h: "try again later") after SIGTERM, SIGUSR1 or SIGHUP (a
+  closed terminal, an ssh drop): the checkpoint is kept and a scheduler should run the same job again, which resumes.
 
 A signal that arrives within :data:`REPEAT_WINDOW_S` of the first is the same request said twice (a terminal
 sends Ctrl-C to every process of its group, and a launcher such as Dagster's Pipes client forwards it once more):
@@ -33,7 +33,7 @@ from shiftbench.errors import InputError, ShiftbenchError
 
 EXIT_INTERRUPTED = 130  # SIGINT: stopped by a person, checkpoint kept
 EXIT_REQUEUE = 75  # SIGTERM or SIGUSR1: checkpoint kept, run the same job again (a scheduler's requeue)
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGHUP)
 REPEAT_WINDOW_S = 2.0
 # Tests only: ``STEP`` or ``eval:STEP`` (comma-separated), the job sends itself SIGINT after that iteration's step,
 # or during its evaluation (after the first batch): interruptions at exact points, through the real handler. A
@@ -173,13 +173,122 @@ LOCK = ".lock"
 @contextlib.contextmanager
 def job_lock(out_dir: Path) -> Iterator[None]:
     """One job at a time in an output folder (two would write each other's checkpoints): a lock the kernel
-    releases when the process ends, however it ends."""
-    with (out_dir / LOCK).open("a") as handle:
+    releases when the process ends, however it ends. The lock file holds the job's process id, for a launcher
+    that forwards a stop to it (:func:`forwarded_stops`)."""
+    with (out_dir / LOCK).open("a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InputError("another process is training this run in this folder", path=out_dir) from None
+        handle.truncate(0)
+        handle.write(str(os.getpid()))
+        handle.flush()
         yield
+
+
+def job_below(out_dir: Path, ancestor: int) -> int | None:
+    """The process id the lock file of ``out_dir`` names, if that process runs below ``ancestor`` (a launcher's
+    own job, not a stale id in the file nor a job another launcher started). The file is read, not locked: a
+    launcher never holds the lock a job is about to take."""
+    try:
+        text = (out_dir / LOCK).read_text().strip()
+    except OSError:
+        return None
+    pid = int(text) if text.isdigit() else None
+    current = pid
+    while current is not None and current > 1:
+        current = _parent(current)
+        if current == ancestor:
+            return pid
+    return None
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's parentheses
+
+
+class _Forwarder(threading.Thread):
+    """Takes the stop signals this process holds back and sends each to the job training in ``out_dir``."""
+
+    def __init__(self, out_dir: Path | None) -> None:
+        super().__init__(name="shiftbench-stop-forwarder", daemon=True)
+        self.out_dir, self.pending, self.done = out_dir, list[int](), threading.Event()
+        self.received: int | None = None  # the first stop signal this process got
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            taken = signal.sigtimedwait(SIGNALS, 0.1)
+            if taken is not None:
+                self.received = self.received or taken.si_signo
+                self.pending.append(taken.si_signo)
+            pid = job_below(self.out_dir, os.getpid()) if self.pending and self.out_dir is not None else None
+            if pid is not None:
+                for signum in self.pending:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signum)
+                self.pending.clear()
+
+
+@contextlib.contextmanager
+def held_stops() -> Iterator[None]:
+    """The stop signals (:data:`SIGNALS`) blocked in this thread, and so in every thread and process it starts, until
+    the block ends: a launcher enters it first, before any library starts threads of its own (polars, DuckDB), then
+    takes them itself (:func:`take_stop`, :func:`forwarded_stops`) or leaves them to the job, which unblocks them
+    (:func:`stop_requests`). Signals still held at the end are dropped: the job answered them, or the command was
+    past the point where a stop means anything (publishing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        while signal.sigtimedwait(SIGNALS, 0) is not None:
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def take_stop(timeout_s: float) -> int | None:
+    """Wait up to ``timeout_s`` for a held stop signal (:func:`held_stops`); its number, or None. Off the main thread
+    or with the signals not held, it only sleeps."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if threading.current_thread() is not threading.main_thread() or not set(SIGNALS) <= held:
+        time.sleep(timeout_s)
+        return None
+    taken = signal.sigtimedwait(SIGNALS, timeout_s)
+    return taken.si_signo if taken is not None else None
+
+
+@contextlib.contextmanager
+def forwarded_stops(out_dir: Path | None = None) -> Iterator[_Forwarder]:
+    """A launcher that waits for a job it started (``shiftbench train`` through Dagster): every stop signal sent to
+    the launcher (SIGINT, SIGTERM, SIGUSR1, SIGHUP) is held back from it and from the processes it starts (a blocked
+    signal stays blocked across fork and exec) and sent on, as the same signal, to the job holding the lock of
+    ``out_dir`` (set it on the forwarder once known), as soon as it holds it; the job unblocks them
+    (:func:`stop_requests`), checkpoints and exits with the signal's code. Enter it (or :func:`held_stops`) before
+    the process starts any thread (polars and DuckDB start theirs when first used): a thread that does not block a
+    signal takes it. Sent to the whole process group (a terminal's Ctrl-C) the job gets it twice, within
+    :data:`REPEAT_WINDOW_S`: one request. Dagster maps SIGTERM to its own interrupt, which would reach the job as
+    SIGINT (exit 130); held back here, it reaches the job as what it was. Signals still held at the end are
+    dropped (the job answered them)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield _Forwarder(out_dir)
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    forwarder = _Forwarder(out_dir)
+    forwarder.start()
+    try:
+        yield forwarder
+    finally:
+        forwarder.done.set()
+        forwarder.join()
+        while signal.sigtimedwait(SIGNALS, 0) is not None:  # held back and never forwarded: dropped
+            pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def wait_for_job(out_dir: Path, timeout_s: float) -> bool:
