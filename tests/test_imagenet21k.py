@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,8 @@ from shiftbench.sources.imagenet21k import (
     LISTS,
     TIMM_FILES,
     class_list,
-    imagenet21k_dir_fingerprint,
+    imagenet21k_dir_stamp,
+    imagenet21k_listing_sha256,
     imagenet21k_split,
     list_imagenet21k_images,
     read_wnid_list,
@@ -319,23 +321,53 @@ def test_two_layouts_at_once_or_a_bad_wnid_is_refused(tmp_path: Path) -> None:
     assert err.value.parameter == "classes"
 
 
-def test_the_folder_fingerprint_follows_the_class_folders(tmp_path: Path) -> None:
-    assert imagenet21k_dir_fingerprint(None) == imagenet21k_dir_fingerprint(tmp_path / "nowhere")
+def test_the_folder_stamp_follows_the_class_folders(tmp_path: Path) -> None:
+    """The stamp is a cache key (when to list again): it moves with the class folders' names and times."""
+    assert imagenet21k_dir_stamp(None) == imagenet21k_dir_stamp(tmp_path / "nowhere")
     _tree(tmp_path / "a", "winter21_whole")
-    _tree(tmp_path / "b", "winter21_whole")
-    for tree in ("a", "b"):  # same names and times: the same fingerprint, wherever the root is
-        for folder in (tmp_path / tree / "winter21_whole").iterdir():
-            os.utime(folder, ns=(1_000_000_000, 1_000_000_000))
-    before = imagenet21k_dir_fingerprint(tmp_path / "a")
-    assert before == imagenet21k_dir_fingerprint(tmp_path / "b") != imagenet21k_dir_fingerprint(None)
+    for folder in (tmp_path / "a" / "winter21_whole").iterdir():
+        os.utime(folder, ns=(1_000_000_000, 1_000_000_000))
+    before = imagenet21k_dir_stamp(tmp_path / "a")
+    assert before == imagenet21k_dir_stamp(tmp_path / "a") != imagenet21k_dir_stamp(None)
     (tmp_path / "a" / "winter21_whole" / "notes").mkdir()  # not a class folder
-    assert imagenet21k_dir_fingerprint(tmp_path / "a") == before
+    assert imagenet21k_dir_stamp(tmp_path / "a") == before
     os.utime(tmp_path / "a" / "winter21_whole" / "n01440764", ns=(2_000_000_000, 2_000_000_000))  # a file changed
-    assert imagenet21k_dir_fingerprint(tmp_path / "a") != before
-    (tmp_path / "b" / "winter21_whole" / "n01440764").rename(tmp_path / "b" / "winter21_whole" / "n01440765")
-    assert imagenet21k_dir_fingerprint(tmp_path / "b") != before
-    (tmp_path / "b" / "winter21_whole").rename(tmp_path / "b" / "fall11_whole")
-    assert imagenet21k_dir_fingerprint(tmp_path / "b") not in (before, imagenet21k_dir_fingerprint(None))
+    assert imagenet21k_dir_stamp(tmp_path / "a") != before
+    os.utime(tmp_path / "a" / "winter21_whole" / "n01440764", ns=(1_000_000_000, 1_000_000_000))
+    assert imagenet21k_dir_stamp(tmp_path / "a") == before
+    (tmp_path / "a" / "winter21_whole" / "n01440764").rename(tmp_path / "a" / "winter21_whole" / "n01440765")
+    assert imagenet21k_dir_stamp(tmp_path / "a") != before
+    (tmp_path / "a" / "winter21_whole").rename(tmp_path / "a" / "fall11_whole")
+    assert imagenet21k_dir_stamp(tmp_path / "a") not in (before, imagenet21k_dir_stamp(None))
+
+
+def _copy_without_times(source: Path, target: Path) -> None:
+    """``cp -r`` without ``-p``: new files, new inodes, and times that are not the source's."""
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    for path in sorted(target.rglob("*"), reverse=True):  # files before their folders
+        os.utime(path, ns=(3_000_000_000, 3_000_000_000))
+
+
+def test_the_listing_hash_is_the_images_not_their_times(tmp_path: Path) -> None:
+    """What a version records: a copy without times (or on another disk) hashes the same; an image added or
+    removed does not; the stamp of the copy differs, which only means it is listed again."""
+    _tree(tmp_path / "a", "fall11_whole")
+    _copy_without_times(tmp_path / "a", tmp_path / "b")
+    wnids = list(IMAGES)
+    original = imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "a", wnids))
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) == original
+    assert imagenet21k_dir_stamp(tmp_path / "b") != imagenet21k_dir_stamp(tmp_path / "a")
+    added = tmp_path / "b" / "fall11_whole" / "n01443537" / "n01443537_8.JPEG"
+    added.write_bytes(b"another image")
+    with_one_more = imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids))
+    assert with_one_more != original
+    added.unlink()
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) == original
+    (tmp_path / "b" / "fall11_whole" / "n01440764" / "n01440764_2.JPEG").unlink()
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) not in (original, with_one_more)
+    # The bytes of an image are not read (a listing never opens a file): rewriting one keeps the hash.
+    (tmp_path / "a" / "fall11_whole" / "n01440764" / "n01440764_2.JPEG").write_bytes(b"rewritten")
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "a", wnids)) == original
 
 
 def test_the_list_frame_types(tmp_path: Path) -> None:
