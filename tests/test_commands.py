@@ -20,7 +20,7 @@ from shiftbench import registry
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import FIXTURES, TEST_CACHE, publish_all
+from .conftest import FIXTURES, TEST_CACHE, missing, publish_all
 
 CASE = "spr"  # a sprites case small enough to build once for the module (20 images per combination)
 SPRITES = {"SHIFTBENCH_SPRITES_PER_COMBINATION": "20"}
@@ -270,7 +270,8 @@ def test_a_read_only_target_is_one_line(
     frozen.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(frozen)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only folder here: {done.stderr.decode().strip()}")
+        why = done.stderr.decode().strip()
+        missing(f"cannot mount a read-only tmpfs here ({why}): run as root", "SHIFTBENCH_REQUIRE_MOUNT")
     try:
         run_refused(cli, ["export", CASE, str(frozen / "out")], "is not writable", capsys)
         generate = ["generate", "metashift-dg", "--classes", "cat,dog", "--test", "dog(shelf)"]

@@ -30,11 +30,6 @@ from shiftbench.sources.imagenet21k import (
 
 from .conftest import PROJECT
 
-# `pip download timm==1.0.31 --no-deps -d /tmp/timm`: the wheel the shipped lists were made from.
-TIMM_WHEEL = Path(os.environ.get("SHIFTBENCH_TIMM_WHEEL", "/tmp/timm/timm-1.0.31-py3-none-any.whl"))
-needs_wheel = pytest.mark.skipif(
-    not TIMM_WHEEL.is_file(), reason=f"no timm wheel at {TIMM_WHEEL} (SHIFTBENCH_TIMM_WHEEL)"
-)
 # SHA-256 of timm 1.0.31's files (sha256sum of timm/data/_info/* in the wheel), pinned so the check needs no wheel.
 TIMM_1_0_31_SHA256 = {
     "in21k": "66362bdedf36d933382edca5493fc562dcc17128ce36403c9e730a75f48cb2f2",
@@ -76,33 +71,31 @@ def test_the_shipped_lists_are_timm_1_0_31s_files() -> None:
         }
     assert class_list("in1k").wnids[:2] == ("n01440764", "n01443537")  # index 0 is tench, as in every 1k model
     recorded = in21k.shipped_provenance()
-    assert recorded["timm_version"] == "1.0.31" and recorded["wheel"] == TIMM_WHEEL.name
+    assert recorded["timm_version"] == "1.0.31" and recorded["wheel"] == "timm-1.0.31-py3-none-any.whl"
     assert in21k.CLASS_TABLE.stat().st_size < 100_000
     assert "Apache License" in (in21k.CLASS_TABLE.parent / "LICENSE-TIMM").read_text("utf-8")
 
 
-def _wheel_lists() -> dict[str, bytes]:
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+def _wheel_lists(timm_wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         return {name: wheel.read(f"timm/data/_info/{file}") for name, file in TIMM_FILES.items()}
 
 
-@needs_wheel
-def test_the_shipped_lists_equal_the_wheels_files() -> None:
-    files = _wheel_lists()
+def test_the_shipped_lists_equal_the_wheels_files(timm_wheel: Path) -> None:
+    files = _wheel_lists(timm_wheel)
     for name, raw in files.items():
         assert in21k.list_bytes(class_list(name).wnids) == raw, name
     assert in21k.shipped_provenance()["files"] == {
         name: {"file": TIMM_FILES[name], "sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
         for name, raw in files.items()
     }
-    assert in21k.shipped_provenance()["wheel_sha256"] == hashlib.sha256(TIMM_WHEEL.read_bytes()).hexdigest()
+    assert in21k.shipped_provenance()["wheel_sha256"] == hashlib.sha256(timm_wheel.read_bytes()).hexdigest()
 
 
-@needs_wheel
-def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path) -> None:
+def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path, timm_wheel: Path) -> None:
     script = PROJECT / "scripts" / "make_package_data.py"
     for out in (tmp_path / "first", tmp_path / "second"):  # never the package's files: others read them
-        args = [sys.executable, str(script), "--timm-wheel", str(TIMM_WHEEL), "--out", str(out)]
+        args = [sys.executable, str(script), "--timm-wheel", str(timm_wheel), "--out", str(out)]
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
         assert sorted(p.name for p in out.iterdir()) == ["LICENSE-TIMM", "imagenet21k_classes.parquet"]
@@ -111,7 +104,7 @@ def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path) -> 
         assert first == (tmp_path / "second" / name).read_bytes(), name  # deterministic
         assert first == (in21k.CLASS_TABLE.parent / name).read_bytes(), name  # and what ships
     notice = (tmp_path / "first" / "LICENSE-TIMM").read_text("utf-8")
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         licence = wheel.read("timm-1.0.31.dist-info/licenses/LICENSE").decode()
     assert notice.endswith(licence) and "timm 1.0.31" in notice and "scripts/make_package_data.py" in notice
     assert all(file in notice for file in TIMM_FILES.values())
@@ -153,14 +146,13 @@ def test_the_timm_source_reads_the_packages_data_files(tmp_path: Path) -> None:
     assert err.value.path is not None and err.value.path.endswith("imagenet21k_goog_synsets.txt")
 
 
-@needs_wheel
 def test_the_timm_source_finds_an_installed_timm_without_importing_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timm_wheel: Path
 ) -> None:
     """An unpacked wheel is an installed distribution (package + dist-info on the path); timm itself would not
     even import here (no torchvision), so the lists must come from its files alone."""
     site = tmp_path / "site"
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         wheel.extractall(site)
     monkeypatch.syspath_prepend(str(site))
     for name in LISTS:
