@@ -272,6 +272,9 @@ BAD_SPECS = [
     ("hierarchy: cifar100\n    classes: in21k\n    level: 1\n    n_subclasses: 4", r"give hierarchy or classes"),
     ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    variants: maybe", r"variants must be true or false"),
     ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    tree: false", r"tree applies to a labelled hierarchy"),
+    # N/2 source + N/2 target: an odd N published N - 1 subclasses while the spec recorded N (issue 48)
+    ("task: novel\n    level: 5\n    n_subclasses: 3", r"'n_subclasses': must be even: a novel .*3 \(in .*yaml"),
+    ("classes: in21k\n    level: 5\n    n_subclasses: 5", r"parameter 'n_subclasses': must be even: split 'rand'"),
 ]
 
 
