@@ -158,7 +158,7 @@ def test_a_paper_name_is_reserved_while_its_spec_is_tagged(
     assert main(["build", "--benchmark", "living17", "--set", "seed=4", "--name", "mine@generated"]) == 2
     assert "'@' is reserved" in capsys.readouterr().err
     spec = tmp_path / "mine.yaml"
-    spec.write_text("family: breeds\nbenchmarks:\n  living17@mine:\n    level: 5\n    n_subclasses: 3\n")
+    spec.write_text("family: breeds\nbenchmarks:\n  living17@mine:\n    level: 5\n    n_subclasses: 4\n")
     cli_env(SHIFTBENCH_BREEDS_SPECS=str(spec))
     assert main(["build", "--list"]) == 2
     assert "'@' is reserved" in capsys.readouterr().err

@@ -251,7 +251,7 @@ def test_bad_settings_and_spec_files_are_one_line(
         assert str(mine) in err
     # Names are global: a user's BREEDS spec may not take a ConDS case's name.
     clash = tmp_path / "clash.yaml"
-    clash.write_text("family: breeds\nbenchmarks:\n  sprites-uniform:\n    level: 2\n    n_subclasses: 3\n")
+    clash.write_text("family: breeds\nbenchmarks:\n  sprites-uniform:\n    level: 2\n    n_subclasses: 4\n")
     cli_env(SHIFTBENCH_BREEDS_SPECS=str(clash))
     for args in (["build", "--list"], ["build", "--benchmark", "living17"], ["versions", "sprites-uniform"]):
         code = main(args)

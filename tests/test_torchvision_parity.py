@@ -33,13 +33,15 @@ def test_state_dict_matches_torchvision_snapshot(name: str) -> None:
 
 
 # In .venv-clients (torchvision 0.29.1): a torchvision ResNet with perturbed BatchNorms (fresh ones are all alike, so
-# a swapped layer would not show), an input and torchvision's output, saved for this process to load into ours.
+# a swapped layer would not show), an input and torchvision's output, saved for this process to load into ours. On as
+# many threads as this process (ResNet-50's outputs reach 1e3: another summation order moves them by 3e-4).
 THEIRS = """
 import sys
 import torch
 import torchvision
 
-name, out = sys.argv[1], sys.argv[2]
+name, out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(threads)
 torch.manual_seed(0)
 theirs = getattr(torchvision.models, name)(weights=None, num_classes=1000)
 g = torch.Generator().manual_seed(1)
@@ -64,7 +66,7 @@ print(torchvision.__version__)
 def test_torchvision_weights_give_the_same_outputs(name: str, clients_python: Path, tmp_path: Path) -> None:
     """torchvision's own model (in .venv-clients, where it loads) and its weights loaded into ours: same outputs."""
     saved = tmp_path / "theirs.pt"
-    version = run_client(clients_python, THEIRS, name, str(saved)).strip()
+    version = run_client(clients_python, THEIRS, name, str(saved), str(torch.get_num_threads())).strip()
     assert version.startswith("0.29.")  # scripts/clients-requirements.txt's torchvision
     theirs = torch.load(saved, weights_only=True)
     ours = build_model(name, 1000, 224)
