@@ -32,7 +32,7 @@ from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
-from shiftbench.located_yaml import parse_value
+from shiftbench.plans import override_value
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -83,6 +83,9 @@ def _baseline_config() -> type[dg.Config]:
             continue
         kind = "str" if item.name in NULLABLE else str(item.type)
         values[item.name] = (_config_field(kind), Field(None, description=f"training parameter {item.name}"))
+    for name, (iterations, kind) in launch.EPOCH_PARAMETERS.items():  # converted by launch.resolve_config
+        described = f"training parameter {name}: {iterations} in epochs of the training split"
+        values[name] = (_config_field(kind), Field(None, description=described))
     return create_model("BaselineConfig", __base__=dg.Config, **values)  # type: ignore[no-any-return, call-overload]
 
 
@@ -98,7 +101,10 @@ def training_overrides(config: Any) -> dict[str, Any]:
     for item in fields(TrainConfig):
         value = getattr(config, item.name, None)
         if value is not None:
-            overrides[item.name] = parse_value(value) if item.name in NULLABLE else value
+            overrides[item.name] = override_value(item.name, value) if item.name in NULLABLE else value
+    for name in launch.EPOCH_PARAMETERS:
+        if getattr(config, name, None) is not None:
+            overrides[name] = getattr(config, name)
     return overrides
 
 

@@ -50,7 +50,7 @@ from shiftbench import benchmark_builds, progress, publishing, registry, variant
 from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target
-from shiftbench.located_yaml import parse_value
+from shiftbench.plans import override_value
 from shiftbench.settings import Settings
 
 
@@ -218,7 +218,7 @@ def overrides_config(kind: Kind) -> type[dg.Config]:
 def config_overrides(kind: Kind, config: Any) -> dict[str, Any]:
     values = {name: getattr(config, name) for name in kind.spec_model.OVERRIDABLE if getattr(config, name) is not None}
     return {
-        name: parse_value(value) if name in kind.spec_model.nullable() and isinstance(value, str) else value
+        name: override_value(name, value) if name in kind.spec_model.nullable() and isinstance(value, str) else value
         for name, value in values.items()
     }
 

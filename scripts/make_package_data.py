@@ -3,7 +3,7 @@
     .venv/bin/python scripts/make_package_data.py \
         --breeds-dir ../shared/fixtures/breeds/modified \
         --metashift-subsets ../shared/fixtures/metashift/attribute_subsets.parquet \
-        --timm-wheel timm-1.0.31-py3-none-any.whl   # pip download timm==1.0.31 --no-deps -d DIR
+        --timm-wheel .downloads/timm-1.0.31-py3-none-any.whl   # fetched by bash scripts/test_downloads.sh
 
 Each input makes its files; give any of them (a step whose input is not given is skipped).
 

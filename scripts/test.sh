@@ -7,6 +7,11 @@ bash scripts/setup.sh
 # The third-party clients the client tests load our outputs with (WILDS, torchvision for DomainBed, DuckDB 1.x).
 bash scripts/clients_env.sh
 export SHIFTBENCH_REQUIRE_CLIENTS=1
+# The files some tests read that no install gives (timm's wheel, in .downloads/): fetched, then required.
+bash scripts/test_downloads.sh
+export SHIFTBENCH_REQUIRE_TIMM_WHEEL=1
+# CI runs as root: the tests that mount a small tmpfs (a full disk, a read-only target) must run, not skip.
+export SHIFTBENCH_REQUIRE_MOUNT=1
 echo "[test] ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
@@ -17,7 +22,7 @@ echo "[test] a single-node Slurm cluster for the tests marked slurm (stopped on 
 trap 'bash scripts/slurm_local.sh stop' EXIT
 eval "$(bash scripts/slurm_local.sh start)"
 export SHIFTBENCH_REQUIRE_SLURM=1
-echo "[test] pytest (on every core: pytest-xdist)"
+echo "[test] pytest (on every core: pytest-xdist; the summary at the end names every skip with its reason)"
 # worksteal: an idle worker takes queued tests from a busy one, so one 90 s Dagster test does not leave a
 # worker waiting at the end (on 2 cores: 362 s against 420 s with the default scheduling, same machine).
 .venv/bin/python -m pytest -q -n "${SHIFTBENCH_TEST_WORKERS:-auto}" --dist worksteal --durations=5 "$@"

@@ -26,8 +26,16 @@ def parse_overrides(items: Iterable[str], parameter: str = "--set") -> dict[str,
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise InputError(f"expected KEY=VALUE, got {item!r}", parameter=parameter)
-        overrides[key.strip()] = parse_value(value.strip())
+        overrides[key.strip()] = override_value(key.strip(), value)
     return overrides
+
+
+def override_value(name: str, text: str) -> Any:
+    """A ``--set`` or launchpad value read as a spec file reads it; an empty one is refused: it would read as null,
+    the default (``classes=`` built every class), when the user meant to give something."""
+    if not text.strip():
+        raise InputError("has no value: give one, or null for none", parameter=name)
+    return parse_value(text.strip())
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -41,6 +41,17 @@ TOY_CLASSES = [
 # The third-party clients (WILDS, torchvision as DomainBed calls it, DuckDB 1.x) live in an environment of their
 # own (scripts/clients_env.sh); scripts/test.sh creates it and sets SHIFTBENCH_REQUIRE_CLIENTS, so CI runs them.
 CLIENTS_PYTHON = PROJECT / ".venv-clients" / "bin" / "python"
+# The timm wheel the shipped ImageNet-21k lists were made from (tests/test_imagenet21k.py): scripts/test_downloads.sh
+# fetches it; scripts/test.sh runs that and sets SHIFTBENCH_REQUIRE_TIMM_WHEEL, so CI runs those tests.
+TIMM_WHEEL = Path(os.environ.get("SHIFTBENCH_TIMM_WHEEL", PROJECT / ".downloads" / "timm-1.0.31-py3-none-any.whl"))
+
+
+def missing(message: str, required_by: str) -> NoReturn:
+    """A test's dependency is absent: ``message`` says what and how to get it. It fails where ``required_by`` (a
+    SHIFTBENCH_REQUIRE_* variable scripts/test.sh sets) is 1, so CI never skips it silently; elsewhere it skips."""
+    if os.environ.get(required_by) == "1":
+        pytest.fail(f"{message} ({required_by}=1)")
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")
@@ -48,10 +59,16 @@ def clients_python() -> Path:
     """The python of .venv-clients; without it the client tests fail where CI requires them, else skip."""
     if CLIENTS_PYTHON.is_file():
         return CLIENTS_PYTHON
-    message = f"no client environment at {CLIENTS_PYTHON}: run bash scripts/clients_env.sh"
-    if os.environ.get("SHIFTBENCH_REQUIRE_CLIENTS") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(f"no client environment at {CLIENTS_PYTHON}: run bash scripts/clients_env.sh", "SHIFTBENCH_REQUIRE_CLIENTS")
+
+
+@pytest.fixture(scope="session")
+def timm_wheel() -> Path:
+    """timm 1.0.31's wheel; without it the tests that read it fail where CI requires them, else skip."""
+    if TIMM_WHEEL.is_file():
+        return TIMM_WHEEL
+    message = f"no timm wheel at {TIMM_WHEEL}: run bash scripts/test_downloads.sh (or set SHIFTBENCH_TIMM_WHEEL)"
+    missing(message, "SHIFTBENCH_REQUIRE_TIMM_WHEEL")
 
 
 # A Slurm cluster the tests marked `slurm` submit to: scripts/slurm_local.sh brings up a real single-node one (its
@@ -75,9 +92,7 @@ def slurm_cluster() -> str:
             return name
         reason = (done.stderr.strip().splitlines() or ["no answer"])[-1]
         message = f"no Slurm cluster answers ({reason}): bash scripts/slurm_local.sh start, then export its SLURM_CONF"
-    if os.environ.get("SHIFTBENCH_REQUIRE_SLURM") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+    missing(message, "SHIFTBENCH_REQUIRE_SLURM")
 
 
 def run_client(python: Path, code: str, *args: str, cwd: Path | None = None) -> str:

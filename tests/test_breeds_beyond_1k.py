@@ -8,10 +8,11 @@ are one line, exit 2, nothing published; the ImageNet-1k benchmarks keep their v
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -117,19 +118,24 @@ def test_the_shipped_tasks_beyond_1k_build_offline_and_hold_what_their_names_say
     assert "Images: none listed (SHIFTBENCH_IMAGENET21K_DIR unset" in card
     assert "ImageNet-21k classes outside the 1k" in _card(settings, "living17-novel@in21k")
     assert "CIFAR-100's 20 superclasses x 5 classes" in _card(settings, "superclasses@cifar100")
-    # Their Croissant files validate and load in mlcroissant, the 0-example ones included.
-    if importlib.util.find_spec("mlcroissant") is not None:
-        paths = [next((settings.store_dir / "breeds" / n).glob("versions/*/files/croissant.json")) for n in SHIPPED]
-        done = subprocess.run(
-            [sys.executable, "-c", CROISSANT_LOAD, *map(str, paths)], capture_output=True, text=True, check=False
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
-        assert json.loads(done.stdout.splitlines()[-1]) == {str(p): 0 for p in paths}
+    # Their Croissant files validate and load in mlcroissant (a dev dependency), the 0-example ones included.
+    paths = [next((settings.store_dir / "breeds" / n).glob("versions/*/files/croissant.json")) for n in SHIPPED]
+    done = subprocess.run(
+        [sys.executable, "-c", CROISSANT_LOAD, *map(str, paths)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {str(p): 0 for p in paths}
     # Deterministic: another home builds the same versions.
     first = _versions(settings)
     other = cli_env(SHIFTBENCH_HOME=str(tmp_path / "other"))
     assert _build(*SHIPPED) == 0
     assert _versions(other) == first
+    # Without images (sources.images = none) the 21k versions keep the ids they had before issue 48 hashed the
+    # image listing by content (built on the commit before it and after).
+    assert {name: version for name, version in first.items() if name.endswith("@in21k")} == {
+        "living17@in21k": "20d222d6c471b3b5", "living17-good@in21k": "de03512ad7a23571",
+        "living17-bad@in21k": "2edcbc62229e9993", "living17-novel@in21k": "8a4abe9efb78efe7",
+    }  # fmt: skip
 
 
 # In a child process (mlcroissant's logging holds on to the stderr pytest closes): examples per file.
@@ -158,21 +164,8 @@ def _card(settings: Settings, benchmark: str) -> str:
 def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_given(
     cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    specs = tmp_path / "specs.yaml"
-    specs.write_text(
-        "family: breeds\nbenchmarks:\n  dogs:\n    classes: in12k\n    level: 14\n    ancestor: n02084071\n"
-        "    n_subclasses: 4\nvariants:\n  good: {split: good}\n  bad: {split: bad}\n  nosplit: {split: none}\n"
-    )
-    # Class folders in the winter21 layout for every in12k class below "dog"; two files each.
-    root = tmp_path / "in21k"
-    dogs = _below("n02084071", set(class_list("in12k").wnids))
-    jpeg = io.BytesIO()
-    PIL.Image.new("RGB", (8, 8), (200, 40, 40)).save(jpeg, "JPEG")
-    for wnid in dogs:
-        folder = root / "winter21_whole" / wnid
-        folder.mkdir(parents=True)
-        for i in range(12):
-            (folder / f"{wnid}_{i}.JPEG").write_bytes(jpeg.getvalue())
+    specs = _dog_specs(tmp_path)
+    root = _dog_images(tmp_path / "in21k")
     settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(root))
     names = ["dogs@in12k", "dogs-good@in12k", "dogs-bad@in12k", "dogs-nosplit@in12k"]
     assert _build(*names) == 0, capsys.readouterr().err
@@ -188,6 +181,76 @@ def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_gi
     split = shiftbench.load_split("dogs@in12k", home=settings.home)
     image, label, _ = split.dataset("train")[0]
     assert tuple(image.shape) == (3, 8, 8) and int(label) in set(split.examples["y"].to_list())
+
+
+def _dog_specs(folder: Path) -> Path:
+    specs = folder / "specs.yaml"
+    specs.write_text(
+        "family: breeds\nbenchmarks:\n  dogs:\n    classes: in12k\n    level: 14\n    ancestor: n02084071\n"
+        "    n_subclasses: 4\nvariants:\n  good: {split: good}\n  bad: {split: bad}\n  nosplit: {split: none}\n"
+    )
+    return specs
+
+
+def _dog_images(root: Path) -> Path:
+    """Class folders in the winter21 layout for every in12k class below "dog"; twelve small JPEGs each."""
+    jpeg = io.BytesIO()
+    PIL.Image.new("RGB", (8, 8), (200, 40, 40)).save(jpeg, "JPEG")
+    for wnid in _below("n02084071", set(class_list("in12k").wnids)):
+        folder = root / "winter21_whole" / wnid
+        folder.mkdir(parents=True)
+        for i in range(12):
+            (folder / f"{wnid}_{i}.JPEG").write_bytes(jpeg.getvalue())
+    return root
+
+
+def test_the_version_id_is_the_images_not_where_or_when_they_were_copied(
+    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same images copied without their times (``cp -r``, a restore, another disk) give the same version id
+    (issue 48); an image added or removed gives another."""
+    specs = _dog_specs(tmp_path)
+    original = _dog_images(tmp_path / "original")
+    first = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(original))
+    assert _build("dogs@in12k") == 0, capsys.readouterr().err
+    copy = tmp_path / "copy"
+    shutil.copytree(original, copy, copy_function=shutil.copyfile)  # new files: nothing of the originals' stat
+    for path in sorted(copy.rglob("*"), reverse=True):
+        os.utime(path, ns=(3_000_000_000, 3_000_000_000))
+    home = str(tmp_path / "other")
+    second = cli_env(SHIFTBENCH_HOME=home, SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(copy))
+    assert _build("dogs@in12k") == 0, capsys.readouterr().err
+    ids = [_versions(first)["dogs@in12k"], _versions(second)["dogs@in12k"]]
+    assert ids[1] == ids[0]
+    folder = next((copy / "winter21_whole").iterdir())
+    (folder / f"{folder.name}_99.JPEG").write_bytes((folder / f"{folder.name}_0.JPEG").read_bytes())
+    assert _build("dogs@in12k") == 0, capsys.readouterr().err
+    ids.append(_versions(second)["dogs@in12k"])
+    (folder / f"{folder.name}_99.JPEG").unlink()
+    (folder / f"{folder.name}_0.JPEG").unlink()
+    assert _build("dogs@in12k") == 0, capsys.readouterr().err
+    ids.append(_versions(second)["dogs@in12k"])
+    assert len(set(ids[1:])) == 3, ids
+
+
+def test_an_unchanged_image_folder_is_not_listed_again(
+    make_settings: Callable[..., Settings], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folders' stamp (times, inodes) is the listing's cache key; a touched class folder is listed again."""
+    from shiftbench.breeds import imagenet21k as in21k_images
+
+    root = _dog_images(tmp_path / "in21k")
+    settings = make_settings(SHIFTBENCH_IMAGENET21K_DIR=str(root))
+    listed: list[Path] = []
+    real = in21k_images.list_imagenet21k_images
+    monkeypatch.setattr(in21k_images, "list_imagenet21k_images", lambda r, w: listed.append(r) or real(r, w))
+    first = in21k_images.images(settings)
+    again = in21k_images.images(settings)
+    assert (again.path, again.fingerprint, again.meta) == (first.path, first.fingerprint, first.meta)
+    assert listed == [root] and first.meta["n_images"] == pl.read_parquet(first.path / "images.parquet").height > 0
+    folder = next((root / "winter21_whole").iterdir())
+    os.utime(folder, ns=(4_000_000_000, 4_000_000_000))
+    assert in21k_images.images(settings).fingerprint == first.fingerprint and listed == [root, root]
 
 
 def _below(node: str, classes: set[str]) -> list[str]:
@@ -209,6 +272,9 @@ BAD_SPECS = [
     ("hierarchy: cifar100\n    classes: in21k\n    level: 1\n    n_subclasses: 4", r"give hierarchy or classes"),
     ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    variants: maybe", r"variants must be true or false"),
     ("classes: in21k\n    level: 5\n    n_subclasses: 4\n    tree: false", r"tree applies to a labelled hierarchy"),
+    # N/2 source + N/2 target: an odd N published N - 1 subclasses while the spec recorded N (issue 48)
+    ("task: novel\n    level: 5\n    n_subclasses: 3", r"'n_subclasses': must be even: a novel .*3 \(in .*yaml"),
+    ("classes: in21k\n    level: 5\n    n_subclasses: 5", r"parameter 'n_subclasses': must be even: split 'rand'"),
 ]
 
 

@@ -100,6 +100,7 @@ def test_ancestor_restricts_superclasses() -> None:
         (TaskParams(level=1, n_subclasses=7), "n_subclasses", "N=7 exceeds"),
         (TaskParams(level=1, n_subclasses=2, split="random"), "split", "unknown split"),
         (TaskParams(level=1, n_subclasses=1, split="rand"), "n_subclasses", "needs N >= 2"),
+        (TaskParams(level=1, n_subclasses=3, split="bad"), "n_subclasses", "must be even: split 'bad' puts N/2"),
     ],
 )
 def test_impossible_tasks_name_the_parameter(params: TaskParams, parameter: str, message: str) -> None:

@@ -18,7 +18,7 @@ from shiftbench.catalog import open_catalog, refresh_catalog
 from shiftbench.publishing import check_version
 from shiftbench.store import Store
 
-from .conftest import CLIENTS_PYTHON, PROJECT, ToyDir, run_client, toy_tables
+from .conftest import CLIENTS_PYTHON, PROJECT, ToyDir, missing, run_client, toy_tables
 
 # Every view of the catalog, counted: one that does not bind (a path that does not resolve, SQL the client's
 # DuckDB does not know) fails the run.
@@ -119,12 +119,10 @@ def duckdb_cli() -> Path:
     if found.is_file():
         return found
     on_path = shutil.which("duckdb")
-    if on_path:
-        return Path(on_path)
-    message = "no DuckDB CLI in .venv-clients or on PATH: run bash scripts/clients_env.sh"
-    if os.environ.get("SHIFTBENCH_REQUIRE_CLIENTS") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+    if on_path is None:
+        message = "no DuckDB CLI in .venv-clients or on PATH: run bash scripts/clients_env.sh"
+        missing(message, "SHIFTBENCH_REQUIRE_CLIENTS")
+    return Path(on_path)
 
 
 @pytest.mark.clients

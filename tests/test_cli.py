@@ -137,6 +137,11 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
      "parameter 'level': no node at level 9"),
     ("N too large", {}, None, ["--set", "n_subclasses=50", "--name", "toy-n50"],
      "parameter 'n_subclasses': N=50 exceeds"),
+    ("odd N", {}, None, ["--set", "n_subclasses=3", "--name", "toy-n3"],
+     "parameter 'n_subclasses': must be even: split 'rand' puts N/2 subclasses in the source and N/2 in the target, "
+     "got 3"),
+    ("empty value", {}, None, ["--set", "ancestor=", "--name", "toy-a"],
+     "parameter 'ancestor': has no value: give one, or null for none"),
     ("unknown ancestor", {}, None, ["--set", "ancestor=n42424242", "--name", "toy-a"],
      "parameter 'ancestor': unknown node"),
     ("unknown parameter", {}, None, ["--set", "sead=3", "--name", "toy-s"], "parameter 'sead'"),
@@ -220,13 +225,13 @@ def test_bad_settings_and_spec_files_are_one_line(
     assert_one_line(capsys.readouterr().err, "parameter 'SHIFTBENCH_SPRITES_PER_COMBINATION': must be a valid integer")
     monkeypatch.delenv("SHIFTBENCH_SPRITES_PER_COMBINATION")
     shadow = tmp_path / "mine.yaml"
-    shadow.write_text("family: breeds\nbenchmarks:\n  living17:\n    level: 5\n    n_subclasses: 3\n")
+    shadow.write_text("family: breeds\nbenchmarks:\n  living17:\n    level: 5\n    n_subclasses: 4\n")
     cli_env(SHIFTBENCH_BREEDS_SPECS=str(shadow))
     assert main(["build", "--list"]) == 2
     err = capsys.readouterr().err
     assert_one_line(err, "benchmark 'living17' is already defined in shiftbench/specs/breeds.yaml")
     assert str(shadow) in err
-    shadow.write_text("family: breeds\nbenchmarks:\n  mine:\n    level: five\n    n_subclasses: 3\n")
+    shadow.write_text("family: breeds\nbenchmarks:\n  mine:\n    level: five\n    n_subclasses: 4\n")
     assert main(["build", "--list"]) == 2
     assert_one_line(capsys.readouterr().err, f"{shadow}:4, parameter 'level': must be a valid integer")
     for family, variable, text in (
@@ -246,7 +251,7 @@ def test_bad_settings_and_spec_files_are_one_line(
         assert str(mine) in err
     # Names are global: a user's BREEDS spec may not take a ConDS case's name.
     clash = tmp_path / "clash.yaml"
-    clash.write_text("family: breeds\nbenchmarks:\n  sprites-uniform:\n    level: 2\n    n_subclasses: 3\n")
+    clash.write_text("family: breeds\nbenchmarks:\n  sprites-uniform:\n    level: 2\n    n_subclasses: 4\n")
     cli_env(SHIFTBENCH_BREEDS_SPECS=str(clash))
     for args in (["build", "--list"], ["build", "--benchmark", "living17"], ["versions", "sprites-uniform"]):
         code = main(args)

@@ -20,7 +20,7 @@ from shiftbench import registry
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import FIXTURES, TEST_CACHE, publish_all
+from .conftest import FIXTURES, TEST_CACHE, missing, publish_all
 
 CASE = "spr"  # a sprites case small enough to build once for the module (20 images per combination)
 SPRITES = {"SHIFTBENCH_SPRITES_PER_COMBINATION": "20"}
@@ -169,6 +169,16 @@ TRAIN = [
     (["train", CASE, "--seeds", "0", "--set", "lr=-1"], "parameter 'lr'"),
     (["train", CASE, "--seeds", "0", "--set", "step=fast"], "parameter 'step'"),
     (["train", CASE, "--set", "threads=-1"], "parameter 'threads'"),
+    # a schedule in epochs: whole epochs, in one unit (issue 48)
+    (["train", CASE, "--set", "max_epochs=0"], "parameter 'max_epochs': must be whole epochs >= 1, got 0"),
+    (["train", CASE, "--seeds", "0", "--set", "max_epochs=x"], "parameter 'max_epochs': expected int, got 'x'"),
+    (["train", CASE, "--set", "max_epochs=2", "--set", "max_iters=5"], "give max_epochs or max_iters, not both"),
+    (
+        ["train", CASE, "--seeds", "0", "--set", "lr_drop_epochs=1", "--set", "lr_milestones=5,9"],
+        "parameter 'lr_drop_epochs': give lr_drop_epochs or lr_milestones, not both",
+    ),
+    (["train", CASE, "--set", "lr_drop_epochs=2,-1"], "parameter 'lr_drop_epochs': must be whole epochs >= 1"),
+    (["train", CASE, "--set", "max_iters="], "parameter 'max_iters': has no value: give one, or null for none"),
     (["train", CASE, "--backend", "pbs"], "argument --backend: invalid choice: 'pbs'"),
     (
         ["train", CASE, "--slurm-settings", "{tmp}/cluster.yaml"],
@@ -207,6 +217,11 @@ BUILD = [
     (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "2147483648"],
      "parameter '--units': must be in 1..2,147,483,647"),
     (["build", "metashift", "--benchmark", "metashift-attributes", "--units", "0"], "parameter '--units'"),
+    # an empty classes built every class; a class named twice inline was folded (a classes_file refuses it)
+    (["build", "metashift", "--benchmark", "metashift@generated", "--set", "classes=", "--name", "x"],
+     "parameter 'classes': has no value: give one, or null for none"),
+    (["build", "metashift", "--benchmark", "metashift@generated", "--set", "classes=cat,cat,dog", "--name", "x"],
+     "parameter 'classes': class 'cat' is listed twice"),
 ]  # fmt: skip
 OTHERS = [
     (["gc", "--keep", "0"], "parameter 'keep'"),
@@ -270,7 +285,8 @@ def test_a_read_only_target_is_one_line(
     frozen.mkdir()
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(frozen)], capture_output=True)
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a read-only folder here: {done.stderr.decode().strip()}")
+        why = done.stderr.decode().strip()
+        missing(f"cannot mount a read-only tmpfs here ({why}): run as root", "SHIFTBENCH_REQUIRE_MOUNT")
     try:
         run_refused(cli, ["export", CASE, str(frozen / "out")], "is not writable", capsys)
         generate = ["generate", "metashift-dg", "--classes", "cat,dog", "--test", "dog(shelf)"]

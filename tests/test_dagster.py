@@ -479,6 +479,23 @@ def execute(
     return outcomes
 
 
+def test_an_empty_launchpad_value_is_refused_and_max_epochs_is_a_training_parameter() -> None:
+    """Launchpad text that is empty read as null, the default (``classes: ""`` built every class): refused, as
+    ``--set classes=`` is; ``null`` still clears. The ERM config takes ``max_epochs`` (issue 48)."""
+    from shiftbench.assets.factory import config_overrides, overrides_config
+
+    from shiftbench.errors import InputError
+
+    kind = registry.family("metashift").kind("collection")
+    with pytest.raises(InputError, match="parameter 'classes': has no value: give one, or null for none"):
+        config_overrides(kind, overrides_config(kind)(classes=" "))
+    assert config_overrides(kind, overrides_config(kind)(classes="null")) == {"classes": None}
+    with pytest.raises(InputError, match="parameter 'init_checkpoint': has no value"):
+        erm_assets.training_overrides(erm_assets.BaselineConfig(init_checkpoint=""))
+    config = erm_assets.BaselineConfig(max_epochs=3, lr_drop_epochs=[1, 2], max_iters=None)
+    assert erm_assets.training_overrides(config) == {"max_epochs": 3, "lr_drop_epochs": [1, 2]}
+
+
 @pytest.mark.slow
 def test_three_nights_without_celeba_request_nothing_that_fails(
     real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -19,7 +20,8 @@ from shiftbench.sources.imagenet21k import (
     LISTS,
     TIMM_FILES,
     class_list,
-    imagenet21k_dir_fingerprint,
+    imagenet21k_dir_stamp,
+    imagenet21k_listing_sha256,
     imagenet21k_split,
     list_imagenet21k_images,
     read_wnid_list,
@@ -28,11 +30,6 @@ from shiftbench.sources.imagenet21k import (
 
 from .conftest import PROJECT
 
-# `pip download timm==1.0.31 --no-deps -d /tmp/timm`: the wheel the shipped lists were made from.
-TIMM_WHEEL = Path(os.environ.get("SHIFTBENCH_TIMM_WHEEL", "/tmp/timm/timm-1.0.31-py3-none-any.whl"))
-needs_wheel = pytest.mark.skipif(
-    not TIMM_WHEEL.is_file(), reason=f"no timm wheel at {TIMM_WHEEL} (SHIFTBENCH_TIMM_WHEEL)"
-)
 # SHA-256 of timm 1.0.31's files (sha256sum of timm/data/_info/* in the wheel), pinned so the check needs no wheel.
 TIMM_1_0_31_SHA256 = {
     "in21k": "66362bdedf36d933382edca5493fc562dcc17128ce36403c9e730a75f48cb2f2",
@@ -74,33 +71,31 @@ def test_the_shipped_lists_are_timm_1_0_31s_files() -> None:
         }
     assert class_list("in1k").wnids[:2] == ("n01440764", "n01443537")  # index 0 is tench, as in every 1k model
     recorded = in21k.shipped_provenance()
-    assert recorded["timm_version"] == "1.0.31" and recorded["wheel"] == TIMM_WHEEL.name
+    assert recorded["timm_version"] == "1.0.31" and recorded["wheel"] == "timm-1.0.31-py3-none-any.whl"
     assert in21k.CLASS_TABLE.stat().st_size < 100_000
     assert "Apache License" in (in21k.CLASS_TABLE.parent / "LICENSE-TIMM").read_text("utf-8")
 
 
-def _wheel_lists() -> dict[str, bytes]:
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+def _wheel_lists(timm_wheel: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         return {name: wheel.read(f"timm/data/_info/{file}") for name, file in TIMM_FILES.items()}
 
 
-@needs_wheel
-def test_the_shipped_lists_equal_the_wheels_files() -> None:
-    files = _wheel_lists()
+def test_the_shipped_lists_equal_the_wheels_files(timm_wheel: Path) -> None:
+    files = _wheel_lists(timm_wheel)
     for name, raw in files.items():
         assert in21k.list_bytes(class_list(name).wnids) == raw, name
     assert in21k.shipped_provenance()["files"] == {
         name: {"file": TIMM_FILES[name], "sha256": hashlib.sha256(raw).hexdigest(), "bytes": len(raw)}
         for name, raw in files.items()
     }
-    assert in21k.shipped_provenance()["wheel_sha256"] == hashlib.sha256(TIMM_WHEEL.read_bytes()).hexdigest()
+    assert in21k.shipped_provenance()["wheel_sha256"] == hashlib.sha256(timm_wheel.read_bytes()).hexdigest()
 
 
-@needs_wheel
-def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path) -> None:
+def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path, timm_wheel: Path) -> None:
     script = PROJECT / "scripts" / "make_package_data.py"
     for out in (tmp_path / "first", tmp_path / "second"):  # never the package's files: others read them
-        args = [sys.executable, str(script), "--timm-wheel", str(TIMM_WHEEL), "--out", str(out)]
+        args = [sys.executable, str(script), "--timm-wheel", str(timm_wheel), "--out", str(out)]
         done = subprocess.run(args, capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
         assert sorted(p.name for p in out.iterdir()) == ["LICENSE-TIMM", "imagenet21k_classes.parquet"]
@@ -109,7 +104,7 @@ def test_the_script_rebuilds_the_shipped_files_byte_for_byte(tmp_path: Path) -> 
         assert first == (tmp_path / "second" / name).read_bytes(), name  # deterministic
         assert first == (in21k.CLASS_TABLE.parent / name).read_bytes(), name  # and what ships
     notice = (tmp_path / "first" / "LICENSE-TIMM").read_text("utf-8")
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         licence = wheel.read("timm-1.0.31.dist-info/licenses/LICENSE").decode()
     assert notice.endswith(licence) and "timm 1.0.31" in notice and "scripts/make_package_data.py" in notice
     assert all(file in notice for file in TIMM_FILES.values())
@@ -151,14 +146,13 @@ def test_the_timm_source_reads_the_packages_data_files(tmp_path: Path) -> None:
     assert err.value.path is not None and err.value.path.endswith("imagenet21k_goog_synsets.txt")
 
 
-@needs_wheel
 def test_the_timm_source_finds_an_installed_timm_without_importing_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, timm_wheel: Path
 ) -> None:
     """An unpacked wheel is an installed distribution (package + dist-info on the path); timm itself would not
     even import here (no torchvision), so the lists must come from its files alone."""
     site = tmp_path / "site"
-    with zipfile.ZipFile(TIMM_WHEEL) as wheel:
+    with zipfile.ZipFile(timm_wheel) as wheel:
         wheel.extractall(site)
     monkeypatch.syspath_prepend(str(site))
     for name in LISTS:
@@ -319,23 +313,53 @@ def test_two_layouts_at_once_or_a_bad_wnid_is_refused(tmp_path: Path) -> None:
     assert err.value.parameter == "classes"
 
 
-def test_the_folder_fingerprint_follows_the_class_folders(tmp_path: Path) -> None:
-    assert imagenet21k_dir_fingerprint(None) == imagenet21k_dir_fingerprint(tmp_path / "nowhere")
+def test_the_folder_stamp_follows_the_class_folders(tmp_path: Path) -> None:
+    """The stamp is a cache key (when to list again): it moves with the class folders' names and times."""
+    assert imagenet21k_dir_stamp(None) == imagenet21k_dir_stamp(tmp_path / "nowhere")
     _tree(tmp_path / "a", "winter21_whole")
-    _tree(tmp_path / "b", "winter21_whole")
-    for tree in ("a", "b"):  # same names and times: the same fingerprint, wherever the root is
-        for folder in (tmp_path / tree / "winter21_whole").iterdir():
-            os.utime(folder, ns=(1_000_000_000, 1_000_000_000))
-    before = imagenet21k_dir_fingerprint(tmp_path / "a")
-    assert before == imagenet21k_dir_fingerprint(tmp_path / "b") != imagenet21k_dir_fingerprint(None)
+    for folder in (tmp_path / "a" / "winter21_whole").iterdir():
+        os.utime(folder, ns=(1_000_000_000, 1_000_000_000))
+    before = imagenet21k_dir_stamp(tmp_path / "a")
+    assert before == imagenet21k_dir_stamp(tmp_path / "a") != imagenet21k_dir_stamp(None)
     (tmp_path / "a" / "winter21_whole" / "notes").mkdir()  # not a class folder
-    assert imagenet21k_dir_fingerprint(tmp_path / "a") == before
+    assert imagenet21k_dir_stamp(tmp_path / "a") == before
     os.utime(tmp_path / "a" / "winter21_whole" / "n01440764", ns=(2_000_000_000, 2_000_000_000))  # a file changed
-    assert imagenet21k_dir_fingerprint(tmp_path / "a") != before
-    (tmp_path / "b" / "winter21_whole" / "n01440764").rename(tmp_path / "b" / "winter21_whole" / "n01440765")
-    assert imagenet21k_dir_fingerprint(tmp_path / "b") != before
-    (tmp_path / "b" / "winter21_whole").rename(tmp_path / "b" / "fall11_whole")
-    assert imagenet21k_dir_fingerprint(tmp_path / "b") not in (before, imagenet21k_dir_fingerprint(None))
+    assert imagenet21k_dir_stamp(tmp_path / "a") != before
+    os.utime(tmp_path / "a" / "winter21_whole" / "n01440764", ns=(1_000_000_000, 1_000_000_000))
+    assert imagenet21k_dir_stamp(tmp_path / "a") == before
+    (tmp_path / "a" / "winter21_whole" / "n01440764").rename(tmp_path / "a" / "winter21_whole" / "n01440765")
+    assert imagenet21k_dir_stamp(tmp_path / "a") != before
+    (tmp_path / "a" / "winter21_whole").rename(tmp_path / "a" / "fall11_whole")
+    assert imagenet21k_dir_stamp(tmp_path / "a") not in (before, imagenet21k_dir_stamp(None))
+
+
+def _copy_without_times(source: Path, target: Path) -> None:
+    """``cp -r`` without ``-p``: new files, new inodes, and times that are not the source's."""
+    shutil.copytree(source, target, copy_function=shutil.copyfile)
+    for path in sorted(target.rglob("*"), reverse=True):  # files before their folders
+        os.utime(path, ns=(3_000_000_000, 3_000_000_000))
+
+
+def test_the_listing_hash_is_the_images_not_their_times(tmp_path: Path) -> None:
+    """What a version records: a copy without times (or on another disk) hashes the same; an image added or
+    removed does not; the stamp of the copy differs, which only means it is listed again."""
+    _tree(tmp_path / "a", "fall11_whole")
+    _copy_without_times(tmp_path / "a", tmp_path / "b")
+    wnids = list(IMAGES)
+    original = imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "a", wnids))
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) == original
+    assert imagenet21k_dir_stamp(tmp_path / "b") != imagenet21k_dir_stamp(tmp_path / "a")
+    added = tmp_path / "b" / "fall11_whole" / "n01443537" / "n01443537_8.JPEG"
+    added.write_bytes(b"another image")
+    with_one_more = imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids))
+    assert with_one_more != original
+    added.unlink()
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) == original
+    (tmp_path / "b" / "fall11_whole" / "n01440764" / "n01440764_2.JPEG").unlink()
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "b", wnids)) not in (original, with_one_more)
+    # The bytes of an image are not read (a listing never opens a file): rewriting one keeps the hash.
+    (tmp_path / "a" / "fall11_whole" / "n01440764" / "n01440764_2.JPEG").write_bytes(b"rewritten")
+    assert imagenet21k_listing_sha256(list_imagenet21k_images(tmp_path / "a", wnids)) == original
 
 
 def test_the_list_frame_types(tmp_path: Path) -> None:

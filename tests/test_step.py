@@ -100,7 +100,9 @@ def test_an_unknown_step_is_named() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs a CUDA GPU and torch's CUDA build (.venv has the CPU wheel)"
+)
 def test_the_captured_step_trains_as_the_eager_step_on_a_gpu(split: Any, tmp_path: Path) -> None:
     """Captured in a CUDA graph (bf16, channels_last), the step gives the eager step's run within bf16
     tolerance on a fixed seed, and says it was captured."""

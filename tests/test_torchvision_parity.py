@@ -1,9 +1,10 @@
 """Our hand-written ResNets stay loadable with torchvision checkpoints (models.py promises it).
 
-The shape test always runs: it compares against a snapshot of torchvision's state dicts that
+The shape test compares against a snapshot of torchvision's state dicts that
 ``bench/bench_torchvision.py --write-snapshot tests/data/torchvision_resnet_state.json`` writes in
-a venv with torchvision (the CPU torch here cannot load torchvision). The numerical test runs only
-where torchvision imports.
+a venv with torchvision (the CPU torch here cannot load torchvision). The numerical test builds torchvision's
+model in .venv-clients (scripts/clients_env.sh, where torchvision loads) and loads its weights into ours here; it
+fails where CI requires the clients (SHIFTBENCH_REQUIRE_CLIENTS), else skips naming the script.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from shiftbench.erm.models import build_model
+
+from .conftest import run_client
 
 SNAPSHOT = Path(__file__).parent / "data" / "torchvision_resnet_state.json"
 RESNETS = ["resnet18", "resnet50"]
@@ -30,25 +32,47 @@ def test_state_dict_matches_torchvision_snapshot(name: str) -> None:
     assert ours == expected
 
 
+# In .venv-clients (torchvision 0.29.1): a torchvision ResNet with perturbed BatchNorms (fresh ones are all alike, so
+# a swapped layer would not show), an input and torchvision's output, saved for this process to load into ours. On as
+# many threads as this process (ResNet-50's outputs reach 1e3: another summation order moves them by 3e-4).
+THEIRS = """
+import sys
+import torch
+import torchvision
+
+name, out, threads = sys.argv[1], sys.argv[2], int(sys.argv[3])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+theirs = getattr(torchvision.models, name)(weights=None, num_classes=1000)
+g = torch.Generator().manual_seed(1)
+for module in theirs.modules():
+    if isinstance(module, torch.nn.BatchNorm2d):
+        c = module.num_features
+        module.weight.data.copy_(0.5 + torch.rand(c, generator=g))
+        module.bias.data.copy_(0.1 * torch.randn(c, generator=g))
+        module.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+        module.running_var.copy_(0.5 + torch.rand(c, generator=g))
+theirs.eval()
+x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+with torch.no_grad():
+    expected = theirs(x)
+torch.save({"state_dict": theirs.state_dict(), "x": x, "expected": expected}, out)
+print(torchvision.__version__)
+"""
+
+
+@pytest.mark.clients
 @pytest.mark.parametrize("name", RESNETS)
-def test_torchvision_weights_give_the_same_outputs(name: str) -> None:
-    torchvision = pytest.importorskip("torchvision")
-    torch.manual_seed(0)
-    theirs = getattr(torchvision.models, name)(weights=None, num_classes=1000)
-    # Fresh BatchNorms are all alike; perturb them so that a swapped layer would show.
-    g = torch.Generator().manual_seed(1)
-    for module in theirs.modules():
-        if isinstance(module, nn.BatchNorm2d):
-            c = module.num_features
-            module.weight.data.copy_(0.5 + torch.rand(c, generator=g))
-            module.bias.data.copy_(0.1 * torch.randn(c, generator=g))
-            module.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-            module.running_var.copy_(0.5 + torch.rand(c, generator=g))
+def test_torchvision_weights_give_the_same_outputs(name: str, clients_python: Path, tmp_path: Path) -> None:
+    """torchvision's own model (in .venv-clients, where it loads) and its weights loaded into ours: same outputs."""
+    saved = tmp_path / "theirs.pt"
+    version = run_client(clients_python, THEIRS, name, str(saved), str(torch.get_num_threads())).strip()
+    assert version.startswith("0.29.")  # scripts/clients-requirements.txt's torchvision
+    theirs = torch.load(saved, weights_only=True)
     ours = build_model(name, 1000, 224)
-    ours.load_state_dict(theirs.state_dict(), strict=True)
-    theirs.eval(), ours.eval()
-    x = torch.randn(2, 3, 224, 224, generator=torch.Generator().manual_seed(2))
+    ours.load_state_dict(theirs["state_dict"], strict=True)
+    ours.eval()
     with torch.no_grad():
-        expected, actual = theirs(x), ours(x)
-    assert expected.abs().max() > 0.1  # a non-trivial output
-    torch.testing.assert_close(actual, expected, rtol=0, atol=1e-5)
+        actual = ours(theirs["x"])
+    assert theirs["expected"].abs().max() > 0.1  # a non-trivial output
+    torch.testing.assert_close(actual, theirs["expected"], rtol=0, atol=1e-5)

@@ -175,11 +175,17 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     from shiftbench.assets.erm import NULLABLE
 
     from shiftbench.erm.config import TrainConfig, coerce_value
+    from shiftbench.erm.launch import EPOCH_PARAMETERS, epoch_counts, user_schedule
     from shiftbench.located_yaml import format_value
 
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
+    user_schedule(overrides, overrides)  # a schedule in epochs and in iterations at once is refused
     typed: dict[str, Any] = {}
     for key, value in overrides.items():
+        if key in EPOCH_PARAMETERS:  # converted by the launcher, for the split it plans on
+            counts = epoch_counts(key, value)
+            typed[key] = list(counts) if EPOCH_PARAMETERS[key][1].startswith("tuple") else counts[0]
+            continue
         if key not in types or key == "seed":
             TrainConfig.from_mapping({key: value})  # names the unknown parameter
             raise InputError("set the seed with --seed (seeds are partitions)", parameter="seed")
@@ -188,7 +194,7 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
             continue
         coerced = coerce_value(value, types[key], key)
         typed[key] = list(coerced) if isinstance(coerced, tuple) else coerced
-    TrainConfig.from_mapping(overrides)  # validates every value now
+    TrainConfig.from_mapping({k: v for k, v in overrides.items() if k not in EPOCH_PARAMETERS})  # every value, now
     return typed
 
 

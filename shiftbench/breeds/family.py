@@ -413,7 +413,7 @@ BREEDS = Family(
         RawSource(
             "imagenet21k_image_files",
             "SHIFTBENCH_IMAGENET21K_DIR's class folders (<wnid>/, fall11_whole/<wnid>/, winter21_whole/<wnid>/).",
-            in21k.image_files_fingerprint,
+            in21k.image_files_stamp,
         ),
         RawSource(
             "imagenet_image_files",

@@ -10,6 +10,7 @@ from. The few listed synsets that WordNet 3.0 lacks are left out and named on th
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,22 +20,27 @@ import polars as pl
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec
-from shiftbench.cache import CachedArtifact, cached
+from shiftbench.cache import CachedArtifact, cached, write_file_atomic
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_file, sha256_json, sha256_text
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.settings import Settings
 from shiftbench.sources.imagenet21k import (
     LISTS,
+    SPLIT_RULE,
     ClassList,
     class_list,
-    imagenet21k_dir_fingerprint,
+    imagenet21k_dir_stamp,
+    imagenet21k_listing_sha256,
     list_imagenet21k_images,
     read_wnid_list,
 )
 
 DATASET = "imagenet21k"
 IMAGE_COLUMNS = {"image_id": pl.String, "wnid": pl.String, "imagenet_split": pl.String}
+# What no image folder records (sources.images_sha256 when SHIFTBENCH_IMAGENET21K_DIR is unset): the value releases
+# before content hashing gave it, kept so that the versions built without images keep their ids.
+NO_IMAGES = sha256_text(f"{sha256_text(SPLIT_RULE)}|0")
 
 
 def class_lists(settings: Settings) -> dict[str, ClassList]:
@@ -59,8 +65,10 @@ def class_files_fingerprint(settings: Settings) -> str:
     return sha256_text("\n".join([f"source={own.imagenet21k_class_source}", *parts]))
 
 
-def image_files_fingerprint(settings: Settings) -> str:
-    return imagenet21k_dir_fingerprint(settings.of(BreedsSettings).imagenet21k_dir)
+def image_files_stamp(settings: Settings) -> str:
+    """The image folder's observed data version: its stamp, cheap. A copy looks changed and is listed again;
+    the versions built from it keep their ids (they record the listing's hash: :func:`images`)."""
+    return imagenet21k_dir_stamp(settings.of(BreedsSettings).imagenet21k_dir)
 
 
 def _wordnet(artifact: CachedArtifact) -> Hierarchy:
@@ -103,24 +111,44 @@ def calibrated_hierarchy(settings: Settings, wordnet_artifact: CachedArtifact) -
 
 
 def images(settings: Settings) -> CachedArtifact:
-    """The listed images of every class folder under SHIFTBENCH_IMAGENET21K_DIR (none when unset)."""
+    """The listed images of every class folder under SHIFTBENCH_IMAGENET21K_DIR (none when unset), named by the
+    listing's content hash: a copy of the same images (new times, another disk) gives the same versions. The
+    folders' stamp is only a cache key: an unchanged folder is not listed again."""
     root = settings.of(BreedsSettings).imagenet21k_dir
     if root is None:
-        table = pl.DataFrame(schema=IMAGE_COLUMNS)
-    else:
-        union = sorted(set().union(*(listed.wnids for listed in class_lists(settings).values())))
-        table = list_imagenet21k_images(root, union)
-    fingerprint = sha256_text(f"{imagenet21k_dir_fingerprint(root)}|{table.height}")
-    meta = {
-        "kind": "imagenet21k-dir" if root is not None else "none",
+        return _cache_listing(settings, pl.DataFrame(schema=IMAGE_COLUMNS), NO_IMAGES, None)
+    union = sorted(set().union(*(listed.wnids for listed in class_lists(settings).values())))
+    wanted = sha256_text("\n".join(union))  # the classes listed: another class source lists other folders
+    key = sha256_text(f"{root.resolve()}|{imagenet21k_dir_stamp(root)}|{wanted}")
+    known = settings.cache_dir / "imagenet21k_listings" / f"{key[:32]}.json"
+    if known.is_file():  # listed before, and no class folder changed since
+        seen = json.loads(known.read_text("utf-8"))
+        fingerprint, n_images = str(seen["fingerprint"]), int(seen["n_images"])
+        folder = settings.cache_dir / "imagenet21k_images" / fingerprint[:32]
+        if (folder / "images.parquet").is_file():
+            return CachedArtifact(folder, fingerprint, _meta(fingerprint, n_images, root))
+    table = list_imagenet21k_images(root, union)
+    artifact = _cache_listing(settings, table, imagenet21k_listing_sha256(table), root)
+    known.parent.mkdir(parents=True, exist_ok=True)
+    write_file_atomic(known, json.dumps({"fingerprint": artifact.fingerprint, "n_images": table.height}))
+    return artifact
+
+
+def _meta(fingerprint: str, n_images: int, root: Path | None) -> dict[str, Any]:
+    kind = "imagenet21k-dir" if root is not None else "none"
+    return {
+        "kind": kind,
         "fingerprint": fingerprint,
-        "n_images": table.height,
+        "n_images": n_images,
         "path": str(root) if root is not None else None,
     }
+
+
+def _cache_listing(settings: Settings, table: pl.DataFrame, fingerprint: str, root: Path | None) -> CachedArtifact:
     return cached(
         settings.cache_dir / "imagenet21k_images" / fingerprint[:32],
         fingerprint,
-        meta,
+        _meta(fingerprint, table.height, root),
         lambda tmp: table.write_parquet(tmp / "images.parquet"),
     )
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from shiftbench.breeds.tasks import SuperclassSplit, TaskParams, candidates, subclasses_of
+from shiftbench.breeds.tasks import SuperclassSplit, TaskParams, candidates, odd_subclasses, subclasses_of
 from shiftbench.errors import InputError
 from shiftbench.hierarchy import Hierarchy
 
@@ -54,6 +54,8 @@ def build_novel_task(
     half = params.n_subclasses // 2
     if half == 0:
         raise InputError(f"a novel task needs N >= 2, got {params.n_subclasses}", parameter="n_subclasses")
+    if params.n_subclasses % 2:
+        raise odd_subclasses("a novel task", params.n_subclasses)
     seen_set, unseen_set = frozenset(seen), frozenset(unseen)
     kept: list[tuple[str, list[str], list[str]]] = []
     for node in candidates(hierarchy, params):

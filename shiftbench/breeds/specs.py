@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationInfo, field_validator, model_validator
 
-from shiftbench.breeds.tasks import SPLITS, TaskParams
+from shiftbench.breeds.tasks import SPLITS, TaskParams, odd_subclasses
 from shiftbench.errors import InputError
 from shiftbench.located_yaml import line_of
 from shiftbench.naming import TAG_SEPARATOR, tagged
@@ -148,6 +148,9 @@ def _check_numbers(spec: BreedsSpec, source: str) -> None:
         raise InputError(f"must be one of {', '.join(SPLITS)}, got {spec.split!r}", parameter="split")
     if spec.task not in TASKS:
         raise InputError(f"must be one of {', '.join(TASKS)}, got {spec.task!r}", parameter="task")
+    if spec.n_subclasses % 2 and (spec.task == "novel" or spec.split != "none"):
+        what = "a novel task" if spec.task == "novel" else f"split {spec.split!r}"
+        raise odd_subclasses(what, spec.n_subclasses, source)
 
 
 def _check_selection(spec: BreedsSpec, source: str) -> None:

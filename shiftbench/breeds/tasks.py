@@ -160,6 +160,8 @@ def split_superclass(
     half = n_subclasses // 2
     if half == 0:
         raise InputError(f"split {split!r} needs N >= 2, got {n_subclasses}", parameter="n_subclasses")
+    if n_subclasses % 2:
+        raise odd_subclasses(f"split {split!r}", n_subclasses)
     groups = _ordered_children(hierarchy, superclass, classes)
     if split == "rand":
         pool = sorted(s for group in groups for s in group)
@@ -173,6 +175,14 @@ def split_superclass(
             parameter="n_subclasses",
         )
     return source, target
+
+
+def odd_subclasses(what: str, n_subclasses: int, source: str | None = None) -> InputError:
+    """An odd N where half the subclasses go to the source and half to the target: N/2 rounded down would publish
+    N - 1 subclasses while the spec records N."""
+    where = f" (in {source})" if source else ""
+    message = f"must be even: {what} puts N/2 subclasses in the source and N/2 in the target, got {n_subclasses}"
+    return InputError(message + where, parameter="n_subclasses")
 
 
 def build_task(hierarchy: Hierarchy, dataset_classes: Sequence[str], params: TaskParams) -> list[SuperclassSplit]:

@@ -121,12 +121,15 @@ def _preset_for(settings: Settings, split: PublishedSplit, preset: str | None) -
 
 
 def resolve_config(values: Mapping[str, Any], n_train: int, given: Collection[str] = ()) -> dict[str, Any]:
-    """A full, validated TrainConfig dict; epoch counts become iterations for this training split.
+    """A full, validated TrainConfig dict; epoch counts (:data:`EPOCH_PARAMETERS`) become iterations for this
+    training split. What the user set (``given``: ``--set``, the launchpad) wins over the preset in either unit: a
+    user's ``max_iters`` over a preset's ``max_epochs``, a user's ``max_epochs`` over a preset's ``max_iters`` (so
+    for ``lr_drop_epochs`` and ``lr_milestones``); a user's pair in both units at once is refused.
 
     A batch larger than the training split is refused when the user set it (``given``: it would train a few
     iterations on the whole split each, silently); a preset's batch is capped at the split there.
     """
-    values = dict(values)
+    values = user_schedule(values, given)
     batch = coerce_value(values.get("batch_size", TrainConfig.batch_size), "int", "batch_size")
     if batch < 1:
         raise InputError(f"must be an integer >= 1, got {batch}", parameter="batch_size")
@@ -138,12 +141,10 @@ def resolve_config(values: Mapping[str, Any], n_train: int, given: Collection[st
             )
         batch = values["batch_size"] = n_train
     per_epoch = max(1, math.ceil(n_train / batch))
-    if "max_epochs" in values:
-        values["max_iters"] = int(values.pop("max_epochs")) * per_epoch
-    if "lr_drop_epochs" in values:
-        drops = values.pop("lr_drop_epochs")
-        drops = drops.split(",") if isinstance(drops, str) else drops
-        values["lr_milestones"] = [int(e) * per_epoch for e in drops]
+    for epochs, (iterations, kind) in EPOCH_PARAMETERS.items():
+        if epochs in values:
+            scaled = [count * per_epoch for count in epoch_counts(epochs, values.pop(epochs))]
+            values[iterations] = scaled if kind.startswith("tuple") else scaled[0]
     return TrainConfig.from_mapping(values).as_dict()
 
 
@@ -206,6 +207,40 @@ def run_name(
     learner = config["model"] if method == "erm" else f"{config['model']}.{method}"
     name = f"{benchmark}.{protocol}.{learner}.seed{config['seed']}"
     return check_benchmark_name(tagged(name, STANDIN if image_source == STANDIN else None), "benchmark")
+
+
+# Schedules a preset, ``--set`` or the launchpad may give in epochs of the training split: the iterations parameter
+# of TrainConfig each becomes (resolve_config) and its type (``--set`` and launchpad values are read as it is).
+EPOCH_PARAMETERS: dict[str, tuple[str, str]] = {
+    "max_epochs": ("max_iters", "int"),
+    "lr_drop_epochs": ("lr_milestones", "tuple[int, ...]"),
+}
+
+
+def user_schedule(values: Mapping[str, Any], given: Collection[str]) -> dict[str, Any]:
+    """``values`` with the user's unit of each schedule kept and the preset's other unit dropped: the user's
+    ``max_iters=2`` is never overwritten by a preset's ``max_epochs``."""
+    kept = dict(values)
+    for epochs, (iterations, _) in EPOCH_PARAMETERS.items():
+        if epochs in given and iterations in given:
+            raise InputError(f"give {epochs} or {iterations}, not both (the same schedule)", parameter=epochs)
+        if iterations in given:
+            kept.pop(epochs, None)
+        elif epochs in given:
+            kept.pop(iterations, None)
+    return kept
+
+
+def epoch_counts(name: str, value: Any) -> tuple[int, ...]:
+    """An epoch parameter's value as whole epochs >= 1 (``max_epochs``: one count, ``lr_drop_epochs``: a list)."""
+    kind = EPOCH_PARAMETERS[name][1]
+    if kind.startswith("tuple") and isinstance(value, int) and not isinstance(value, bool):
+        value = [value]  # --set lr_drop_epochs=100: one drop
+    coerced = coerce_value(value, kind, name)
+    counts: tuple[int, ...] = coerced if isinstance(coerced, tuple) else (coerced,)
+    if any(count < 1 for count in counts):
+        raise InputError(f"must be whole epochs >= 1, got {value!r}", parameter=name)
+    return counts
 
 
 def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame], dict[str, Any]]:

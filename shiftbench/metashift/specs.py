@@ -102,14 +102,20 @@ def _as_kinds(value: Any) -> tuple[str, ...]:
 
 
 def _as_classes(value: Any) -> Any:
-    """``--set classes=cat,dog`` or a YAML list; ``null`` is every class."""
+    """``--set classes=cat,dog`` or a YAML list; ``null`` is every class. A class named twice is refused, as a
+    classes_file refuses it (shiftbench.metashift.scope.read_class_list)."""
     if isinstance(value, str):
         value = [v.strip() for v in value.split(",") if v.strip()]
     if value is not None and (
         not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value)
     ):
         raise InputError(f"must be a non-empty list of class names, got {value!r}", parameter="classes")
-    return tuple(value) if value is not None else None
+    if value is None:
+        return None
+    twice = next((name for i, name in enumerate(value) if name in value[:i]), None)
+    if twice is not None:
+        raise InputError(f"class {twice!r} is listed twice", parameter="classes")
+    return tuple(value)
 
 
 def validate_collection(spec: CollectionSpec, source: str) -> CollectionSpec:

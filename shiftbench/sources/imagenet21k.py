@@ -10,7 +10,8 @@
   source ``timm`` the lists are read from an installed timm's files instead, without importing timm.
 - A user's list: one wnid per line, ``#`` comments and blank lines allowed, read strictly.
 - Images are listed (never opened) from class folders ``<wnid>/`` directly under the root, or under
-  ``fall11_whole/``, ``winter21_whole/`` (the two releases' archive layouts) or ``train/``.
+  ``fall11_whole/``, ``winter21_whole/`` (the two releases' archive layouts) or ``train/``. A version records
+  the listing's hash (names, never modification times); the folders' times only say when to list again.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_text
+from shiftbench.fingerprint import sha256_table, sha256_text
 from shiftbench.sources.imagenet import IMAGE_SUFFIXES
 from shiftbench.sources.packaged import DATA_DIR
 
@@ -52,7 +53,7 @@ DIR_SETTING = "SHIFTBENCH_IMAGENET21K_DIR"
 LAYOUTS = ("", "fall11_whole", "winter21_whole", "train")  # where class folders may stand under the root
 WNID = re.compile(r"n\d{8}")
 VAL_ONE_IN = 10
-SPLIT_RULE = f"blake2b-64(file name) % {VAL_ONE_IN} == 0 -> val"  # part of the folder's fingerprint
+SPLIT_RULE = f"blake2b-64(file name) % {VAL_ONE_IN} == 0 -> val"  # part of the folder's stamp
 
 
 @dataclass(frozen=True)
@@ -232,9 +233,11 @@ def list_imagenet21k_images(root: Path, wnids: Sequence[str]) -> pl.DataFrame:
     ).sort("image_id")
 
 
-def imagenet21k_dir_fingerprint(root: Path | None) -> str:
-    """Cheap: the names, mtimes and link counts of the class folders (a folder's mtime changes whenever a
-    file in it is added, removed or renamed), and the split rule; never the images' bytes."""
+def imagenet21k_dir_stamp(root: Path | None) -> str:
+    """A cache key, never part of an id: the names, modification times, link counts and inodes of the class
+    folders (a folder's mtime changes whenever a file in it is added, removed or renamed) and the split rule.
+    Cheap (no file is listed); a copy or a restore of the same images has another stamp but the same listing,
+    and the listing's hash (:func:`imagenet21k_listing_sha256`) is what a version records."""
     parts = [SPLIT_RULE]
     folders = {base: root / base for base in LAYOUTS} if root is not None else {}
     for base, folder in folders.items():
@@ -245,5 +248,11 @@ def imagenet21k_dir_fingerprint(root: Path | None) -> str:
             continue
         for entry in entries:
             stat = entry.stat()
-            parts.append(f"{base}/{entry.name}:{stat.st_mtime_ns}:{stat.st_nlink}")
+            parts.append(f"{base}/{entry.name}:{stat.st_mtime_ns}:{stat.st_nlink}:{stat.st_ino}")
     return sha256_text("\n".join(parts))
+
+
+def imagenet21k_listing_sha256(images: pl.DataFrame) -> str:
+    """The content hash of a listing (:func:`list_imagenet21k_images`): image ids, wnids and splits, as
+    ImageNet-1k's listing is hashed; the same images give the same hash wherever and however they were copied."""
+    return sha256_table(images)
