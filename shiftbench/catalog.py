@@ -32,6 +32,7 @@ The catalog is derived from the store and rebuilt after every publish:
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -305,22 +306,48 @@ def left_out(con: duckdb.DuckDBPyConnection, refreshed: CatalogRefresh | None) -
 
 
 def check_query(sql: str, parameter: str = "query") -> None:
-    """Refuse anything but queries (one line naming ``parameter``): ``shiftbench sql`` reads the catalog, it never
-    writes a file, attaches a database, loads an extension or changes a setting, whatever DuckDB would allow."""
+    """Refuse anything but one query (one line naming ``parameter``): ``shiftbench sql`` reads the catalog, it never
+    writes a file, attaches a database, loads an extension or changes a setting, whatever DuckDB would allow. A
+    refused statement is named by what it starts with (``INSTALL``, ``USE``, ``RESET``), not DuckDB's class of it
+    (``LOAD``, ``SET``); several statements are refused too (each is its own ``shiftbench sql``)."""
     try:
-        kinds = [statement.type.name for statement in duckdb.extract_statements(sql)]
+        statements = [(statement.type.name, statement.query) for statement in duckdb.extract_statements(sql)]
     except duckdb.Error as exc:
         raise InputError(str(exc).splitlines()[0], parameter=parameter) from None
     except ValueError:  # a statement type this duckdb's Python API cannot name (UPDATE EXTENSIONS in 2.0)
-        kinds = ["a statement of another kind"]
-    refused = [(number, kind) for number, kind in enumerate(kinds, 1) if kind not in QUERY_TYPES]
+        statements = [("unnamed", sql)]
+    if not statements:
+        raise InputError("no statement: the query is empty or only comments", parameter=parameter)
+    refused = [(number, text) for number, (kind, text) in enumerate(statements, 1) if kind not in QUERY_TYPES]
     if refused:
-        number, kind = refused[0]
-        where = f"statement {number} is" if len(kinds) > 1 else "got"
+        number, text = refused[0]
+        where = f"statement {number} is" if len(statements) > 1 else "got"
         raise InputError(
-            f"the catalog is read-only: queries only (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE); {where} {kind}",
+            "the catalog is read-only: queries only (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE); "
+            f"{where} {statement_keyword(text)}",
             parameter=parameter,
         )
+    if len(statements) > 1:
+        raise InputError(
+            f"one query at a time: got {len(statements)} statements (run each with its own `shiftbench sql`)",
+            parameter=parameter,
+        )
+
+
+_COMMENTS = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)
+_QUERY_WORDS = {"SELECT", "FROM", "WITH", "VALUES", "DESCRIBE", "SHOW", "SUMMARIZE", "PIVOT", "UNPIVOT", "TABLE"}
+_TWO_WORDS = {"ALTER", "CREATE", "DROP", "EXPLAIN", "FORCE", "UPDATE"}  # CREATE TABLE, EXPLAIN ANALYZE, ...
+
+
+def statement_keyword(text: str) -> str:
+    """What a statement starts with, as its writer wrote it (comments and blanks skipped): ``INSTALL``, ``RESET``,
+    ``CREATE TABLE``; ``a statement`` when it starts with no word."""
+    skipped = _COMMENTS.match(text)
+    words = re.findall(r"[A-Za-z_]+", text[skipped.end() if skipped else 0 :][:200])[:2]
+    first = words[0].upper() if words else ""
+    if not first or first in _QUERY_WORDS:  # a query's word: DuckDB's statement after it is the refused one
+        return "a statement of another kind"
+    return f"{first} {words[1].upper()}" if first in _TWO_WORDS and len(words) > 1 else first
 
 
 def refresh_and_report(catalog_path: Path, store: Path) -> CatalogRefresh:
