@@ -79,7 +79,7 @@ def csv_text(con: duckdb.DuckDBPyConnection, sql: str, *, timeout_s: float) -> s
         if relation is None:
             return ""
         frame = _csv_columns(relation).pl()
-    return frame.write_csv()
+    return str(frame.write_csv())
 
 
 def _csv_columns(relation: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:

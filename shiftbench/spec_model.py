@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.located_yaml import line_of, parse_yaml
 from shiftbench.store import benchmark_name_problem
 from shiftbench.textio import read_text
@@ -148,13 +148,13 @@ def build(
         path = source if source != "overrides" else None
         suffix = "" if path is not None else f" (in {source})"
         raise InputError(
-            f"{detail}{message}, got {error.get('input')!r}{suffix}", path=path, line=line, parameter=parameter
+            f"{detail}{message}, got {shown(error.get('input'))}{suffix}", path=path, line=line, parameter=parameter
         ) from None
 
 
 def at_least(value: int, parameter: str, minimum: int, where: str) -> int:
     if value < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {where})", parameter=parameter)
+        raise InputError(f"must be an integer >= {minimum}, got {shown(value)} (in {where})", parameter=parameter)
     return value
 
 
@@ -163,7 +163,7 @@ def fraction(value: float, parameter: str, where: str, *, low_open: bool = False
     inside = (value > 0.0 if low_open else value >= 0.0) and (value < 1.0 if high_open else value <= 1.0)
     if not inside:
         bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"must be a number in {bounds}, got {value!r} (in {where})", parameter=parameter)
+        raise InputError(f"must be a number in {bounds}, got {shown(value)} (in {where})", parameter=parameter)
     return value
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from shiftbench.pipelines.cli import main
@@ -112,7 +111,7 @@ def test_csv_writes_every_column_type_as_the_table_shows_it(home: Settings, caps
     assert main(["sql", query, "--csv"]) == 0
     header, row = capsys.readouterr().out.splitlines()
     assert header == "i,x,s,l,st,m,b,d,bits,a,day,n"
-    assert row == "1,0.5,\"a,b\",\"[1, 2]\",{'k': 1},{1=v},x,1 day,101,\"[1, 2]\",2020-01-02,"
+    assert row == '1,0.5,"a,b","[1, 2]",{\'k\': 1},{1=v},x,1 day,101,"[1, 2]",2020-01-02,'
 
 
 def test_a_query_over_the_catalog_still_answers(home: Settings, capsys: pytest.CaptureFixture[str]) -> None:

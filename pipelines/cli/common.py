@@ -5,19 +5,22 @@ import os
 from pathlib import Path
 from typing import Any, NoReturn
 
+from shiftbench.errors import one_line
 from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\npython_logs:\n  python_log_level: WARNING\n"
 
+PARSER_LINE = 400  # argparse's messages are short but for the value they echo
 # What a command module adds its subcommand to (``add_subparsers``).
 Subcommands = argparse._SubParsersAction
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error."""
+    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error. argparse
+    echoes the bad value whole (``invalid float value: '...'``): the line is cut at ``PARSER_LINE`` characters."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"error: {one_line(f'{self.prog}: {message}', PARSER_LINE)} (see {self.prog} --help)\n")
 
 
 def ensure_dagster_home(settings: Settings) -> Path:
