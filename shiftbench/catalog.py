@@ -48,9 +48,12 @@ from shiftbench.catalog_files import (
     StoreContents,
     changed_files,
     damage_of,
+    is_table_file,
+    recorded_events,
     recorded_states,
     scan_store,
     states_in,
+    vanished_events,
 )
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import InputError, StoreError, disk_full
@@ -117,9 +120,9 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
     all_contracts = contracts()
     base = (SQL_DIR / "catalog" / "create_base_views.sql").read_text("utf-8")
     statements = [
-        base.replace("{{publications}}", "publications_data").replace(
-            "{{benchmarks}}", _table_source(contents, all_contracts["benchmarks"])
-        )
+        base.replace("{{publications}}", "publications_data")
+        .replace("{{latest}}", "latest_data")
+        .replace("{{benchmarks}}", _table_source(contents, all_contracts["benchmarks"]))
     ]
     tables = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
     results = (SQL_DIR / "catalog" / "create_result_views.sql").read_text("utf-8")
@@ -162,13 +165,17 @@ def _file_records(contents: StoreContents) -> pa.Table:
                                 schema=_FILE_COLUMNS)  # fmt: skip
 
 
-def _write(path: Path, contents: StoreContents, home: Path) -> None:
+def _write(path: Path, contents: StoreContents, home: Path, events: list[str]) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in _PUBLICATION_COLUMNS.items())
     with duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION}) as con:
         con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])  # the views bind against the files now
-        con.execute(f"CREATE TABLE publications_data ({columns})")
-        if contents.publications:
-            con.executemany("INSERT INTO publications_data VALUES (?, ?, ?, ?)", contents.publications)
+        for table, rows in (("publications_data", contents.publications), ("latest_data", contents.latest)):
+            con.execute(f"CREATE TABLE {table} ({columns})")
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", rows)
+        con.execute("CREATE TABLE catalog_events (path VARCHAR)")
+        if events:
+            con.executemany("INSERT INTO catalog_events VALUES (?)", [(event,) for event in events])
         for sql in render_catalog_sql(contents):
             con.execute(sql)
         files = _file_records(contents)
@@ -199,13 +206,15 @@ def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = 
     try:
         catalog_path.parent.mkdir(parents=True, exist_ok=True)
         known = recorded_states(catalog_path) or {}
+        seen = recorded_events(catalog_path)
         changed = changed_files(home, known)
         contents = scan_store(store, home, known)
+        contents.problems.extend(vanished_events(home, seen))  # kept below: said at every refresh, and by check
         # One writer at a time; readers never wait (they keep the file they opened).
         with FileLock(catalog_path.with_name(f".{catalog_path.name}.lock"), timeout=lock_timeout_s):
             tmp = catalog_path.with_name(f".{catalog_path.name}.{uuid.uuid4().hex}.tmp")
             try:
-                _write(tmp, contents, home)
+                _write(tmp, contents, home, sorted({*seen, *contents.events}))
                 tmp.replace(catalog_path)
                 # A write-ahead log left by a crashed writer of an older catalog must not replay onto this one.
                 catalog_path.with_name(catalog_path.name + ".wal").unlink(missing_ok=True)
@@ -237,23 +246,55 @@ def open_catalog(
         opened[0].close()
     refreshed = refresh_catalog(catalog_path, store)
     if not refreshed.ok:
-        _unrefreshed(refreshed, store, home, changed)
+        _unrefreshed(refreshed, catalog_path, store, changed)
     opened = _connect(catalog_path, memory_limit)
     if opened is None:  # replaced since by something that is no catalog: never read it
         raise StoreError(f"{catalog_path} is not a catalog of {store}: run `shiftbench catalog`")
     return _locked(*opened, home), refreshed
 
 
-def _unrefreshed(refreshed: CatalogRefresh, store: Path, home: Path, changed: list[str] | None) -> None:
-    """A catalog that could not be refreshed is read only when the files that changed are verified intact."""
+def _unrefreshed(refreshed: CatalogRefresh, catalog_path: Path, store: Path, changed: list[str] | None) -> None:
+    """A catalog that could not be refreshed is read only when the files that changed are verified intact, and the
+    publication log is as it recorded it (else it could name another latest version than the log)."""
     if changed is None:  # the file there is no catalog of this layout: never read another store's
         raise StoreError(f"{refreshed.reason}; no catalog of {store} to query")
+    home = catalog_path.parent.resolve()
+    log = [name for name in changed if not is_table_file(name)]
+    if log and _latest_in_log(store) != _latest_in_catalog(catalog_path):
+        raise StoreError(
+            f"{home / log[0]}: the publication log changed since the catalog was built, and names other latest "
+            f"versions; {refreshed.reason}: run `shiftbench catalog` where it can be written"
+        )
     damaged = damage_of(home, changed)
     if damaged:
         raise StoreError(
             f"{damaged[0]} (changed since the catalog was built); {refreshed.reason}: "
             "run `shiftbench catalog` where it can be written"
         )
+
+
+def _latest_in_log(store: Path) -> set[tuple[str, str, str]]:
+    """Each benchmark's latest version as its log says now (family, benchmark, version)."""
+    from shiftbench.store import Store
+    from shiftbench.store.log import latest_event
+
+    reader = Store(store)
+    found = set()
+    for family, benchmark in reader.layout.benchmarks():
+        event = latest_event(reader.layout, family, benchmark, reader.log.events(family, benchmark))
+        if event is not None:
+            found.add((family, benchmark, str(event["version"])))
+    return found
+
+
+def _latest_in_catalog(catalog_path: Path) -> set[tuple[str, str, str]] | None:
+    """Each benchmark's latest version as the catalog recorded it (None: unreadable)."""
+    try:
+        with duckdb.connect(str(catalog_path), read_only=True) as con:
+            rows = con.execute("SELECT family, benchmark, version FROM latest_data").fetchall()
+    except duckdb.Error:
+        return None
+    return {(str(f), str(b), str(v)) for f, b, v in rows}
 
 
 def _connect(
@@ -281,7 +322,7 @@ def _locked(con: duckdb.DuckDBPyConnection, states: dict[str, FileState], home: 
     other file, no extension, no new database), and that configuration locked."""
     try:
         con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])
-        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states)]])
+        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states) if is_table_file(name)]])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
