@@ -2,6 +2,9 @@
 
 import argparse
 import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -62,3 +65,20 @@ def asset_key(path: tuple[str, ...]) -> Any:
 def comma_list(text: str) -> list[str]:
     """``a, b,,c`` as ``["a", "b", "c"]``."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def shiftbench_command() -> str:
+    """``shiftbench`` as the user can run it from here, for the commands a hint prints (``Results: shiftbench sql
+    ...``): the bare name when their shell finds this same console script; else the script beside this Python
+    (``.venv/bin/shiftbench``: relative to the working directory when under it); else ``python -m``."""
+    script = Path(sys.executable).parent / "shiftbench"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m shiftbench.pipelines.cli"
+    found = shutil.which("shiftbench")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "shiftbench"
+    try:
+        shown = script.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(script.absolute()))
+    return shlex.quote(str(shown) if "/" in str(shown) else f"./{shown}")

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shiftbench.pipelines.cli.common import Subcommands, comma_list
+from shiftbench.pipelines.cli.common import Subcommands, comma_list, shiftbench_command
 
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -84,7 +84,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         group = f" ({row['group']})" if row["metric"] == "acc_wg" and row["group"] else ""
         value = "NULL" if row["value"] is None else f"{row['value']:.4f}"
         print(f"  {row['eval_split']}/{row['metric']:<12} {value}{group}")
-    print(f"\nResults: shiftbench sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
+    print(f"\nResults: {shiftbench_command()} sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
     return 0
 
 
