@@ -382,7 +382,8 @@ _TWO_WORDS = {"ALTER", "CREATE", "DROP", "EXPLAIN", "FORCE", "UPDATE"}  # CREATE
 
 def statement_keyword(text: str) -> str:
     """What a statement starts with, as its writer wrote it (comments and blanks skipped): ``INSTALL``, ``RESET``,
-    ``CREATE TABLE``; ``a statement`` when it starts with no word."""
+    ``CREATE TABLE``; ``a statement of another kind`` when it starts with a query's word or none (the refused
+    statement is then one DuckDB's Python API cannot name)."""
     skipped = _COMMENTS.match(text)
     words = re.findall(r"[A-Za-z_]+", text[skipped.end() if skipped else 0 :][:200])[:2]
     first = words[0].upper() if words else ""

@@ -87,7 +87,7 @@ def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
             raise yaml.constructor.ConstructorError(
                 None,
                 None,
-                f"key {key_node.value!r} is given twice (lines {seen[key_node.value]} and {line})",
+                f"key {shown(key_node.value)} is given twice (lines {seen[key_node.value]} and {line})",
                 key_node.start_mark,
             )
         seen[key_node.value] = line

@@ -44,11 +44,11 @@ def spec_document(
             continue
         if key not in sections:
             raise InputError(
-                f"unknown section {key!r}; expected {', '.join(sections)}", path=source, line=line_of(data, key)
+                f"unknown section {shown(key)}; expected {', '.join(sections)}", path=source, line=line_of(data, key)
             )
         if value is not None and not isinstance(value, sections[key]):
             shape = "a mapping" if sections[key] is dict else f"a {sections[key].__name__}"
-            raise InputError(f"section {key!r} must be {shape}", path=source, line=line_of(data, key))
+            raise InputError(f"section {shown(key)} must be {shape}", path=source, line=line_of(data, key))
     return data
 
 
@@ -74,7 +74,7 @@ def merge_named(parts: Iterable[tuple[Mapping[str, T], str]], what: str) -> dict
         for name, entry in entries.items():
             if name in merged:
                 raise InputError(
-                    f"{what} {name!r} is already defined in {origin[name]}: choose another name", path=source
+                    f"{what} {shown(name)} is already defined in {origin[name]}: choose another name", path=source
                 )
             merged[name] = entry
             origin[name] = source
@@ -95,7 +95,7 @@ class Spec(BaseModel):
     def _name(cls, name: str) -> str:
         problem = benchmark_name_problem(name)
         if problem is None and "@" in name:
-            problem = f"invalid benchmark name {name!r}: '@' is reserved for shiftbench's source tags (NAME@TAG)"
+            problem = f"invalid benchmark name {shown(name)}: '@' is reserved for shiftbench's source tags (NAME@TAG)"
         if problem is not None:  # a name becomes a directory of the store: check it where it is written
             raise ValueError(problem)
         return name

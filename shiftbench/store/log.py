@@ -251,9 +251,9 @@ def latest_event(
     """The event that makes a version latest: the newest readable event of the log whose version is in the store.
 
     The one definition ``versions``, the catalog (what ``sql`` reads) and ``check`` use. An event naming a version
-    that is not there (deleted by hand, forged, or removed by gc) makes none latest; reading the log names it, and
-    the newest version still there stays latest. A version there but damaged stays latest: the catalog leaves its
-    rows out rather than serve an older version as the latest."""
+    that is not there (deleted by hand, forged, removed by gc) is passed over: reading the log names it, and the
+    version of the newest event before it that is there is latest. A version there but damaged stays latest: the
+    catalog leaves its rows out rather than serve an older version as the latest."""
     there = [event for event in events if layout.version_dir(family, benchmark, str(event["version"])).is_dir()]
     return there[-1] if there else None
 
