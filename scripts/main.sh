@@ -81,6 +81,6 @@ Try
   .venv/bin/shiftbench generate metashift-dg --classes cat,dog --test 'dog(shelf)' --n 4   # a distance-controlled task spec
   .venv/bin/shiftbench sql "SELECT benchmark, n_train, n_test, sc_observed_fraction, tv_distance FROM conds_cases ORDER BY tv_distance DESC"
   .venv/bin/shiftbench sql "SELECT benchmark, model, eval_split, metric, round(value, 3) AS value FROM erm_results WHERE metric IN ('acc_avg', 'acc_wg') ORDER BY ALL"
-  .venv/bin/python -c "import duckdb; print(duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True).sql('SELECT split, count(*) FROM examples GROUP BY split'))"
+  .venv/bin/python -c "import duckdb; con = duckdb.connect('$SHIFTBENCH_HOME/catalog.duckdb', read_only=True); print(con.sql('SELECT split, count(*) FROM examples GROUP BY split'))"
   DAGSTER_HOME=$DAGSTER_HOME SHIFTBENCH_HOME=$SHIFTBENCH_HOME .venv/bin/dagster dev    # the UI, with these runs
 MSG

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from shiftbench.errors import InputError, StoreError
+from shiftbench.errors import InputError, StoreError, shown
 from shiftbench.grouper import Grouper, metadata_table
 from shiftbench.settings import Settings
 from shiftbench.splits import PublishedSplit, published_split
@@ -40,13 +40,14 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
     if version is not None:
         _text(version, "version")
     settings = Settings.from_env({**os.environ, "SHIFTBENCH_HOME": str(home)} if home is not None else None)
+    settings.existing_home(given_as="home" if home is not None else None)
     # A damaged version: StoreError, not served; a version staged but never published: InputError.
     return Split(settings, published_split(settings, name, version, published_only=True))
 
 
 def _text(value: object, parameter: str) -> str:
     if not isinstance(value, str):
-        raise InputError(f"must be a string, got {value!r}", parameter=parameter)
+        raise InputError(f"must be a string, got {shown(value)}", parameter=parameter)
     return value
 
 
@@ -188,9 +189,9 @@ def _group_fields(group_by: object) -> tuple[str, ...]:
     elif isinstance(group_by, Sequence):
         fields = tuple(group_by)
     else:
-        raise InputError(f"must be a list of field names or 'a,b', got {group_by!r}", parameter="group_by")
+        raise InputError(f"must be a list of field names or 'a,b', got {shown(group_by)}", parameter="group_by")
     if any(not isinstance(f, str) or not f.strip() for f in fields):
-        raise InputError(f"every field must be a non-empty name, got {group_by!r}", parameter="group_by")
+        raise InputError(f"every field must be a non-empty name, got {shown(group_by)}", parameter="group_by")
     return tuple(str(f) for f in fields)
 
 

@@ -17,11 +17,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
 
+from shiftbench.catalog_files import recorded_events, vanished_events
 from shiftbench.errors import InputError
 from shiftbench.publishing import check_staged, check_version
 from shiftbench.store import LOG_HEAD, StagedVersion, Store, damage
 from shiftbench.store.content import content_findings
+from shiftbench.store.log import latest_event
 
 Say = Callable[[str], None]
 
@@ -43,13 +46,15 @@ class Audit:
         self.ok(line)
 
 
-def check_store(store: Store, names: Sequence[str] = (), say: Say = print) -> Audit:
-    """Check the named benchmarks (every benchmark of the store when none is named); see the module's docstring."""
+def check_store(store: Store, names: Sequence[str] = (), say: Say = print, catalog: Path | None = None) -> Audit:
+    """Check the named benchmarks (every benchmark of the store when none is named); see the module's docstring.
+    ``catalog``: the catalog whose record of the log's events is compared with the log (:func:`vanished_events`)."""
     audit = Audit(say)
     chosen = [(f, b) for f, b in store.layout.benchmarks() if not names or b in names]
     readings = {(f, b): store.log.read(f, b) for f, b in chosen}
+    vanished = _vanished(store, catalog, names)
     problems = {
-        (f, b): [*reading.problems, *filter(None, [store.layout.staged_problem(f, b)])]
+        (f, b): [*reading.problems, *filter(None, [store.layout.staged_problem(f, b)]), *vanished.pop((f, b), [])]
         for (f, b), reading in readings.items()
     }
     present = {b for (f, b), reading in readings.items() if reading.events or problems[f, b]}
@@ -57,11 +62,29 @@ def check_store(store: Store, names: Sequence[str] = (), say: Say = print) -> Au
     if missing:
         raise InputError(f"{missing[0]!r} has no published version", parameter="BENCHMARK")
     for (family, benchmark), reading in readings.items():
-        if reading.events:
-            _check_latest(store, family, benchmark, str(reading.events[-1]["version"]), audit)
+        latest = latest_event(store.layout, family, benchmark, reading.events)
+        if latest is not None:
+            _check_latest(store, family, benchmark, str(latest["version"]), audit)
         for problem in problems[family, benchmark]:  # a benchmark staged and never published has none
             audit.found(f"DAMAGED: {problem}")
+    for lines in vanished.values():  # benchmarks no longer in the store at all
+        for problem in lines:
+            audit.found(f"DAMAGED: {problem}")
     return audit
+
+
+def _vanished(store: Store, catalog: Path | None, names: Sequence[str]) -> dict[tuple[str, str], list[str]]:
+    """The events the catalog saw that are gone from the log, by benchmark (store/<family>/<benchmark>/...)."""
+    if catalog is None:
+        return {}
+    home = catalog.parent
+    found: dict[tuple[str, str], list[str]] = {}
+    for name in recorded_events(catalog):
+        parts = PurePosixPath(name).parts  # store, family, benchmark, publications, file
+        if len(parts) != 5 or (names and parts[2] not in names):
+            continue
+        found.setdefault((parts[1], parts[2]), []).extend(vanished_events(home, [name]))
+    return {key: lines for key, lines in found.items() if lines}
 
 
 def _check_latest(store: Store, family: str, benchmark: str, version: str, audit: Audit) -> None:

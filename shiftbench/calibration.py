@@ -31,7 +31,7 @@ from pathlib import Path
 
 import networkx as nx
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.hierarchy import Hierarchy
 from shiftbench.textio import read_text
 
@@ -71,7 +71,7 @@ def parse_edits(text: str, source: str = "<edits>") -> list[Edit]:
         n_ids, has_name = OPS[op]
         if len(rest) < n_ids or (not has_name and len(rest) != n_ids):
             usage = f"{op} " + " ".join(f"ID{i + 1}" for i in range(n_ids)) + (" [NAME]" if has_name else "")
-            raise InputError(f"expected '{usage}', got {line!r}", path=source, line=line_no)
+            raise InputError(f"expected '{usage}', got {shown(line)}", path=source, line=line_no)
         name = " ".join(rest[n_ids:]) if has_name else ""
         if op == "rename_node" and not name:
             raise InputError("rename_node needs a name", path=source, line=line_no)

@@ -32,6 +32,7 @@ The catalog is derived from the store and rebuilt after every publish:
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -47,9 +48,12 @@ from shiftbench.catalog_files import (
     StoreContents,
     changed_files,
     damage_of,
+    is_table_file,
+    recorded_events,
     recorded_states,
     scan_store,
     states_in,
+    vanished_events,
 )
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import InputError, StoreError, disk_full
@@ -116,9 +120,9 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
     all_contracts = contracts()
     base = (SQL_DIR / "catalog" / "create_base_views.sql").read_text("utf-8")
     statements = [
-        base.replace("{{publications}}", "publications_data").replace(
-            "{{benchmarks}}", _table_source(contents, all_contracts["benchmarks"])
-        )
+        base.replace("{{publications}}", "publications_data")
+        .replace("{{latest}}", "latest_data")
+        .replace("{{benchmarks}}", _table_source(contents, all_contracts["benchmarks"]))
     ]
     tables = (SQL_DIR / "catalog" / "create_table_views.sql").read_text("utf-8")
     results = (SQL_DIR / "catalog" / "create_result_views.sql").read_text("utf-8")
@@ -161,13 +165,17 @@ def _file_records(contents: StoreContents) -> pa.Table:
                                 schema=_FILE_COLUMNS)  # fmt: skip
 
 
-def _write(path: Path, contents: StoreContents, home: Path) -> None:
+def _write(path: Path, contents: StoreContents, home: Path, events: list[str]) -> None:
     columns = ", ".join(f"{name} {kind}" for name, kind in _PUBLICATION_COLUMNS.items())
     with duckdb.connect(str(path), config={"storage_compatibility_version": STORAGE_VERSION}) as con:
         con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])  # the views bind against the files now
-        con.execute(f"CREATE TABLE publications_data ({columns})")
-        if contents.publications:
-            con.executemany("INSERT INTO publications_data VALUES (?, ?, ?, ?)", contents.publications)
+        for table, rows in (("publications_data", contents.publications), ("latest_data", contents.latest)):
+            con.execute(f"CREATE TABLE {table} ({columns})")
+            if rows:
+                con.executemany(f"INSERT INTO {table} VALUES (?, ?, ?, ?)", rows)
+        con.execute("CREATE TABLE catalog_events (path VARCHAR)")
+        if events:
+            con.executemany("INSERT INTO catalog_events VALUES (?)", [(event,) for event in events])
         for sql in render_catalog_sql(contents):
             con.execute(sql)
         files = _file_records(contents)
@@ -198,13 +206,15 @@ def refresh_catalog(catalog_path: Path, store: Path, *, lock_timeout_s: float = 
     try:
         catalog_path.parent.mkdir(parents=True, exist_ok=True)
         known = recorded_states(catalog_path) or {}
+        seen = recorded_events(catalog_path)
         changed = changed_files(home, known)
         contents = scan_store(store, home, known)
+        contents.problems.extend(vanished_events(home, seen))  # kept below: said at every refresh, and by check
         # One writer at a time; readers never wait (they keep the file they opened).
         with FileLock(catalog_path.with_name(f".{catalog_path.name}.lock"), timeout=lock_timeout_s):
             tmp = catalog_path.with_name(f".{catalog_path.name}.{uuid.uuid4().hex}.tmp")
             try:
-                _write(tmp, contents, home)
+                _write(tmp, contents, home, sorted({*seen, *contents.events}))
                 tmp.replace(catalog_path)
                 # A write-ahead log left by a crashed writer of an older catalog must not replay onto this one.
                 catalog_path.with_name(catalog_path.name + ".wal").unlink(missing_ok=True)
@@ -236,23 +246,55 @@ def open_catalog(
         opened[0].close()
     refreshed = refresh_catalog(catalog_path, store)
     if not refreshed.ok:
-        _unrefreshed(refreshed, store, home, changed)
+        _unrefreshed(refreshed, catalog_path, store, changed)
     opened = _connect(catalog_path, memory_limit)
     if opened is None:  # replaced since by something that is no catalog: never read it
         raise StoreError(f"{catalog_path} is not a catalog of {store}: run `shiftbench catalog`")
     return _locked(*opened, home), refreshed
 
 
-def _unrefreshed(refreshed: CatalogRefresh, store: Path, home: Path, changed: list[str] | None) -> None:
-    """A catalog that could not be refreshed is read only when the files that changed are verified intact."""
+def _unrefreshed(refreshed: CatalogRefresh, catalog_path: Path, store: Path, changed: list[str] | None) -> None:
+    """A catalog that could not be refreshed is read only when the files that changed are verified intact, and the
+    publication log is as it recorded it (else it could name another latest version than the log)."""
     if changed is None:  # the file there is no catalog of this layout: never read another store's
         raise StoreError(f"{refreshed.reason}; no catalog of {store} to query")
+    home = catalog_path.parent.resolve()
+    log = [name for name in changed if not is_table_file(name)]
+    if log and _latest_in_log(store) != _latest_in_catalog(catalog_path):
+        raise StoreError(
+            f"{home / log[0]}: the publication log changed since the catalog was built, and names other latest "
+            f"versions; {refreshed.reason}: run `shiftbench catalog` where it can be written"
+        )
     damaged = damage_of(home, changed)
     if damaged:
         raise StoreError(
             f"{damaged[0]} (changed since the catalog was built); {refreshed.reason}: "
             "run `shiftbench catalog` where it can be written"
         )
+
+
+def _latest_in_log(store: Path) -> set[tuple[str, str, str]]:
+    """Each benchmark's latest version as its log says now (family, benchmark, version)."""
+    from shiftbench.store import Store
+    from shiftbench.store.log import latest_event
+
+    reader = Store(store)
+    found = set()
+    for family, benchmark in reader.layout.benchmarks():
+        event = latest_event(reader.layout, family, benchmark, reader.log.events(family, benchmark))
+        if event is not None:
+            found.add((family, benchmark, str(event["version"])))
+    return found
+
+
+def _latest_in_catalog(catalog_path: Path) -> set[tuple[str, str, str]] | None:
+    """Each benchmark's latest version as the catalog recorded it (None: unreadable)."""
+    try:
+        with duckdb.connect(str(catalog_path), read_only=True) as con:
+            rows = con.execute("SELECT family, benchmark, version FROM latest_data").fetchall()
+    except duckdb.Error:
+        return None
+    return {(str(f), str(b), str(v)) for f, b, v in rows}
 
 
 def _connect(
@@ -280,7 +322,7 @@ def _locked(con: duckdb.DuckDBPyConnection, states: dict[str, FileState], home: 
     other file, no extension, no new database), and that configuration locked."""
     try:
         con.execute(f"SET VARIABLE {HOME_VARIABLE} = ?", [str(home)])
-        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states)]])
+        con.execute("SET allowed_paths = ?", [[str(home / name) for name in sorted(states) if is_table_file(name)]])
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -305,22 +347,49 @@ def left_out(con: duckdb.DuckDBPyConnection, refreshed: CatalogRefresh | None) -
 
 
 def check_query(sql: str, parameter: str = "query") -> None:
-    """Refuse anything but queries (one line naming ``parameter``): ``shiftbench sql`` reads the catalog, it never
-    writes a file, attaches a database, loads an extension or changes a setting, whatever DuckDB would allow."""
+    """Refuse anything but one query (one line naming ``parameter``): ``shiftbench sql`` reads the catalog, it never
+    writes a file, attaches a database, loads an extension or changes a setting, whatever DuckDB would allow. A
+    refused statement is named by what it starts with (``INSTALL``, ``USE``, ``RESET``), not DuckDB's class of it
+    (``LOAD``, ``SET``); several statements are refused too (each is its own ``shiftbench sql``)."""
     try:
-        kinds = [statement.type.name for statement in duckdb.extract_statements(sql)]
+        statements = [(statement.type.name, statement.query) for statement in duckdb.extract_statements(sql)]
     except duckdb.Error as exc:
         raise InputError(str(exc).splitlines()[0], parameter=parameter) from None
     except ValueError:  # a statement type this duckdb's Python API cannot name (UPDATE EXTENSIONS in 2.0)
-        kinds = ["a statement of another kind"]
-    refused = [(number, kind) for number, kind in enumerate(kinds, 1) if kind not in QUERY_TYPES]
+        statements = [("unnamed", sql)]
+    if not statements:
+        raise InputError("no statement: the query is empty or only comments", parameter=parameter)
+    refused = [(number, text) for number, (kind, text) in enumerate(statements, 1) if kind not in QUERY_TYPES]
     if refused:
-        number, kind = refused[0]
-        where = f"statement {number} is" if len(kinds) > 1 else "got"
+        number, text = refused[0]
+        where = f"statement {number} is" if len(statements) > 1 else "got"
         raise InputError(
-            f"the catalog is read-only: queries only (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE); {where} {kind}",
+            "the catalog is read-only: queries only (SELECT, FROM, WITH, DESCRIBE, SHOW, SUMMARIZE); "
+            f"{where} {statement_keyword(text)}",
             parameter=parameter,
         )
+    if len(statements) > 1:
+        raise InputError(
+            f"one query at a time: got {len(statements)} statements (run each with its own `shiftbench sql`)",
+            parameter=parameter,
+        )
+
+
+_COMMENTS = re.compile(r"(?:\s+|--[^\n]*|/\*.*?\*/)*", re.S)
+_QUERY_WORDS = {"SELECT", "FROM", "WITH", "VALUES", "DESCRIBE", "SHOW", "SUMMARIZE", "PIVOT", "UNPIVOT", "TABLE"}
+_TWO_WORDS = {"ALTER", "CREATE", "DROP", "EXPLAIN", "FORCE", "UPDATE"}  # CREATE TABLE, EXPLAIN ANALYZE, ...
+
+
+def statement_keyword(text: str) -> str:
+    """What a statement starts with, as its writer wrote it (comments and blanks skipped): ``INSTALL``, ``RESET``,
+    ``CREATE TABLE``; ``a statement of another kind`` when it starts with a query's word or none (the refused
+    statement is then one DuckDB's Python API cannot name)."""
+    skipped = _COMMENTS.match(text)
+    words = re.findall(r"[A-Za-z_]+", text[skipped.end() if skipped else 0 :][:200])[:2]
+    first = words[0].upper() if words else ""
+    if not first or first in _QUERY_WORDS:  # a query's word: DuckDB's statement after it is the refused one
+        return "a statement of another kind"
+    return f"{first} {words[1].upper()}" if first in _TWO_WORDS and len(words) > 1 else first
 
 
 def refresh_and_report(catalog_path: Path, store: Path) -> CatalogRefresh:

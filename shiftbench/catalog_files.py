@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import duckdb
 
-CATALOG_LAYOUT = "2"  # relative paths and catalog_files; a catalog of another layout is rebuilt by its reader
+# 3: the publication log's files in catalog_files, the latest versions as the log says (latest_data) and every
+# event the catalog has seen (catalog_events). A catalog of another layout is rebuilt by its reader.
+CATALOG_LAYOUT = "3"
 
 
 @dataclass(frozen=True)
@@ -46,9 +48,11 @@ class FileState:
 @dataclass(frozen=True)
 class StoreContents:
     tables: dict[str, list[str]]  # table -> files of intact versions, relative to the warehouse (posix)
-    states: dict[str, FileState]  # relative file -> its state when it was checked
+    states: dict[str, FileState]  # relative file -> its state when it was checked (the log's files too)
     publications: list[tuple[str, str, str, str]]  # (family, benchmark, version, published_at)
     problems: list[str]
+    latest: list[tuple[str, str, str, str]] = field(default_factory=list)  # the log's latest, damaged or not
+    events: list[str] = field(default_factory=list)  # every publication event file, relative to the warehouse
 
 
 def relative(path: Path, home: Path) -> str:
@@ -60,6 +64,7 @@ def scan_store(store: Path, home: Path, known: Mapping[str, FileState]) -> Store
     """The intact versions' files and the readable publication events; ``known`` is what the previous catalog
     recorded: a version whose files all kept their recorded state gets the cheap check, any other the checksums."""
     from shiftbench.store import StagedVersion, Store, damage
+    from shiftbench.store.log import latest_event
 
     reader = Store(store)
     contents = StoreContents({}, {}, [], [])
@@ -86,13 +91,36 @@ def scan_store(store: Path, home: Path, known: Mapping[str, FileState]) -> Store
                     state = states[name]
                     if state is not None:
                         contents.states[name] = state
-            for event in reader.log.events(family_dir.name, bench_dir.name):
+            events = reader.log.events(family_dir.name, bench_dir.name)
+            for event in events:
                 if event["version"] in intact:
                     contents.publications.append(
                         (family_dir.name, bench_dir.name, event["version"], event["published_at"])
                     )
+            latest = latest_event(reader.layout, family_dir.name, bench_dir.name, events)
+            if latest is not None:
+                contents.latest.append((family_dir.name, bench_dir.name, latest["version"], latest["published_at"]))
+            _log_files(reader.layout.publications_dir(family_dir.name, bench_dir.name), home, contents)
     contents.problems.extend(sorted(reader.log.problems))
     return contents
+
+
+def _log_files(directory: Path, home: Path, contents: StoreContents) -> None:
+    """Record the log's files (its folder, each event, ``HEAD``): a reader that finds one changed, added or removed
+    refreshes before it answers, so ``sql`` never says another latest version than ``versions``."""
+    if not directory.is_dir():
+        return
+    for path in [directory, *sorted(directory.iterdir())]:
+        state = FileState.of(path)
+        if state is not None:
+            contents.states[relative(path, home)] = state
+        if path.suffix == ".json":
+            contents.events.append(relative(path, home))
+
+
+def is_table_file(name: str) -> bool:
+    """Whether a file the catalog records is a version's table (else one of the log's files)."""
+    return name.endswith(".parquet")
 
 
 def recorded_states(catalog_path: Path) -> dict[str, FileState] | None:
@@ -104,6 +132,33 @@ def recorded_states(catalog_path: Path) -> dict[str, FileState] | None:
             return states_in(con)
     except duckdb.Error:
         return None
+
+
+def recorded_events(catalog_path: Path) -> list[str]:
+    """Every publication event file a catalog has seen, relative to the warehouse (none: no catalog of this layout).
+
+    A refresh keeps those of the catalog it replaces: events are never removed (gc keeps them, publishing rewrites
+    a damaged one in place), so one gone from the log is the trace of a rewritten log (:func:`vanished_events`)."""
+    if not catalog_path.is_file():
+        return []
+    try:
+        with duckdb.connect(str(catalog_path), read_only=True) as con:
+            if states_in(con) is None:
+                return []
+            return [str(name) for (name,) in con.execute("SELECT path FROM catalog_events ORDER BY path").fetchall()]
+    except duckdb.Error:
+        return []
+
+
+def vanished_events(home: Path, recorded: list[str]) -> list[str]:
+    """The recorded events no longer in the log, each as a line naming its file."""
+    return [
+        f"{home / name}: a publication event gone from the log, where the catalog saw it (events are never "
+        "removed: the log was rewritten, its newest event removed and HEAD rewritten, or restored from an older "
+        "copy; docs/reliability.md)"
+        for name in recorded
+        if not (home / name).is_file()
+    ]
 
 
 def states_in(con: duckdb.DuckDBPyConnection) -> dict[str, FileState] | None:
@@ -127,7 +182,7 @@ def damage_of(home: Path, names: list[str]) -> list[str]:
     """What is wrong with the versions that hold these files, checked against their checksums (one per version)."""
     from shiftbench.store import StagedVersion, damage
 
-    version_dirs = sorted({(home / name).parent for name in names})
+    version_dirs = sorted({(home / name).parent for name in names if is_table_file(name)})
     problems = []
     for version_dir in version_dirs:
         bench_dir = version_dir.parent.parent

@@ -8,10 +8,13 @@ publish nothing.
 from __future__ import annotations
 
 import errno
+import reprlib
 import shutil
 from pathlib import Path
 from typing import Any
 
+SHOWN_CHARACTERS = 120  # a value echoed in an error (a line of a file, a setting's value) is cut past this
+LINE_CHARACTERS = 1000  # and the whole line the command prints, whatever put it together
 _FULL_MESSAGES = ("no space left", "disk is full", "database or disk is full")
 _NEARLY_FULL_BYTES = 4 << 20  # SQLite reports a full tmpfs as "disk I/O error": check what is left
 
@@ -58,6 +61,45 @@ class ContractViolation(ShiftbenchError):
 
 class StoreError(ShiftbenchError):
     """The versioned store is in a state it cannot safely change (e.g. a checksum mismatch)."""
+
+
+class _Bounded(reprlib.Repr):
+    """``repr`` that never walks a whole structure: a YAML alias bomb is a few objects referenced billions of
+    times, and its full ``repr`` is as long as the bomb."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxlist = self.maxtuple = self.maxset = self.maxfrozenset = self.maxdeque = self.maxarray = 6
+        self.maxdict = 6
+        self.maxstring = self.maxother = self.maxlong = SHOWN_CHARACTERS
+
+
+_BOUNDED = _Bounded()
+
+
+def shown(value: Any, limit: int = SHOWN_CHARACTERS) -> str:
+    """``repr(value)`` for an error line, about ``limit`` characters at most: a longer text is cut, with an ellipsis
+    and its length (``'nnnn…' (200,000 characters)``); a structure shows its first items (and how many there are)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{repr(value[:limit])[:limit]}… ({len(value):,} characters)"
+    text = _BOUNDED.repr(value)
+    cut = len(text) > limit
+    if cut:
+        text = f"{text[:limit]}…"
+    if isinstance(value, list | tuple | dict | set | frozenset) and (cut or len(value) > _BOUNDED.maxlist):
+        text = f"{text} ({len(value):,} items)"
+    return text
+
+
+def one_line(text: str, limit: int = LINE_CHARACTERS) -> str:
+    """A message as the one line a command prints: at most ``limit`` characters (a safety net: the values in it are
+    bounded where they are echoed, :func:`shown`), cut with an ellipsis and its length."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text):,} characters in all)"
 
 
 def disk_full(exc: BaseException, where: Path | None = None) -> bool:

@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 
 
 class _Yaml12Loader(yaml.SafeLoader):
@@ -87,7 +87,7 @@ def _refuse_repeated_keys(node: yaml.MappingNode) -> None:
             raise yaml.constructor.ConstructorError(
                 None,
                 None,
-                f"key {key_node.value!r} is given twice (lines {seen[key_node.value]} and {line})",
+                f"key {shown(key_node.value)} is given twice (lines {seen[key_node.value]} and {line})",
                 key_node.start_mark,
             )
         seen[key_node.value] = line
@@ -148,7 +148,7 @@ def validation_error(exc: ValidationError, data: Any, path: Path) -> InputError:
     else:
         message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
         if error["type"] not in ("value_error", "missing") and "input" in error:
-            message = f"{message}, got {error['input']!r}"
+            message = f"{message}, got {shown(error['input'])}"
     more = len(exc.errors()) - 1
     if more:
         message = f"{message} (and {more} more)"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shiftbench import registry, variants
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.family import Family, Kind
 from shiftbench.located_yaml import parse_value
 from shiftbench.settings import Settings
@@ -25,7 +25,7 @@ def parse_overrides(items: Iterable[str], parameter: str = "--set") -> dict[str,
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise InputError(f"expected KEY=VALUE, got {item!r}", parameter=parameter)
+            raise InputError(f"expected KEY=VALUE, got {shown(item)}", parameter=parameter)
         overrides[key.strip()] = override_value(key.strip(), value)
     return overrides
 

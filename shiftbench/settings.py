@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, TypeVar
 from pydantic import BaseModel, BeforeValidator, Field, PrivateAttr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.family_registry import REGISTRY
 
 ENV_PREFIX = "SHIFTBENCH_"
@@ -165,6 +165,26 @@ class Settings(BaseSettings):
         """The values given for the families' settings (as given: text from the environment)."""
         return dict(self._family_values)
 
+    def existing_home(self, given_as: str | None = None) -> Path:
+        """The warehouse, which must be there: a command that reads one never answers from an empty warehouse it
+        made itself (a moved warehouse, a typo, another working directory). One line names the folder and how it
+        was chosen: ``given_as`` (an argument), ``SHIFTBENCH_HOME``, or the default ``./warehouse``. Only what
+        builds data on purpose (``shiftbench build``, ``generate``) creates a warehouse."""
+        if self.home.is_dir():
+            return self.home
+        what = "is not a folder" if self.home.exists() else "is not there"
+        if given_as is not None:
+            raise InputError(f"no warehouse at {self.home}: it {what}", parameter=given_as)
+        build = "or build one there with `shiftbench build`"
+        if "home" in self.model_fields_set:
+            how = f"SHIFTBENCH_HOME names it, and it {what}: point SHIFTBENCH_HOME at your warehouse, {build}"
+        else:
+            how = (
+                f"the default ./warehouse, SHIFTBENCH_HOME being unset, and it {what}: run from the folder that "
+                f"holds your warehouse, set SHIFTBENCH_HOME to it, {build}"
+            )
+        raise InputError(f"no warehouse at {self.home} ({how})", parameter=variable("home"))
+
     @property
     def store_dir(self) -> Path:
         return self.home / "store"
@@ -228,7 +248,7 @@ def _validated(make: Callable[[], M]) -> M:
         error = exc.errors()[0]
         name = str(error["loc"][0]) if error["loc"] else "?"
         message = str(error["msg"]).replace("Input should be", "must be").replace("Value error, ", "")
-        raise InputError(f"{message}, got {error.get('input')!r}", parameter=variable(name)) from None
+        raise InputError(f"{message}, got {shown(error.get('input'))}", parameter=variable(name)) from None
 
 
 def variable(field: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Self, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.located_yaml import line_of, parse_yaml
 from shiftbench.store import benchmark_name_problem
 from shiftbench.textio import read_text
@@ -44,11 +44,11 @@ def spec_document(
             continue
         if key not in sections:
             raise InputError(
-                f"unknown section {key!r}; expected {', '.join(sections)}", path=source, line=line_of(data, key)
+                f"unknown section {shown(key)}; expected {', '.join(sections)}", path=source, line=line_of(data, key)
             )
         if value is not None and not isinstance(value, sections[key]):
             shape = "a mapping" if sections[key] is dict else f"a {sections[key].__name__}"
-            raise InputError(f"section {key!r} must be {shape}", path=source, line=line_of(data, key))
+            raise InputError(f"section {shown(key)} must be {shape}", path=source, line=line_of(data, key))
     return data
 
 
@@ -74,7 +74,7 @@ def merge_named(parts: Iterable[tuple[Mapping[str, T], str]], what: str) -> dict
         for name, entry in entries.items():
             if name in merged:
                 raise InputError(
-                    f"{what} {name!r} is already defined in {origin[name]}: choose another name", path=source
+                    f"{what} {shown(name)} is already defined in {origin[name]}: choose another name", path=source
                 )
             merged[name] = entry
             origin[name] = source
@@ -95,7 +95,7 @@ class Spec(BaseModel):
     def _name(cls, name: str) -> str:
         problem = benchmark_name_problem(name)
         if problem is None and "@" in name:
-            problem = f"invalid benchmark name {name!r}: '@' is reserved for shiftbench's source tags (NAME@TAG)"
+            problem = f"invalid benchmark name {shown(name)}: '@' is reserved for shiftbench's source tags (NAME@TAG)"
         if problem is not None:  # a name becomes a directory of the store: check it where it is written
             raise ValueError(problem)
         return name
@@ -148,13 +148,13 @@ def build(
         path = source if source != "overrides" else None
         suffix = "" if path is not None else f" (in {source})"
         raise InputError(
-            f"{detail}{message}, got {error.get('input')!r}{suffix}", path=path, line=line, parameter=parameter
+            f"{detail}{message}, got {shown(error.get('input'))}{suffix}", path=path, line=line, parameter=parameter
         ) from None
 
 
 def at_least(value: int, parameter: str, minimum: int, where: str) -> int:
     if value < minimum:
-        raise InputError(f"must be an integer >= {minimum}, got {value!r} (in {where})", parameter=parameter)
+        raise InputError(f"must be an integer >= {minimum}, got {shown(value)} (in {where})", parameter=parameter)
     return value
 
 
@@ -163,7 +163,7 @@ def fraction(value: float, parameter: str, where: str, *, low_open: bool = False
     inside = (value > 0.0 if low_open else value >= 0.0) and (value < 1.0 if high_open else value <= 1.0)
     if not inside:
         bounds = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
-        raise InputError(f"must be a number in {bounds}, got {value!r} (in {where})", parameter=parameter)
+        raise InputError(f"must be a number in {bounds}, got {shown(value)} (in {where})", parameter=parameter)
     return value
 
 

@@ -122,10 +122,15 @@ def test_a_damaged_version_is_left_out_and_named_not_fatal(
     assert result.ok and len(result.problems) == 2
     assert any(str(damaged) in p for p in result.problems) and any(str(event) in p for p in result.problems)
     with duckdb.connect(str(catalog), read_only=True) as con:
-        # toy's latest event names v2, which is damaged: toy falls back to v1, everything else reads
-        assert con.execute("SELECT benchmark, version FROM benchmarks ORDER BY 1").fetchall() == [("toy", v1)]
+        # toy's latest event names v2, which is damaged: v2 is still toy's latest (as `versions` says), its rows are
+        # left out, and v1 is never served as the latest in its place; everything else reads
+        assert con.execute("SELECT benchmark, version FROM latest_versions").fetchall() == [("toy", v2)]
+        assert con.execute("SELECT benchmark, version FROM benchmarks ORDER BY 1").fetchall() == []
+        history = "SELECT version, is_latest FROM benchmarks_history WHERE benchmark = 'toy'"
+        assert con.execute(history).fetchall() == [(v1, False)]
         assert con.execute("SELECT count(*) FROM catalog_problems").fetchone() == (2,)
-    assert [v.version for v in store.log.versions("toy")] == [v1, v2]  # versions still lists, no crash
+    versions = store.log.versions("toy")  # versions still lists, no crash, and says the same latest
+    assert [(v.version, v.is_latest) for v in versions] == [(v1, False), (v2, True)]
 
 
 def test_a_moved_or_copied_home_is_read_where_it_is_without_a_rebuild(
@@ -277,16 +282,18 @@ def test_data_changed_after_the_refresh_is_never_served_by_sql(
 ) -> None:
     """A version's file rewritten after the catalog was built (at its old size, with its mtime put back, or
     replaced by another file) is noticed by the next `sql`, verified against its checksum, left out and named:
-    the benchmark falls back to its intact version; later refreshes keep it out; repaired, it comes back."""
+    it is still the latest (as `versions` says) and no older version is served in its place (the older one stays in
+    the history); later refreshes keep it out; repaired, it comes back."""
     _, (v1, v2) = published_store
     cli_env(SHIFTBENCH_HOME=str(tmp_path))
     path = Store(tmp_path / "store").layout.version_dir("breeds", "toy", v2) / "examples.parquet"
     original = path.read_bytes()
     query = "SELECT DISTINCT version FROM examples WHERE benchmark = 'toy'"
+    history = "SELECT DISTINCT version FROM examples_history WHERE benchmark = 'toy'"
     damage(path)
     assert main(["sql", query, "--csv"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.split() == ["version", v1]
+    assert captured.out.split() == ["version"]
     assert captured.err.splitlines() == [
         "warning: 1 listed file(s) changed or gone since the catalog was built: their versions re-checked",
         *[line for line in captured.err.splitlines() if line.startswith("warning: left out (damaged): ")],
@@ -296,8 +303,10 @@ def test_data_changed_after_the_refresh_is_never_served_by_sql(
     assert f"left out (damaged): {path}: " in capsys.readouterr().out
     assert main(["sql", query, "--csv"]) == 0
     captured = capsys.readouterr()
-    assert captured.out.split() == ["version", v1]
+    assert captured.out.split() == ["version"]
     assert captured.err == "warning: 1 damaged file(s) left out of the catalog: see `shiftbench check`\n"
+    assert main(["sql", history, "--csv"]) == 0
+    assert capsys.readouterr().out.split() == ["version", v1]
     path.write_bytes(original)
     assert main(["catalog"]) == 0 and main(["sql", query, "--csv"]) == 0
     assert capsys.readouterr().out.split()[-1] == v2
@@ -331,18 +340,18 @@ def _written_files(root: Path) -> dict[Path, int]:
         ("COPY (SELECT 1) TO '{store}/breeds/toy/x.csv'", "got COPY"),
         ("EXPORT DATABASE '{outside}/export'", "got EXPORT"),
         ("ATTACH '{outside}/new.duckdb' AS other", "got ATTACH"),
-        ("INSTALL httpfs", "got LOAD"),
+        ("INSTALL httpfs", "got INSTALL"),
         ("LOAD httpfs", "got LOAD"),
         ("SET enable_external_access = true", "got SET"),
         ("SET allowed_directories = ['/']", "got SET"),
-        ("RESET lock_configuration", "got SET"),
+        ("RESET lock_configuration", "got RESET"),
         ("SET VARIABLE shiftbench_home = '{outside}'", "got SET"),
-        ("CREATE TABLE t AS SELECT 1", "got CREATE"),
+        ("CREATE TABLE t AS SELECT 1", "got CREATE TABLE"),
         ("SELECT 1; COPY (SELECT 1) TO '{outside}/y.csv'", "statement 2 is COPY"),
-        ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{outside}/z.csv'", "got EXPLAIN"),
+        ("EXPLAIN ANALYZE COPY (SELECT 1) TO '{outside}/z.csv'", "got EXPLAIN ANALYZE"),
         ("PRAGMA enable_profiling", "got PRAGMA"),
         ("CALL enable_logging(storage = 'file', storage_path = '{outside}/log')", "got CALL"),
-        ("CHECKPOINT", "got CALL"),
+        ("CHECKPOINT", "got CHECKPOINT"),
     ],
 )
 def test_sql_refuses_anything_but_queries_in_one_line_and_writes_nothing(

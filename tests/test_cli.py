@@ -256,8 +256,11 @@ def test_bad_settings_and_spec_files_are_one_line(
     for args in (["build", "--list"], ["build", "--benchmark", "living17"], ["versions", "sprites-uniform"]):
         code = main(args)
         err = capsys.readouterr().err
-        if args[0] == "versions":  # reading the store needs no specs
-            assert code == 1 and not err
+        if args[0] == "versions":  # reading the store needs no specs: only that nothing is published
+            assert code == 2 and "SHIFTBENCH_BREEDS_SPECS" not in err
+            assert_one_line(
+                err, "parameter 'BENCHMARK': no published versions of sprites-uniform: nothing is published"
+            )
             continue
         assert code == 2
         assert_one_line(

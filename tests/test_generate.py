@@ -85,7 +85,14 @@ def test_quantiles_and_bad_requests(
     assert main(["generate", "metashift-dg", "--classes", "cat,dog", "--test", "cat(shelf)"]) == 2
     assert "must be of the second class 'dog'" in capsys.readouterr().err
     assert main(["generate", "metashift-dg", "--classes", "cat,dog", "--test", "dog(moon)"]) == 2
-    assert "no subset dog(moon)" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no subset dog(moon) in these annotations (dog's subsets: dog(" in err and ", and " in err, err
+    assert main(["generate", "metashift-dg", "--classes", "cat,unicorn", "--test", "unicorn(shelf)"]) == 2
+    err = capsys.readouterr().err  # once "(some there: )"
+    assert (
+        err
+        == "error: parameter '--test': no subset unicorn(shelf) in these annotations (unicorn has no subset in them)\n"
+    )
     assert not (tmp_path / "x.yaml").exists()
 
 

@@ -415,12 +415,14 @@ def test_a_check_recorded_under_older_contracts_is_checked_again_not_refused(
 
 
 @pytest.mark.slow
-def test_a_log_rewritten_end_to_end_passes_check_but_changes_the_log_head_it_prints(
+def test_a_log_rewritten_end_to_end_is_named_by_the_catalogs_record_else_only_its_log_head_shows_it(
     copy: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """What no check from inside the store can see (docs/reliability.md): the newest event removed and ``HEAD``
-    rewritten to name the one before, as a publish would have written it, make the older version latest again and
-    pass. The log head that `check` prints changes: compared with a copy kept elsewhere, it shows the rewrite."""
+    """The newest event removed and ``HEAD`` rewritten to name the one before, as a publish would have written it:
+    the chain holds, but the catalog saw the removed event, and check names it (exit 1; `sql` warns, and `versions`
+    and `sql` agree on the older latest). With the catalog deleted too, nothing inside the warehouse contradicts
+    it (docs/reliability.md): check passes, and only the log head it prints, compared with a copy kept elsewhere,
+    shows the rewrite."""
     code, lines = _run(["check", BENCH], capsys)
     head_before = lines[-1].rsplit("log head ", 1)[1]
     events = copy.events()
@@ -429,7 +431,18 @@ def test_a_log_rewritten_end_to_end_passes_check_but_changes_the_log_head_it_pri
     head = {"event": previous.name, "sequence": 1, "sha256": hashlib.sha256(previous.read_bytes()).hexdigest()}
     (copy.bench / "publications" / "HEAD").write_text(json.dumps(head, sort_keys=True, separators=(",", ":")))
     code, lines = _run(["check", BENCH], capsys)
-    assert code == 0, lines  # undetectable from inside the store
+    gone = f"DAMAGED: {events[-1]}: a publication event gone from the log, where the catalog saw it"
+    assert code == 1 and any(line.startswith(gone) for line in lines), lines
+    assert _run(["sql", f"SELECT version FROM latest_versions WHERE benchmark = '{BENCH}'", "--csv"], capsys)[1] == [
+        "version",
+        copy.older.name,
+    ]
+    assert [(v.version, v.is_latest) for v in Store(copy.home / "store").log.versions(BENCH)] == [
+        (copy.older.name, True)
+    ]
+    (copy.home / "catalog.duckdb").unlink()
+    code, lines = _run(["check", BENCH], capsys)
+    assert code == 0, lines  # undetectable from inside the warehouse once the catalog's record is gone too
     assert lines[-1].startswith(f"{BENCH} {copy.older.name}: ")
     assert lines[-1].rsplit("log head ", 1)[1] != head_before
 

@@ -1,7 +1,7 @@
 """The ``shiftbench`` command: the same Dagster jobs the UI runs, from a terminal.
 
     shiftbench build [FAMILY] [--benchmark NAME ...] [--set KEY=VALUE ... --name NEW] [--list]
-    shiftbench sql "SELECT ..." [--csv]
+    shiftbench sql "SELECT ..." [--csv] [--timeout SECONDS]   one query, read-only
     shiftbench versions [BENCHMARK]
     shiftbench check [BENCHMARK ...]      re-check published versions against their contracts
     shiftbench catalog                    recreate the DuckDB views

@@ -16,7 +16,8 @@ from shiftbench.pipelines.cli.common import OneLineParser, Subcommands
 
 from shiftbench import progress
 from shiftbench.cpus import yielding_waits
-from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes
+from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes, one_line
+from shiftbench.settings import Settings
 
 # The subcommands, in the order `shiftbench --help` lists them.
 COMMANDS: tuple[Callable[[Subcommands], None], ...] = (
@@ -33,6 +34,9 @@ COMMANDS: tuple[Callable[[Subcommands], None], ...] = (
     results.add_eval,
     generate.add_generate,
 )
+# The commands that may create the warehouse: they build data into it on purpose. Every other one reads a
+# warehouse, and one that is not there is an error (Settings.existing_home), never an empty one made for it.
+CREATE_A_WAREHOUSE = frozenset({"build", "generate"})
 
 
 def build_parser() -> OneLineParser:
@@ -51,16 +55,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = build_parser().parse_args(argv)
         except SystemExit as exc:  # --help (0), or a bad command line, said in one line (OneLineParser): 2
             return exc.code if isinstance(exc.code, int) else 2
+        if args.command not in CREATE_A_WAREHOUSE:
+            Settings.from_env().existing_home()
         with progress.listening(_print_traceback):
             code: int = args.func(args)
     except BrokenPipeError:  # `shiftbench ... | head`: the reader left, which is not an error
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except (ContractViolation, StoreError) as exc:  # failed contracts, a damaged store: not the input's fault
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 1
     except ShiftbenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except Exception as exc:
         stopped = _stopped(exc)

@@ -2,22 +2,28 @@
 
 import argparse
 import os
+import shlex
+import shutil
+import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from shiftbench.errors import one_line
 from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\npython_logs:\n  python_log_level: WARNING\n"
 
+PARSER_LINE = 400  # argparse's messages are short but for the value they echo
 # What a command module adds its subcommand to (``add_subparsers``).
 Subcommands = argparse._SubParsersAction
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error."""
+    """argparse, but a bad command line is one line on stderr and exit code 2, like every other user error. argparse
+    echoes the bad value whole (``invalid float value: '...'``): the line is cut at ``PARSER_LINE`` characters."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"error: {one_line(f'{self.prog}: {message}', PARSER_LINE)} (see {self.prog} --help)\n")
 
 
 def ensure_dagster_home(settings: Settings) -> Path:
@@ -59,3 +65,20 @@ def asset_key(path: tuple[str, ...]) -> Any:
 def comma_list(text: str) -> list[str]:
     """``a, b,,c`` as ``["a", "b", "c"]``."""
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def shiftbench_command() -> str:
+    """``shiftbench`` as the user can run it from here, for the commands a hint prints (``Results: shiftbench sql
+    ...``): the bare name when their shell finds this same console script; else the script beside this Python
+    (``.venv/bin/shiftbench``: relative to the working directory when under it); else ``python -m``."""
+    script = Path(sys.executable).parent / "shiftbench"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m shiftbench.pipelines.cli"
+    found = shutil.which("shiftbench")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "shiftbench"
+    try:
+        shown = script.absolute().relative_to(Path.cwd())
+    except ValueError:
+        return shlex.quote(str(script.absolute()))
+    return shlex.quote(str(shown) if "/" in str(shown) else f"./{shown}")

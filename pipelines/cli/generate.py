@@ -1,11 +1,12 @@
 """``shiftbench generate``: write a benchmark spec chosen from the data (``metashift-dg``: by distance)."""
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list
+from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list, shiftbench_command
 
 from shiftbench.errors import InputError
 from shiftbench.outputs import output_file, write_output_file
@@ -51,7 +52,8 @@ def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     for choice in task.choices:
         print(f"  {choice.subset:<30} quantile {choice.quantile:<6g} d={choice.distance:.4f}", file=sys.stderr)
     if args.out is not None:
-        print(f"wrote {args.out}: SHIFTBENCH_METASHIFT_SPECS={args.out} shiftbench build metashift", file=sys.stderr)
+        build = f"SHIFTBENCH_METASHIFT_SPECS={shlex.quote(str(args.out))} {shiftbench_command()} build metashift"
+        print(f"wrote {args.out}: {build}", file=sys.stderr)
     return 0
 
 

@@ -4,7 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from shiftbench.pipelines.cli.common import Subcommands, comma_list
+from shiftbench.pipelines.cli.common import Subcommands, comma_list, shiftbench_command
 
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -15,6 +15,13 @@ def add_sql(sub: Subcommands) -> None:
     sql.add_argument("query")
     sql.add_argument("--csv", action="store_true", help="write CSV to stdout")
     sql.add_argument("--max-rows", type=int, default=40)
+    sql.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="interrupt the query after this long (default: 600)",
+    )
     sql.set_defaults(func=cmd_sql)
 
 
@@ -77,35 +84,29 @@ def cmd_eval(args: argparse.Namespace) -> int:
         group = f" ({row['group']})" if row["metric"] == "acc_wg" and row["group"] else ""
         value = "NULL" if row["value"] is None else f"{row['value']:.4f}"
         print(f"  {row['eval_split']}/{row['metric']:<12} {value}{group}")
-    print(f"\nResults: shiftbench sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
+    print(f"\nResults: {shiftbench_command()} sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
     return 0
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    """Run a query on the catalog: read-only, refreshed first when a file it lists changed (damage left out)."""
-    import duckdb
-
+    """Run one query on the catalog: read-only, refreshed first when a file it lists changed (damage left out);
+    every DuckDB error, binding or running, one line (shiftbench.catalog_query)."""
     from shiftbench.catalog import check_query, left_out, open_catalog
+    from shiftbench.catalog_query import check_timeout, csv_text, show
 
     settings = Settings.from_env()
     if args.max_rows < 1:
         raise InputError(f"must be at least 1, got {args.max_rows}", parameter="--max-rows")
+    check_timeout(args.timeout)
     check_query(args.query)  # before anything is opened: a COPY, ATTACH, SET ... is refused, nothing written
     con, refreshed = open_catalog(settings.catalog_path, settings.store_dir)  # rebuilt first if stale
     with con:
         for warning in left_out(con, refreshed):
             print(f"warning: {warning}", file=sys.stderr)
-        try:
-            relation = con.sql(args.query)
-        except duckdb.Error as exc:
-            print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
-            return 2
-        if relation is None:
-            return 0
         if args.csv:
-            sys.stdout.write(relation.pl().write_csv())
+            sys.stdout.write(csv_text(con, args.query, timeout_s=args.timeout))
         else:
-            relation.show(max_rows=args.max_rows, max_width=200)
+            show(con, args.query, max_rows=args.max_rows, timeout_s=args.timeout)
     return 0
 
 

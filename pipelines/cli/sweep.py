@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from shiftbench.pipelines.cli.common import shiftbench_command
+
 from shiftbench.erm.launch import RunPlan
 from shiftbench.erm.sweep import (
     RunOutcome,
@@ -182,7 +184,7 @@ def _summary(outcomes: list[RunOutcome], parallel: int, seconds: float) -> int:
         f"{len(outcomes) - len(failed)} published, {len(failed)} failed"
     )
     if not failed:
-        print('\nResults: shiftbench sql "SELECT run, eval_split, metric, value FROM erm_results"')
+        print(f'\nResults: {shiftbench_command()} sql "SELECT run, eval_split, metric, value FROM erm_results"')
         return 0
     for outcome in failed:
         print(f"error: {outcome.plan.run}: {outcome.error}", file=sys.stderr)

@@ -237,11 +237,13 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
     for key, value in meta.items():
         if "/acc_" in key and value is not None:
             print(f"  {key:<28} {float(value):.4f}")
-    print(f"\nResults: shiftbench sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")
+    from shiftbench.pipelines.cli.common import shiftbench_command
+
+    print(f"\nResults: {shiftbench_command()} sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")
     heatmap = Path(str(meta.get("path", ""))) / "files" / "training_conflicts.png"
     if meta.get("path") and heatmap.is_file():  # track_conflicts (MetaShift §4.3)
         print(
-            f'Training conflicts: heatmap {heatmap}\n  strongest: shiftbench sql "SELECT training_subset, '
+            f'Training conflicts: heatmap {heatmap}\n  strongest: {shiftbench_command()} sql "SELECT training_subset, '
             "evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized FROM "
             f"erm_training_conflicts WHERE run = '{meta['run']}' ORDER BY normalized_coefficient LIMIT 10\""
         )

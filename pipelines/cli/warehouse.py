@@ -2,10 +2,15 @@
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from shiftbench.pipelines.cli.common import Subcommands
 
+from shiftbench.errors import InputError
 from shiftbench.settings import Settings
+
+if TYPE_CHECKING:  # imported by the commands that read the store
+    from shiftbench.store import Store
 
 
 def add_versions(sub: Subcommands) -> None:
@@ -44,9 +49,11 @@ def cmd_versions(args: argparse.Namespace) -> int:
     versions = store.log.versions(args.benchmark)
     for problem in sorted(store.log.problems):
         print(f"warning: {problem}", file=sys.stderr)
+    if not versions and args.benchmark:  # a name never published is bad input, as for `check B`, `leaderboard B`
+        raise InputError(_unpublished(store, args.benchmark), parameter="BENCHMARK")
     if not versions:
-        print("no published versions" + (f" of {args.benchmark}" if args.benchmark else ""))
-        return 1 if args.benchmark else 0
+        print("no published versions")
+        return 0
     rows = [
         (
             info.family,
@@ -63,6 +70,21 @@ def cmd_versions(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unpublished(store: "Store", name: str) -> str:
+    """Why ``versions NAME`` lists nothing, and what is published instead: the paper's name built from other data
+    is published as NAME@TAG (``metashift@generated``), else the close names."""
+    from shiftbench.variants import suggest
+
+    published = sorted({info.benchmark for info in store.log.versions()})
+    if not published:
+        return f"no published versions of {name}: nothing is published in {store.root}"
+    tagged = [other for other in published if other.startswith(f"{name}@")]
+    if tagged:
+        return f"no published versions of {name}; published: {', '.join(tagged)}"
+    listed = f" ({len(published)} benchmark(s) are: `shiftbench versions` lists them)"
+    return f"no published versions of {name}{suggest(name, published) or listed}"
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     """Check every benchmark (or those named): its records, and its latest version's files, content hashes and
     contracts (shiftbench.audit); damage is named file by file, exit 1."""
@@ -70,7 +92,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from shiftbench.store import Store
 
     settings = Settings.from_env()
-    audit = check_store(Store(settings.store_dir), args.benchmark)
+    audit = check_store(Store(settings.store_dir), args.benchmark, catalog=settings.catalog_path)
     return 1 if audit.findings else 0
 
 

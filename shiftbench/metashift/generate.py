@@ -140,6 +140,16 @@ def _subsets_of(data: TaskData, cls: str) -> list[str]:
     return sorted(s for s in data.subset_images if s.startswith(f"{cls}("))
 
 
+def _subsets_there(data: TaskData, subset: str) -> str:
+    """What there is instead of ``subset``: its class's subsets (the first 8), or that it has none."""
+    cls = parse_subset_name(subset)[0]
+    there = _subsets_of(data, cls)
+    if not there:
+        return f"{cls} has no subset in them"
+    more = f", and {len(there) - 8} more" if len(there) > 8 else ""
+    return f"{cls}'s subsets: {', '.join(there[:8])}{more}"
+
+
 @dataclass(frozen=True)
 class _Pools:
     """The probe's annotations and the images no training pool may hold (leakage)."""
@@ -191,10 +201,8 @@ def _probe(
     data = build.task_data(objects, images, probe, general_contexts)
     for subset in (t.name for t in tests):
         if subset not in data.subset_images:
-            close = _subsets_of(data, parse_subset_name(subset)[0])[:8]
-            raise InputError(
-                f"no subset {subset} in these annotations (some there: {', '.join(close)})", parameter="--test"
-            )
+            there = _subsets_there(data, subset)
+            raise InputError(f"no subset {subset} in these annotations ({there})", parameter="--test")
     excluded = excluded_images(probe, data)
     test_images = (data.subset_images[tests[0].name] | data.subset_images[tests[1].name]) - excluded
     return _Pools(data, excluded, test_images)

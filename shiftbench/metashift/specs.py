@@ -15,7 +15,7 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.located_yaml import line_of
 from shiftbench.metashift.embedding import check_embedding
 from shiftbench.metashift.metagraph import (
@@ -97,7 +97,7 @@ def _as_kinds(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):  # --set context_kinds=object,general
         value = [v.strip() for v in value.split(",") if v.strip()]
     if not isinstance(value, list | tuple):
-        raise InputError(f"must be a list, got {value!r}", parameter="context_kinds")
+        raise InputError(f"must be a list, got {shown(value)}", parameter="context_kinds")
     return check_context_kinds(list(value))
 
 
@@ -109,12 +109,12 @@ def _as_classes(value: Any) -> Any:
     if value is not None and (
         not isinstance(value, list | tuple) or not value or not all(isinstance(v, str) for v in value)
     ):
-        raise InputError(f"must be a non-empty list of class names, got {value!r}", parameter="classes")
+        raise InputError(f"must be a non-empty list of class names, got {shown(value)}", parameter="classes")
     if value is None:
         return None
     twice = next((name for i, name in enumerate(value) if name in value[:i]), None)
     if twice is not None:
-        raise InputError(f"class {twice!r} is listed twice", parameter="classes")
+        raise InputError(f"class {shown(twice)} is listed twice", parameter="classes")
     return tuple(value)
 
 

@@ -31,7 +31,7 @@ from typing import Literal
 import polars as pl
 import pyarrow.parquet as pq
 
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, shown
 from shiftbench.fingerprint import sha256_table, sha256_text
 from shiftbench.sources.imagenet import IMAGE_SUFFIXES
 from shiftbench.sources.packaged import DATA_DIR
@@ -125,7 +125,7 @@ def parse_wnids(text: str, path: Path | str) -> tuple[str, ...]:
         if not entry:
             continue
         if not WNID.fullmatch(entry):
-            raise InputError(f"not a WordNet id (n and 8 digits): {entry!r}", path=path, line=number)
+            raise InputError(f"not a WordNet id (n and 8 digits): {shown(entry)}", path=path, line=number)
         if entry in first_line:
             message = f"{entry} is listed twice (lines {first_line[entry]} and {number})"
             raise InputError(message, path=path, line=number)

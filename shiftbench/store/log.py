@@ -78,9 +78,14 @@ class PublicationLog:
         return Publication(staged.family, staged.benchmark, staged.version, published_at, True)
 
     def _repair(self, family: str, benchmark: str) -> None:
-        """Rewrite the damaged events whose bytes the chain proves (:func:`_proven`), before a new one follows."""
+        """Rewrite the damaged events whose bytes the chain proves (:func:`_proven`), and the head a publish stopped
+        before writing (:func:`_pending_head`), before a new event follows."""
         for path, data in self.read(family, benchmark).proven.items():
             self.layout.write(path, data)
+        directory = self.layout.publications_dir(family, benchmark)
+        head = _pending_head(directory)
+        if head is not None:
+            self.layout.write(directory / LOG_HEAD, canonical_json(head))
 
     def _append(self, staged: StagedVersion) -> str:
         """Write the event publishing ``staged``, then the log's head naming it; its time of publication."""
@@ -119,6 +124,7 @@ class PublicationLog:
         head = _read_head(directory)
         proven = _proven(family, benchmark, paths, datas, parsed, head)
         events = []
+        newest: tuple[Path, str] | None = None  # the newest readable event and the version it publishes
         previous: tuple[Path, str] | None = None  # the last event and the hash of its (proven) bytes
         chained = False
         for position, (path, data, event) in enumerate(zip(paths, datas, parsed, strict=True), start=1):
@@ -135,7 +141,17 @@ class PublicationLog:
             if not gone and not self.layout.version_dir(family, benchmark, version).is_dir():
                 problems.append(f"{path}: publishes version {version}, which is not in the store")
             events.append(event)
+            newest = (path, version)
             previous = (path, hashlib.sha256(data).hexdigest())
+        if (
+            newest is not None
+            and newest[1] in removed
+            and not self.layout.version_dir(family, benchmark, newest[1]).is_dir()
+        ):
+            problems.append(
+                f"{newest[0]}: the newest event publishes version {newest[1]}, which gc removed (gc never removes "
+                "the latest version: a forged event?)"
+            )
         head_problem = _head_problem(
             directory, paths, events, head, set(paths) - {p for p, e in zip(paths, parsed, strict=True) if e}
         )
@@ -183,33 +199,30 @@ class PublicationLog:
         self.layout.write(path, canonical_json({"removed": dict(sorted(stamped.items()))}))
 
     def latest(self, benchmark: str, family: str | None = None) -> VersionInfo | None:
+        """The benchmark's latest version (:func:`latest_event`), as ``versions``, the catalog and ``check`` say."""
         family = family or self.layout.family_of(benchmark)
         if family is None:
             return None
-        events = self.events(family, benchmark)
-        if not events:
+        last = latest_event(self.layout, family, benchmark, self.events(family, benchmark))
+        if last is None:
             return None
-        last = events[-1]
         return self._info(family, benchmark, last["version"], last["published_at"], True)
 
     def versions(self, benchmark: str | None = None) -> list[VersionInfo]:
-        """Published versions (first publication of each), oldest first per benchmark."""
+        """Published versions still in the store (first publication of each), oldest first per benchmark."""
         result: list[VersionInfo] = []
         for family, name in self.layout.benchmarks():
             if benchmark is not None and name != benchmark:
                 continue
             events = self.events(family, name)
-            if not events:
-                continue
-            latest = events[-1]["version"]
-            removed = self.removed_versions(family, name)
+            last = latest_event(self.layout, family, name, events)
             first_seen: dict[str, str] = {}
             for event in events:  # a version not in the store is not listed (reading the log named its event)
-                there = self.layout.version_dir(family, name, event["version"]).is_dir()
-                if event["version"] not in removed and there:
+                if self.layout.version_dir(family, name, event["version"]).is_dir():
                     first_seen.setdefault(event["version"], event["published_at"])
             for version, published_at in first_seen.items():
-                result.append(self._info(family, name, version, published_at, version == latest))
+                is_latest = last is not None and version == last["version"]
+                result.append(self._info(family, name, version, published_at, is_latest))
         return result
 
     def _info(self, family: str, benchmark: str, version: str, published_at: str, is_latest: bool) -> VersionInfo:
@@ -230,6 +243,19 @@ class PublicationLog:
             manifest.get("n_examples"),
             manifest.get("params", {}),
         )
+
+
+def latest_event(
+    layout: StoreLayout, family: str, benchmark: str, events: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The event that makes a version latest: the newest readable event of the log whose version is in the store.
+
+    The one definition ``versions``, the catalog (what ``sql`` reads) and ``check`` use. An event naming a version
+    that is not there (deleted by hand, forged, removed by gc) is passed over: reading the log names it, and the
+    version of the newest event before it that is there is latest. A version there but damaged stays latest: the
+    catalog leaves its rows out rather than serve an older version as the latest."""
+    there = [event for event in events if layout.version_dir(family, benchmark, str(event["version"])).is_dir()]
+    return there[-1] if there else None
 
 
 def _read_bytes(path: Path) -> bytes:
@@ -257,6 +283,22 @@ def _read_head(directory: Path) -> dict[str, Any] | None:
         return {"sequence": int(head["sequence"]), "event": str(head["event"]), "sha256": str(head["sha256"])}
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _pending_head(directory: Path) -> dict[str, Any] | None:
+    """The head a publish stopped before writing: exactly one event after the one ``HEAD`` names, which follows it
+    in the chain (its number, and the hash ``HEAD`` records as its predecessor's); None when there is none."""
+    head = _read_head(directory)
+    paths = sorted(directory.glob("*.json")) if directory.is_dir() else []
+    if head is None or len(paths) != head["sequence"] + 1 or len(paths) < 2 or paths[-2].name != head["event"]:
+        return None
+    data = _read_bytes(paths[-1])
+    event = _read_event(data)
+    if event is None or event.get("sequence") != len(paths) or event.get("previous") != head["sha256"]:
+        return None
+    if hashlib.sha256(_read_bytes(paths[-2])).hexdigest() != head["sha256"]:
+        return None
+    return {"sequence": len(paths), "event": paths[-1].name, "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def _damaged_event(path: Path, benchmark: str, proven: bool) -> str:
@@ -346,6 +388,12 @@ def _head_problem(
         return f"{head_path}: names {name}, but the log's event {sequence} is {newest.name if newest else 'none'}"
     if newest not in damaged and hashlib.sha256(newest.read_bytes()).hexdigest() != digest:
         return f"{newest}: differs from the log's head record (edited)"
-    if len(paths) > sequence + 1:  # a publish writes the head right after its event: one may be pending, not two
-        return f"{paths[sequence + 1]}: {len(paths) - sequence} events after the log's head (not written by a publish)"
+    if len(paths) > sequence:  # a publish writes the head right after its event: a crash between leaves one behind
+        after = len(paths) - sequence
+        if after > 1:
+            return f"{paths[sequence + 1]}: {after} events after the log's head (not written by a publish)"
+        return (
+            f"{paths[sequence]}: after the event the log's head names ({name}): a publish stopped before writing "
+            "its head, or a forged event (publishing any version of the benchmark completes the head)"
+        )
     return None

@@ -62,10 +62,10 @@ class Retention:
         version staged last and any unchecked version younger than an hour are kept: they may be
         waiting for their checks or their publication. The most recent *intact* published version is
         always kept too (every file matching its checksum, every table's rows its content hash, its check record
-        readable): with a damaged latest,
-        it is the only one that still answers queries. A benchmark whose log, list of removed versions or
-        pointer to the version staged last is damaged keeps every version: gc cannot prove then which are
-        published. Removed versions are recorded in ``removed.json``; their events stay (the log is a chain).
+        readable): with a damaged latest, it is the only one whose rows the catalog still serves (in its
+        ``_history`` views). A benchmark whose log, list of removed versions or pointer to the version staged last
+        is damaged keeps every version: gc cannot prove then which are published. Removed versions are recorded in
+        ``removed.json``; their events stay (the log is a chain).
         """
         if keep < 1:
             raise InputError("must keep at least the latest version", parameter="keep")

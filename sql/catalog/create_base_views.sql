@@ -1,5 +1,6 @@
 -- Catalog base views over the versioned store (see shiftbench/store.py for the layout).
--- {{publications}} expands to the publication events (one JSON file per publish) and
+-- {{publications}} expands to the publication events (one JSON file per publish), {{latest}} to each benchmark's
+-- latest version (the log's), and
 -- {{benchmarks}} to the union of every version's benchmarks.parquet; either becomes an empty,
 -- typed relation while the store has none, so the views always bind.
 
@@ -24,10 +25,12 @@ CREATE OR REPLACE VIEW publications AS
 SELECT family, benchmark, version, CAST(published_at AS TIMESTAMPTZ) AS published_at
 FROM {{publications}};
 
+-- The latest version of each benchmark as the publication log says (shiftbench.store.log.latest_event, the same
+-- for `shiftbench versions` and `check`): the version of its newest event that is in the store. A damaged latest is
+-- still the latest here; its rows are left out of the views (catalog_problems), never replaced by an older version's.
 CREATE OR REPLACE VIEW latest_versions AS
-SELECT family, benchmark, arg_max(version, published_at) AS version, max(published_at) AS published_at
-FROM publications
-GROUP BY family, benchmark;
+SELECT family, benchmark, version, CAST(published_at AS TIMESTAMPTZ) AS published_at
+FROM {{latest}};
 
 CREATE OR REPLACE VIEW benchmarks_history AS
 WITH first_published AS (
