@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 import duckdb
 
-CATALOG_LAYOUT = "2"  # relative paths and catalog_files; a catalog of another layout is rebuilt by its reader
+CATALOG_LAYOUT = "3"  # 3: results views with images and grouping; a catalog of another layout is rebuilt by its reader
 
 
 @dataclass(frozen=True)
