@@ -15,13 +15,13 @@ METADATA_PREFIX = "worst_group/"  # the run's metadata key of a split's note: wo
 
 
 def note(split: str, with_examples: int, groups: int, worst_examples: int | None) -> str:
-    """``worst of 45 groups with examples (2 examples in it); 36 of 81 have none in id_val``, or '' when every
+    """``worst of 45 groups with examples, 2 examples in it; 36 of 81 have none in id_val``, or '' when every
     group has examples."""
     if with_examples >= groups:
         return ""
     if with_examples == 0:
         return f"no group has an example in {split}"
-    size = f" ({worst_examples} example{'s' if worst_examples != 1 else ''} in it)" if worst_examples else ""
+    size = f", {worst_examples} example{'s' if worst_examples != 1 else ''} in it" if worst_examples else ""
     return (
         f"worst of {with_examples} group{'s' if with_examples != 1 else ''} with examples{size}; "
         f"{groups - with_examples} of {groups} have none in {split}"

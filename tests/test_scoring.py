@@ -53,6 +53,31 @@ def test_subset_accuracy_by_hand() -> None:
     assert m.subset_accuracy("test", "none", y_true, y_pred, np.zeros(4, bool)).value is None
 
 
+def test_the_worst_group_note_counts_the_groups_with_examples() -> None:
+    """acc_wg is the worst non-empty group: the note says of how many, how big the worst is, and how many are empty."""
+    from dataclasses import asdict
+
+    from shiftbench import worst_group
+
+    def results(split: str, groups: list[int]) -> pl.DataFrame:
+        y_true, y_pred = np.array([0, 1, 1][: len(groups)]), np.array([0, 0, 1][: len(groups)])
+        found = m.split_metrics(split, y_true, y_pred, np.zeros(len(groups)), np.array(groups), ["a", "b", "c", "d"])
+        return pl.DataFrame([asdict(r) for r in found], schema={"eval_split": pl.String, "metric": pl.String,
+                                                                 "group": pl.String, "value": pl.Float64})  # fmt: skip
+
+    two_empty = results("id_val", [0, 2, 2])  # a: 1 of 1 right, c: 1 of 2 right (the worst), b and d empty
+    assert two_empty.filter(pl.col("metric") == "acc_wg").row(0)[2:] == ("c", 0.5)
+    assert worst_group.notes(two_empty) == {
+        "id_val": "worst of 2 groups with examples, 2 examples in it; 2 of 4 have none in id_val"
+    }
+    assert worst_group.metadata(two_empty) == {"worst_group/id_val": worst_group.notes(two_empty)["id_val"]}
+    assert worst_group.notes(results("test", [3, 2, 1])) == {
+        "test": "worst of 3 groups with examples, 1 example in it; 1 of 4 have none in test"
+    }
+    assert worst_group.note("test", 0, 4, None) == "no group has an example in test"
+    assert worst_group.note("test", 4, 4, 1) == ""  # every group has examples: nothing to explain
+
+
 @pytest.fixture
 def published_case(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]) -> Settings:
     settings = cli_env()

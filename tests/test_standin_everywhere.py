@@ -244,7 +244,7 @@ def test_the_training_summary_explains_an_empty_worst_group(cli: Settings, capsy
     line = next(x for x in capsys.readouterr().out.splitlines() if x.strip().startswith("id_val/acc_wg"))
     note = re.fullmatch(r"\s*id_val/acc_wg\s+[01]\.\d{4} \((.*)\)", line)
     assert note is not None, line
-    assert note.group(1).startswith(f"worst of {present} groups with examples (")
+    assert note.group(1).startswith(f"worst of {present} groups with examples, ")
     assert note.group(1).endswith(f"; {groups - present} of {groups} have none in id_val")
     _, publish_key = baseline_keys(registry.family("conds").kind("case"))
     partition = dg.MultiPartitionKey({"benchmark": SC, "seed": "0"})
