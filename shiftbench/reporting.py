@@ -114,7 +114,7 @@ def left_out_note(counts: dict[str, int]) -> str:
     if set(counts) == {"standin"}:
         what = f"{total} row(s) on stand-in images left out"
     else:
-        parts = {"standin": "on stand-in images", "unrecorded": "scored before their images were recorded"}
+        parts = {"standin": "on stand-in images", "unrecorded": "of unrecorded images"}
         what = f"{total} row(s) left out ({', '.join(f'{n} {parts[k]}' for k, n in counts.items())})"
     return f"{what}: --include-standin shows them, labelled"
 

@@ -15,6 +15,7 @@ import itertools
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,33 @@ def test_the_training_summary_explains_an_empty_worst_group(cli: Settings, capsy
     )
     materialization = records[0].event_log_entry.asset_materialization
     assert materialization is not None and materialization.metadata["worst_group/id_val"].value == note.group(1)
+
+
+def test_scores_of_unrecorded_images_are_labelled_and_left_out(
+    cli: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A scoring whose split records no image source (as every scoring did before eval_runs.image_source) is
+    ``unrecorded``: never in the default leaderboard, said so, labelled with --include-standin (in a copy of the
+    warehouse: the other tests count its rows)."""
+    import shiftbench.scored_predictions as scored
+
+    home = tmp_path / "home"
+    shutil.copytree(cli.home, home, symlinks=True)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    monkeypatch.setattr(scored, "split_image_source", lambda manifest: None)
+    examples = splits.published_split(cli, CASE).examples
+    examples.select("example_id", pl.lit(0).alias("y_pred")).write_parquet(tmp_path / "zeros.parquet")
+    assert main(["eval", CASE, str(tmp_path / "zeros.parquet"), "--method", "zeros"]) == 0
+    assert "  images unrecorded: no image source recorded" in capsys.readouterr().out
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)})
+    query = "SELECT DISTINCT image_source, images FROM results WHERE method = 'zeros'"
+    assert _query(settings, query) == [("unrecorded", "unrecorded")]
+    assert main(["leaderboard"]) == 0
+    captured = capsys.readouterr()
+    assert " zeros " not in captured.out
+    assert captured.err.strip() == (
+        "3 row(s) left out (2 on stand-in images, 1 of unrecorded images): --include-standin shows them, labelled"
+    )
+    assert main(["leaderboard", "--include-standin"]) == 0
+    out = capsys.readouterr().out
+    assert (CASE, "zeros", "unrecorded") in _labelled(out) and "images 'unrecorded': no image source recorded" in out
