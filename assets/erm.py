@@ -13,6 +13,7 @@ asset: partitions that can never run are not offered. Runs share the ``gpu`` poo
 never puts two trainings on one device. This module imports no torch (only the job does).
 """
 
+import json
 import sys
 from collections.abc import Iterator
 from dataclasses import fields
@@ -25,7 +26,7 @@ from shiftbench.assets.factory import partitions_of
 from shiftbench.assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from shiftbench.assets.resources import ShiftbenchSettings
 
-from shiftbench import cards, publishing
+from shiftbench import cards, publishing, worst_group
 from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
@@ -33,6 +34,7 @@ from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
 from shiftbench.plans import override_value
+from shiftbench.provenance import MEANINGS, data_tag, images_of
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -47,6 +49,9 @@ STOP_GRACE_S = 300
 STOP_TAG = "shiftbench/on_stop"
 # Training parameters that may be null: launchpad text, as on the command line ("null" clears).
 NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
+# The materialization tag (and first metadata entry) that says whose images a run is on: real | generated | standin
+# (shiftbench.provenance), so a stand-in partition never reads as a real one in the UI.
+IMAGES_TAG = "shiftbench/images"
 
 
 def _config_field(kind: str) -> Any:
@@ -229,10 +234,12 @@ def _run_baseline(
         staged = _recorded_staged(context, staged_key, store)
     if publish_key in context.selected_asset_keys:
         publication = publishing.publish_staged(settings, staged)
+        described = _describe(settings, staged)
         yield dg.MaterializeResult(
             asset_key=publish_key,
-            metadata={**published_metadata(settings, staged, publication), **_describe(settings, staged)},
+            metadata={"images": described["images"], **published_metadata(settings, staged, publication), **described},
             data_version=dg.DataVersion(staged.version),
+            tags={IMAGES_TAG: str(described["images"]).split(":", 1)[0]},  # the label before its meaning
         )
 
 
@@ -241,15 +248,18 @@ def _staged_result(
 ) -> dg.MaterializeResult:
     """Typed results (MaterializeResult, AssetCheckResult): a Pipes session asks for them, and a run of one
     partition needs nothing else."""
+    images = images_of(plan.images.kind, data_tag(plan.benchmark))
     return dg.MaterializeResult(
         asset_key=staged_key,
         metadata={
+            "images": _images_text(images),
             "run": plan.run,
             "version": staged.version,
             "split_version": plan.split_version,
             "launch": dg.MetadataValue.json(_launch_config(config)),
         },
         data_version=dg.DataVersion(staged.version),
+        tags={IMAGES_TAG: images},
         check_results=[
             dg.AssetCheckResult(
                 asset_key=staged_key,
@@ -382,7 +392,11 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
     runs = pl.read_parquet(staged.table_path("erm_runs")).row(0, named=True)
     files = staged.path / "files"
     manifest = staged.manifest()
+    images = images_of(runs["image_source"], data_tag(runs["benchmark"]))
+    grouping = json.loads(runs["config"]).get("group_by") or "group"
+    grouping = "the split's own groups" if grouping == "group" else f"the groups by {grouping}"
     metadata: dict[str, Any] = {
+        "images": _images_text(images),
         "run": staged.benchmark,
         "split": runs["benchmark"],
         "split_version": runs["split_version"],
@@ -390,8 +404,10 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
         "best_iteration": runs["best_iteration"],
         "device": runs["device"],
         "image_source": runs["image_source"],
+        "grouping": f"acc_wg over {grouping}",
         "train_images_per_s": float(manifest.get("training", {}).get("train_images_per_s") or 0.0),
         **{key: float(value) for key, value in launch.headline(results).items() if value is not None},
+        **worst_group.metadata(results),
         "learning_curve": Figure((files / "learning_curve.png").read_bytes(), "learning curve"),
         "id_vs_ood": Figure((files / "id_vs_ood.png").read_bytes(), "ID vs OOD"),
         "weights": FilePath(files / "model.pt"),
@@ -401,8 +417,13 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
         metadata["training_conflicts"] = Figure(heatmap.read_bytes(), "training conflicts")
     card = staged.attachment("card.md")
     if card is not None:
-        metadata = {"card": Markdown(cards.without_images(card.decode())), **metadata}
+        metadata = {"images": metadata["images"], "card": Markdown(cards.without_images(card.decode())), **metadata}
     return render(metadata, settings)
+
+
+def _images_text(images: str) -> str:
+    """The ``images`` metadata entry: the label, then what it means (``standin: generated stand-in images ...``)."""
+    return f"{images}: {MEANINGS[images]}"
 
 
 def trainable_kinds(family: Family, settings: Settings) -> list[Kind]:

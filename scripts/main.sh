@@ -24,8 +24,10 @@ task=$(.venv/bin/shiftbench build metashift --list | awk '$1 ~ /^cat-dog-dg-cabi
 # uniform training learns the shapes (ID ~0.93, test ~0.94), the spurious correlation of colour and shape does
 # not generalise (ID ~0.99, test ~0.33). Then the MetaShift task (preset smoke: an MLP, 300 iterations): the
 # generated scene sample has no images, so it trains on generated stand-ins and is published as
-# <run>@standin, labelled image_source = standin, and left out of the leaderboard unless asked for
-# (--include-standin); on GQA's scene graphs with SHIFTBENCH_GQA_IMAGES_DIR it trains on the real images.
+# <run>@standin, labelled image_source = standin (images standin), and left out of the leaderboard unless asked
+# for (--include-standin); on GQA's scene graphs with SHIFTBENCH_GQA_IMAGES_DIR it trains on the real images.
+# The sprites runs are on the ConDS sprites' own images, which are generated: the leaderboard labels them
+# images generated, never real.
 .venv/bin/shiftbench train sprites-sc-object_color --preset quick
 .venv/bin/shiftbench train sprites-uniform --preset quick
 .venv/bin/shiftbench train "$task" --preset smoke
@@ -62,10 +64,10 @@ echo "Training conflicts on $conflicts (the strongest: training on the first sub
 .venv/bin/shiftbench sql "SELECT training_subset, evaluation_subset, evaluation_domain, round(normalized_coefficient, 2) AS normalized,
   round(coefficient / std_error, 1) AS t FROM erm_training_conflicts ORDER BY normalized_coefficient, t LIMIT 8"
 echo
-echo "Leaderboard (shiftbench leaderboard: results on real images, the mean over seeds (number of seeds)):"
+echo "Leaderboard (shiftbench leaderboard: the mean over seeds (number of seeds) on the splits' own images; column images and the legend under it say whose):"
 .venv/bin/shiftbench leaderboard --splits id_val,test --metrics acc_avg
 echo
-echo "With the runs on stand-in images, labelled (column images; not results on the datasets' images):"
+echo "With the rows on stand-in images too (--include-standin; images standin: not results on the datasets' images):"
 .venv/bin/shiftbench leaderboard --include-standin --splits id_val,test --metrics acc_avg
 cat <<MSG
 

@@ -8,7 +8,7 @@ file, a contract and a plot function in its package); ``shiftbench.registry.anal
 
 Provenance travels with every analysis: its table carries each row's ``image_source`` and ``data_tag``, a
 learner on stand-in images is marked in the figure (:data:`shiftbench.plots.STANDIN_MARK`), and the figure's
-title and the card say when stand-in images or tagged splits (not the papers' data) are in it
+title and the card say when stand-in images, generated images or tagged splits (not the papers' data) are in it
 (:func:`provenance`).
 """
 
@@ -25,6 +25,7 @@ import polars as pl
 from shiftbench import cards
 from shiftbench.catalog import open_catalog
 from shiftbench.contracts import contracts
+from shiftbench.provenance import GENERATED, STANDIN, UNRECORDED, images_of
 from shiftbench.publishing import PublishOutcome, environment, stage_check_publish
 from shiftbench.settings import Settings
 
@@ -65,14 +66,20 @@ def compute(settings: Settings, analysis: Analysis) -> pl.DataFrame:
 
 def provenance(frame: pl.DataFrame) -> str:
     """What a reader of the analysis must know about its data ('' when every row is on the papers' names and
-    real images): results on generated stand-in images, splits whose ``@TAG`` says they are not the paper's."""
-    measured = frame.filter(pl.col("image_source").fill_null("") != "")  # ConDS' paper-only rows have none
-    standin = measured.filter(pl.col("image_source") == "standin").height
+    real images): results on generated stand-in images, on generated images (the ConDS sprites), of unrecorded
+    images, splits whose ``@TAG`` says they are not the paper's (labels: :mod:`shiftbench.provenance`)."""
+    measured = frame.filter(pl.col("image_source").is_null() | (pl.col("image_source") != ""))  # paper rows: ''
+    labels = [images_of(source, tag) for source, tag in measured.select("image_source", "data_tag").iter_rows()]
+    standin = labels.count(STANDIN)
     parts = []
-    if standin and standin == measured.height:
+    if standin and standin == len(labels):
         parts.append("stand-in images only: not results on the datasets' images")
     elif standin:
         parts.append("learners marked [stand-in images] trained on generated stand-ins, not the datasets' images")
+    if GENERATED in labels:
+        parts.append("generated images (the ConDS sprites): results on generated data, not photographs")
+    if UNRECORDED in labels:
+        parts.append("scored predictions of unrecorded images")
     tags = sorted({str(t) for t in frame["data_tag"].drop_nulls().to_list()})
     if tags:
         parts.append(f"splits tagged {', '.join('@' + t for t in tags)}: not the papers' data")

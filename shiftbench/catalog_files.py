@@ -22,8 +22,9 @@ from pathlib import Path, PurePosixPath
 
 import duckdb
 
-# 3: the publication log's files in catalog_files, the latest versions as the log says (latest_data) and every
-# event the catalog has seen (catalog_events). A catalog of another layout is rebuilt by its reader.
+# 3: the publication log's files in catalog_files, the latest versions as the log says (latest_data), every event
+# the catalog has seen (catalog_events), and the results views with images and grouping. A catalog of another layout
+# is rebuilt by its reader.
 CATALOG_LAYOUT = "3"
 
 

@@ -53,7 +53,12 @@ class Predictions:
         return {"path": self.path, "line": row + self.first_line} if self.first_line else {"path": self.path}
 
     def row_text(self, row: int) -> str:
+        """``row N: `` where the error's location does not name the row already (a CSV's errors name its line)."""
         return "" if self.first_line else f"row {row + 1}: "
+
+    def place(self, row: int) -> str:
+        """Where ``row`` is, in words: ``line N`` of a CSV, else ``row N`` (1-based)."""
+        return f"line {row + self.first_line}" if self.first_line else f"row {row + 1}"
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,10 @@
 
 A cell reads ``mean ± half-width (n)``: the mean over seeds and the half-width of the view's 95 % Student
 t interval (``±`` is left out below two seeds). ``shiftbench leaderboard --format markdown`` prints it.
-Results on generated stand-in images are left out unless asked for (``include_standin``: the view
-``leaderboard_with_standins``); then every row says where its images came from (column ``images``).
+Every row says whose images it is on (column ``images``: real | generated | standin | unrecorded,
+:mod:`shiftbench.provenance`) and, when a worst-group metric is shown, over which groups (column ``grouping``).
+Rows on stand-in images (and scored predictions of unrecorded images) are left out unless asked for
+(``include_standin``: the view ``leaderboard_with_standins``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import polars as pl
 from shiftbench.cards import markdown_table
 from shiftbench.errors import InputError
 from shiftbench.metrics import METRIC_NAMES, METRIC_PREFIXES
+from shiftbench.provenance import IMAGES, SHOWN_BY_DEFAULT
 from shiftbench.variants import suggest
 
 # The WILDS split names of ``examples.split`` (data_contracts/examples.yaml) that results are reported on.
@@ -61,16 +64,19 @@ def leaderboard_table(
     digits: int = 3,
     include_standin: bool = False,
 ) -> pl.DataFrame:
-    """Rows (benchmark, method, setting), columns ``<split>/<metric>``, cells ``mean ± half (n)``; with
-    ``include_standin`` the stand-in rows too, each row keyed and labelled by its ``images`` as well."""
+    """Rows (benchmark, method, setting[, grouping], images), columns ``<split>/<metric>``, cells
+    ``mean ± half (n)``; ``grouping`` (the groups acc_wg is over) when acc_wg is asked for; with
+    ``include_standin`` the stand-in rows too. Two rows that differ only by their image source (never in the
+    latest results of one run name) get a column ``image_source``."""
     where, params = _where(benchmarks, metrics, splits)
     view = "leaderboard_with_standins" if include_standin else "leaderboard"
     query = (
-        "SELECT benchmark, method, coalesce(setting, '') AS setting, image_source AS images, eval_split, metric, "
-        f"n_seeds, mean, (ci_high - ci_low) / 2 AS half FROM {view} WHERE {where}"
+        "SELECT benchmark, method, coalesce(setting, '') AS setting, grouping, images, "
+        "coalesce(image_source, '') AS image_source, eval_split, metric, n_seeds, mean, "
+        f"(ci_high - ci_low) / 2 AS half FROM {view} WHERE {where}"
     )
     rows = con.sql(query, params=params).pl()
-    index = ["benchmark", "method", "setting", *(["images"] if include_standin else [])]
+    index = ["benchmark", "method", "setting", *(["grouping"] if "acc_wg" in metrics else []), "images"]
     if rows.is_empty():
         return pl.DataFrame(schema=dict.fromkeys(index, pl.String))
     cell = pl.format("{} ({})", pl.col("mean").round(digits), pl.col("n_seeds"))
@@ -80,22 +86,43 @@ def leaderboard_table(
         (pl.col("eval_split") + "/" + pl.col("metric")).alias("column"),
     )
     order = [f"{s}/{m}" for s in splits for m in metrics]
-    wide = rows.pivot(on="column", index=index, values="cell").sort(index, nulls_last=True)
+    wide = rows.pivot(on="column", index=[*index, "image_source"], values="cell").sort(index, nulls_last=True)
+    if wide.select(index).is_duplicated().any():  # else the image source says nothing more than images
+        index = [*index, "image_source"]
     table: pl.DataFrame = wide.select(*index, *[c for c in order if c in wide.columns])
     return table
 
 
-def hidden_standin_runs(
+def left_out(
     con: duckdb.DuckDBPyConnection, benchmarks: Sequence[str], metrics: Sequence[str], splits: Sequence[str]
-) -> int:
-    """How many (benchmark, method, setting) rows on stand-in images the default leaderboard leaves out."""
+) -> dict[str, int]:
+    """How many rows the default leaderboard leaves out, by images (``standin``, ``unrecorded``)."""
     where, params = _where(benchmarks, metrics, splits)
     query = (
-        "SELECT count(DISTINCT (benchmark, method, setting)) FROM leaderboard_with_standins "
-        f"WHERE image_source = 'standin' AND {where}"
+        "SELECT images, count(DISTINCT (benchmark, method, setting, grouping, image_source)) "
+        f"FROM leaderboard_with_standins WHERE images NOT IN (SELECT unnest(?)) AND {where} GROUP BY images"
     )
-    row = con.execute(query, params).fetchone()
-    return int(row[0]) if row else 0
+    counts = dict(con.execute(query, [list(SHOWN_BY_DEFAULT), *params]).fetchall())
+    return {images: int(counts[images]) for images in IMAGES if images in counts}
+
+
+def left_out_note(counts: dict[str, int]) -> str:
+    """The line that says what the default leaderboard left out ('' when nothing)."""
+    total = sum(counts.values())
+    if not total:
+        return ""
+    if set(counts) == {"standin"}:
+        what = f"{total} row(s) on stand-in images left out"
+    else:
+        parts = {"standin": "on stand-in images", "unrecorded": "of unrecorded images"}
+        what = f"{total} row(s) left out ({', '.join(f'{n} {parts[k]}' for k, n in counts.items())})"
+    return f"{what}: --include-standin shows them, labelled"
+
+
+def images_shown(table: pl.DataFrame) -> list[str]:
+    """The ``images`` labels of a leaderboard table's rows, in the vocabulary's order (each gets a legend line)."""
+    present = set(table.get_column("images").to_list()) if "images" in table.columns else set()
+    return [images for images in IMAGES if images in present]
 
 
 def to_markdown(table: pl.DataFrame) -> str:

@@ -7,6 +7,11 @@ Most researchers train with their own code. Their predictions file (Parquet or C
 scores), and the scores published like an ERM run: a results version of family ``eval`` (tables ``eval_results``
 and ``eval_runs``), staged, checked against its contracts, then published. The view ``results`` puts these next
 to the ERM baselines (method ``erm``).
+
+A result says what it is over: ``eval_runs.image_source`` is the scored split's image source (its manifest's
+``images.source``; :mod:`shiftbench.provenance` labels it real, generated or standin), and a grouping other than
+the split's own is part of the run's name (:func:`run_name`), so scoring again with another ``--group-by`` is a
+result beside the first, never a new version of it.
 """
 
 from __future__ import annotations
@@ -23,14 +28,20 @@ import polars as pl
 from shiftbench import cards
 from shiftbench.errors import InputError
 from shiftbench.evaluation import METRICS_SCHEMA, Predictions, Scores
+from shiftbench.grouper import Grouper
 from shiftbench.method_names import METHODS as TRAINED_METHODS
+from shiftbench.provenance import CARD_TITLES as IMAGES_TITLES
+from shiftbench.provenance import card_sentence, data_tag, images_of, split_image_source
 from shiftbench.publishing import PublishOutcome, environment, stage_check_publish
 from shiftbench.settings import Settings
 from shiftbench.splits import PublishedSplit
+from shiftbench.store import check_benchmark_name
 
 FAMILY = "eval"
 PROBABILITY_TOLERANCE = 1e-3  # |sum of a row's probabilities - 1|
 _METHOD = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+_FIELDS = re.compile(r"^[a-z0-9_]+$")  # metadata fields named as they are in a run's name
+MAX_GROUPING_NAME = 40
 # The columns both tables start with, and those of eval_runs (their contracts: data_contracts/eval_*.yaml).
 SchemaType = pl.DataType | type[pl.DataType]
 KEY_SCHEMA: dict[str, SchemaType] = {
@@ -47,6 +58,7 @@ RUN_SCHEMA: dict[str, SchemaType] = {
     "n_predictions": pl.Int64,
     "has_probabilities": pl.Boolean,
     "predictions_sha256": pl.String,
+    "image_source": pl.String,
 }
 
 
@@ -88,8 +100,12 @@ def check_seed(seed: int) -> int:
 
 def read_predictions(path: Path, n_classes: int) -> PredictionsFile:
     """The predictions file, checked: ids, integer labels in 0..K-1, no duplicates, probabilities summing to 1."""
-    if not path.is_file():
+    if path.is_dir():
+        raise InputError("is a directory, not a predictions file", path=path, parameter="PREDICTIONS")
+    if not path.exists():
         raise InputError("predictions file not found", path=path, parameter="PREDICTIONS")
+    if not path.is_file():
+        raise InputError("not a regular file (a predictions file is read whole)", path=path, parameter="PREDICTIONS")
     suffix = path.suffix.lower()
     try:
         if suffix == ".parquet":
@@ -111,6 +127,10 @@ def read_predictions(path: Path, n_classes: int) -> PredictionsFile:
     def fail(row: int, example_id: Any, message: str) -> InputError:
         return InputError(f"{prediction.row_text(row)}example {example_id!r}: {message}", **prediction.where(row))
 
+    blank = _first_blank(frame)
+    if blank is not None:
+        what = "blank line" if first_line else "empty row"
+        raise InputError(f"{prediction.row_text(blank)}{what}: no example_id, no y_pred", **prediction.where(blank))
     labels = _integer_labels(frame["y_pred"], prediction)
     bad = frame.filter(labels.is_null() | (labels < 0) | (labels >= n_classes))
     if bad.height:
@@ -124,7 +144,7 @@ def read_predictions(path: Path, n_classes: int) -> PredictionsFile:
     if repeated.height:
         first = repeated.row(0, named=True)
         again = repeated.filter(pl.col("example_id") == first["example_id"]).row(1, named=True)
-        raise fail(again["row"], first["example_id"], f"predicted twice (first at {prediction.row_text(first['row'])})")
+        raise fail(again["row"], first["example_id"], f"predicted twice (first at {prediction.place(first['row'])})")
     columns = [f"p_{k}" for k in range(n_classes)]
     given = [c for c in frame.columns if c.startswith("p_")]
     keep = ["row", "example_id", "y_pred"]
@@ -148,6 +168,14 @@ def read_predictions(path: Path, n_classes: int) -> PredictionsFile:
     return PredictionsFile(Predictions(frame.select(keep), path, first_line), sha256)
 
 
+def _first_blank(frame: pl.DataFrame) -> int | None:
+    """The first row whose every field is empty (a CSV's blank line reads as one), or None."""
+    fields = [c for c in frame.columns if c != "row"]
+    empty = pl.all_horizontal(pl.col(c).cast(pl.String).str.strip_chars().fill_null("") == "" for c in fields)
+    rows = frame.filter(empty)["row"]
+    return int(rows[0]) if rows.len() else None
+
+
 def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
     """``y_pred`` as integers, never by a silent cast: a float, boolean or other typed column is refused, and text
     (CSV) must be a plain integer (a value that is not is NULL here and reported with its row)."""
@@ -160,24 +188,45 @@ def _integer_labels(column: pl.Series, predictions: Predictions) -> pl.Series:
     return column.cast(pl.Int64, strict=False)
 
 
+def grouping_name(group_by: Sequence[str]) -> str | None:
+    """The part of a run's name that says its grouping: None for the split's own groups, ``by-<field>-<field>``
+    for metadata fields (``by--<hash>`` where a field is not plain ``a-z0-9_`` or the name would be long)."""
+    grouper = Grouper.parse(group_by)
+    if grouper.own:
+        return None
+    plain = "-".join(grouper.fields)
+    if all(_FIELDS.match(f) for f in grouper.fields) and len(plain) <= MAX_GROUPING_NAME:
+        return f"by-{plain}"
+    return f"by--{hashlib.sha256(','.join(grouper.fields).encode()).hexdigest()[:8]}"
+
+
+def run_name(benchmark: str, method: str, seed: int, group_by: Sequence[str] = ()) -> str:
+    """``<benchmark>.<method>.seed<N>``, or ``<benchmark>.<method>.by-<fields>.seed<N>`` for another grouping."""
+    grouping = grouping_name(group_by)
+    return f"{benchmark}.{method}{'.' + grouping if grouping else ''}.seed{seed}"
+
+
 def eval_tables(
     split: PublishedSplit, submitted: PredictionsFile, scores: Scores, method: str, seed: int, group_by: Sequence[str]
 ) -> dict[str, pl.DataFrame]:
     """``eval_results`` and ``eval_runs`` of one predictions file's scores (their contracts: data_contracts/eval_*)."""
-    run = f"{split.benchmark}.{method}.seed{seed}"
+    parameter = "--group-by" if grouping_name(group_by) else "--method"  # what made the name too long
+    run = check_benchmark_name(run_name(split.benchmark, method, seed, group_by), parameter)
     common = {"benchmark": split.benchmark, "run": run, "split_version": split.version, "family": split.family}
     key = {**common, "method": method, "seed": seed}
     eval_results = pl.DataFrame(
         [{**key, **row} for row in scores.table().iter_rows(named=True)], schema={**KEY_SCHEMA, **METRICS_SCHEMA}
     )
     frame = submitted.predictions.frame
+    grouper = Grouper.parse(group_by)
     run_row = {
         **key,
         "covered_splits": scores.covered_splits,
-        "group_by": list(group_by),
+        "group_by": [] if grouper.own else list(grouper.fields),
         "n_predictions": frame.height,
         "has_probabilities": "probabilities" in frame.columns,
         "predictions_sha256": submitted.sha256,
+        "image_source": split_image_source(split.manifest),
     }
     eval_runs = pl.DataFrame([run_row], schema={**KEY_SCHEMA, **RUN_SCHEMA})
     return {"eval_results": eval_results, "eval_runs": eval_runs}
@@ -195,20 +244,25 @@ def publish_scores(
     """Stage, check and publish the scores of a predictions file as a results version; nothing is recorded when a
     check fails."""
     tables = eval_tables(split, submitted, scores, check_method(method), check_seed(seed), group_by)
-    run = str(tables["eval_runs"]["run"][0])
+    row = tables["eval_runs"].row(0, named=True)
+    run, fields = str(row["run"]), list(row["group_by"])
+    images = images_of(row["image_source"], data_tag(split.benchmark))
     manifest = {
         "split": {"family": split.family, "benchmark": split.benchmark, "version": split.version},
         "method": method,
         "seed": seed,
-        "group_by": list(group_by),
+        "group_by": fields,
+        "images": {"source": row["image_source"], "label": images},
         "predictions": {"path": str(submitted.path), "sha256": submitted.sha256},
         "environment": environment(),
     }
     described = cards.with_split_magnitudes(tables, split.path)
+    grouping = f"the groups by {', '.join(fields)} (--group-by)" if fields else "the split's own groups"
     info = cards.CardInfo(
-        title=f"Scored predictions of {method} (seed {seed}) on {split.benchmark}",
+        title=f"Scored predictions of {method} (seed {seed}) on {split.benchmark}{IMAGES_TITLES.get(images, '')}",
         shift=f"Predictions made outside shiftbench, scored on the split {split.benchmark} (version "
-        f"{split.version}); the shift magnitudes below are that split's.",
+        f"{split.version}); worst-group accuracy (acc_wg) is over {grouping}; the shift magnitudes below are that "
+        f"split's.{card_sentence(images, scored=True)}",
         licences=("Results: MIT (shiftbench); the predictions are the submitter's",),
         citation="Koh, Sagawa et al. WILDS: A Benchmark of in-the-Wild Distribution Shifts. ICML 2021 (evaluation).",
     )

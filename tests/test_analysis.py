@@ -35,12 +35,13 @@ def _run(query: str, tables: dict[str, pl.DataFrame]) -> pl.DataFrame:
 def _board(
     rows: list[tuple[str, str, str | None, str, int, float, float | None]], image_source: str = "sprites"
 ) -> pl.DataFrame:
-    """Rows of ``leaderboard_with_standins`` (what the analyses read); scored predictions ('predictions') have
-    no setting; ``data_tag`` is the name's @TAG, as the view computes it."""
+    """Rows of ``leaderboard_with_standins`` (what the analyses read); scored predictions have no setting (their
+    split's own grouping) and carry the split's image source; ``data_tag`` is the name's @TAG, as the view computes
+    it."""
     return pl.DataFrame(
         [
             {"benchmark": b, "data_tag": b.split("@")[1] if "@" in b else None, "split_version": "v1", "method": m,
-             "setting": s, "image_source": image_source if s is not None else "predictions", "eval_split": e,
+             "setting": s, "image_source": image_source, "eval_split": e,
              "metric": "acc_avg", "n_seeds": n, "mean": mean, "std": std}
             for b, m, s, e, n, mean, std in rows
         ],

@@ -145,6 +145,9 @@ EVAL = [
     (["eval", CASE, "{csv_float}", "--method", "mine"], "y_pred '1.0' is not a class"),
     (["eval", CASE, "{tmp}/missing.csv", "--method", "mine"], "predictions file not found"),
     (["eval", CASE, "{preds}", "--method", "Mine!"], "parameter '--method'"),
+    (["eval", CASE, "{tmp}", "--method", "mine"], "parameter 'PREDICTIONS': is a directory, not a predictions file"),
+    (["eval", CASE, "{blank_csv}", "--method", "mine"], "blank.csv:3: blank line: no example_id, no y_pred"),
+    (["eval", CASE, "{twice_csv}", "--method", "mine"], "twice.csv:4: example 'a': predicted twice (first at line 2)"),
 ]
 TRAIN = [
     (["train", CASE, "--set", "decode_workers=-4"], "parameter 'decode_workers'"),
@@ -249,6 +252,8 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
     predictions.with_columns(pl.col("y_pred").cast(pl.Float64)).write_parquet(tmp_path / "floats.parquet")
     predictions.with_columns(pl.col("y_pred").cast(pl.Boolean)).write_parquet(tmp_path / "bools.parquet")
     (tmp_path / "float.csv").write_text("example_id,y_pred\n" + "".join(f"{i},1.0\n" for i in ids))
+    (tmp_path / "blank.csv").write_text(f"example_id,y_pred\n{ids[0]},0\n\n{ids[1]},0\n")
+    (tmp_path / "twice.csv").write_text("example_id,y_pred\na,0\nb,0\na,1\n")
     (tmp_path / "torn.pt").write_bytes(b"PK\x03\x04" + bytes(60))  # the start of torch.save's zip, cut short
     return {
         "tmp": str(tmp_path),
@@ -259,6 +264,8 @@ def places(cli: Settings, tmp_path: Path) -> dict[str, str]:
         "floats": str(tmp_path / "floats.parquet"),
         "bools": str(tmp_path / "bools.parquet"),
         "csv_float": str(tmp_path / "float.csv"),
+        "blank_csv": str(tmp_path / "blank.csv"),
+        "twice_csv": str(tmp_path / "twice.csv"),
         "torn": str(tmp_path / "torn.pt"),
     }
 

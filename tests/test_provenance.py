@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 from shiftbench.pipelines.cli import main
 
-from shiftbench import analysis, splits
+from shiftbench import analysis, provenance, splits
 from shiftbench.erm import launch
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
@@ -116,22 +116,24 @@ def test_the_leaderboard_command_hides_standins_unless_asked_and_labels_them(
     assert main(["leaderboard", CASE]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[0].split() == ["benchmark", "method", "setting", "test/acc_avg", "test/acc_wg"]
-    assert len(lines) == 2 and lines[1].split()[:3] == [CASE, "erm", setting] and "(2)" in lines[1]
+    header = ["benchmark", "method", "setting", "grouping", "images", "test/acc_avg", "test/acc_wg"]
+    assert lines[0].split() == header
+    assert lines[1].split()[:5] == [CASE, "erm", setting, "group", "generated"] and "(2)" in lines[1]
+    assert lines[2:] == ["", f"images 'generated': {provenance.MEANINGS['generated']}"]  # the sprites' own images
     assert "standin" not in captured.out
     assert captured.err.strip() == "1 row(s) on stand-in images left out: --include-standin shows them, labelled"
 
     assert main(["leaderboard", CASE, "--include-standin"]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    assert lines[0].split() == ["benchmark", "method", "setting", "images", "test/acc_avg", "test/acc_wg"]
-    assert [line.split()[3] for line in lines[1:3]] == ["sprites", "standin"]
+    assert lines[0].split() == header
+    assert [line.split()[4] for line in lines[1:3]] == ["generated", "standin"]
     assert lines[-1].startswith("images 'standin': generated stand-in images") and captured.err == ""
 
     assert main(["leaderboard", CASE, "--include-standin", "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert "| benchmark | method | setting | images | test/acc_avg | test/acc_wg |" in out
-    assert f"| {CASE} | erm | {setting} | standin |" in out and "_images 'standin': generated" in out
+    assert "| benchmark | method | setting | grouping | images | test/acc_avg | test/acc_wg |" in out
+    assert f"| {CASE} | erm | {setting} | group | standin |" in out and "_images 'standin': generated" in out
 
 
 @pytest.mark.slow
@@ -175,10 +177,11 @@ def test_the_cli_names_a_standin_run_apart(
 
 
 @pytest.mark.slow
-def test_scored_predictions_are_labelled_predictions_and_shown_by_default(
+def test_scored_predictions_carry_their_splits_images_and_are_shown_by_default(
     warehouse: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``shiftbench eval`` results have no images of ours: image_source 'predictions', in the real leaderboard."""
+    """``shiftbench eval`` results carry the scored split's image source (the sprites': generated), and are in the
+    default leaderboard, labelled (stand-in splits: tests/test_standin_everywhere.py)."""
     home = tmp_path / "home"
     shutil.copytree(warehouse.home, home, symlinks=True)
     monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
@@ -187,11 +190,11 @@ def test_scored_predictions_are_labelled_predictions_and_shown_by_default(
     assert main(["eval", CASE, str(tmp_path / "oracle.parquet"), "--method", "oracle"]) == 0
     capsys.readouterr()
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)})
-    rows = _query(settings, "SELECT DISTINCT image_source, setting, data_tag FROM results WHERE method = 'oracle'")
-    assert rows == [("predictions", None, None)]
+    query = "SELECT DISTINCT image_source, images, setting, grouping, data_tag FROM results WHERE method = 'oracle'"
+    assert _query(settings, query) == [("sprites", "generated", None, "group", None)]
     assert main(["leaderboard", CASE]) == 0
     oracle = [line.split() for line in capsys.readouterr().out.splitlines() if " oracle " in line]
-    assert oracle == [[CASE, "oracle", "1.0", "(1)", "1.0", "(1)"]]
+    assert oracle == [[CASE, "oracle", "group", "generated", "1.0", "(1)", "1.0", "(1)"]]
 
 
 def _figure_text(module: ModuleType, monkeypatch: pytest.MonkeyPatch, draw: Callable[[], bytes]) -> dict[str, str]:
@@ -229,7 +232,8 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
         (CASE, "standin", 2),
     ]
     assert analysis.provenance(table) == (
-        "learners marked [stand-in images] trained on generated stand-ins, not the datasets' images"
+        "learners marked [stand-in images] trained on generated stand-ins, not the datasets' images; "
+        "generated images (the ConDS sprites): results on generated data, not photographs"
     )
     text = _figure_text(figures, monkeypatch, lambda: shifts.figure(table, "t"))
     legend = text["legend"].splitlines()
@@ -243,7 +247,7 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
     assert main(["analyse", "conds-accuracy-by-shift"]) == 0
     assert "conds-accuracy-by-shift: version" in capsys.readouterr().out
     (title,) = titles
-    note = "(learners marked [stand-in images] trained on generated stand-ins, not the datasets' images)"
+    note = f"({analysis.provenance(table)})"
     assert title.startswith(f"{shifts.title}\n") and " ".join(title.split()) == f"{shifts.title} {note}"
     latest = Store(warehouse.store_dir).log.latest("conds-accuracy-by-shift")
     assert latest is not None
@@ -344,5 +348,10 @@ def test_provenance_notes_tags_and_standin_only_analyses() -> None:
     assert analysis.provenance(frame) == (
         "stand-in images only: not results on the datasets' images; splits tagged @generated: not the papers' data"
     )
-    real = pl.DataFrame({"image_source": ["gqa", "predictions"], "data_tag": [None, None]})
+    real = pl.DataFrame({"image_source": ["gqa", "imagenet", ""], "data_tag": [None, None, None]})
     assert analysis.provenance(real.with_columns(pl.col("data_tag").cast(pl.String))) == ""
+    other = pl.DataFrame({"image_source": ["sprites", "unrecorded", None], "data_tag": [None, None, None]})
+    assert analysis.provenance(other.with_columns(pl.col("data_tag").cast(pl.String))) == (
+        "generated images (the ConDS sprites): results on generated data, not photographs; "
+        "scored predictions of unrecorded images"
+    )

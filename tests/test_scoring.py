@@ -53,6 +53,31 @@ def test_subset_accuracy_by_hand() -> None:
     assert m.subset_accuracy("test", "none", y_true, y_pred, np.zeros(4, bool)).value is None
 
 
+def test_the_worst_group_note_counts_the_groups_with_examples() -> None:
+    """acc_wg is the worst non-empty group: the note says of how many, how big the worst is, and how many are empty."""
+    from dataclasses import asdict
+
+    from shiftbench import worst_group
+
+    def results(split: str, groups: list[int]) -> pl.DataFrame:
+        y_true, y_pred = np.array([0, 1, 1][: len(groups)]), np.array([0, 0, 1][: len(groups)])
+        found = m.split_metrics(split, y_true, y_pred, np.zeros(len(groups)), np.array(groups), ["a", "b", "c", "d"])
+        return pl.DataFrame([asdict(r) for r in found], schema={"eval_split": pl.String, "metric": pl.String,
+                                                                 "group": pl.String, "value": pl.Float64})  # fmt: skip
+
+    two_empty = results("id_val", [0, 2, 2])  # a: 1 of 1 right, c: 1 of 2 right (the worst), b and d empty
+    assert two_empty.filter(pl.col("metric") == "acc_wg").row(0)[2:] == ("c", 0.5)
+    assert worst_group.notes(two_empty) == {
+        "id_val": "worst of 2 groups with examples, 2 examples in it; 2 of 4 have none in id_val"
+    }
+    assert worst_group.metadata(two_empty) == {"worst_group/id_val": worst_group.notes(two_empty)["id_val"]}
+    assert worst_group.notes(results("test", [3, 2, 1])) == {
+        "test": "worst of 3 groups with examples, 1 example in it; 1 of 4 have none in test"
+    }
+    assert worst_group.note("test", 0, 4, None) == "no group has an example in test"
+    assert worst_group.note("test", 4, 4, 1) == ""  # every group has examples: nothing to explain
+
+
 @pytest.fixture
 def published_case(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]) -> Settings:
     settings = cli_env()
@@ -136,10 +161,12 @@ def test_eval_scores_a_spurious_predictor_and_fills_results_and_leaderboard(
     assert [g for (g,) in groups] == ["object_color=blue", "object_color=red", "object_color=yellow"]
     assert main(["leaderboard", CASE, "--format", "markdown"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| benchmark | method | setting | test/acc_avg | test/acc_wg |"
+    assert lines[0] == "| benchmark | method | setting | grouping | images | test/acc_avg | test/acc_wg |"
     oracle = next(line for line in lines if "| oracle |" in line)
+    assert oracle.startswith(f"| {CASE} | oracle | by-object_color | object_color | generated |")
     assert f"| {round(mean, 3)} ± {round(half, 3)} (2) |" in oracle
-    assert any(line.startswith(f"| {CASE} | colour |  | 0.333 (1) | 0.0 (1) |") for line in lines)
+    assert any(line.startswith(f"| {CASE} | colour |  | group | generated | 0.333 (1) | 0.0 (1) |") for line in lines)
+    assert lines[-1].startswith("_images 'generated': the split's own images are generated")
     assert ece is not None and ece[0] == pytest.approx(abs((1 - accuracies[0]) - 0.2), abs=1e-9)
 
 
@@ -151,11 +178,13 @@ def test_eval_scores_a_spurious_predictor_and_fills_results_and_leaderboard(
         (lambda f: f.filter(pl.col("row") != 5), "is covered only in part"),
         (lambda f: f.with_columns(pl.when(pl.col("row") == 2).then(7).otherwise("y_pred").alias("y_pred")),
          "row 3: example"),
-        (lambda f: pl.concat([f, f.filter(pl.col("row") == 0)]), "predicted twice (first at row 1: )"),
+        (lambda f: pl.concat([f, f.filter(pl.col("row") == 0)]), "predicted twice (first at row 1)"),
+        (lambda f: pl.concat([f, pl.DataFrame({c: [None] for c in f.columns}, schema=f.schema)]),
+         ": empty row: no example_id, no y_pred"),
         (lambda f: f.with_columns(pl.when(pl.col("row") == 6).then(0.9).otherwise("p_0").alias("p_0")),
          "row 7: example"),
     ],
-    ids=["unknown_id", "missing_example", "label_out_of_range", "duplicate", "probabilities"],
+    ids=["unknown_id", "missing_example", "label_out_of_range", "duplicate", "empty_row", "probabilities"],
 )  # fmt: skip
 def test_bad_predictions_are_one_line_and_record_nothing(
     published_case: Settings,
@@ -185,14 +214,91 @@ def test_csv_errors_name_the_line(published_case: Settings, tmp_path: Path, caps
     assert main(["eval", CASE, str(path), "--method", "Bad Name"]) == 2
     assert "parameter '--method'" in capsys.readouterr().err
     assert main(["eval", CASE, str(path), "--method", "m", "--group-by", "colour"]) == 2
+    capsys.readouterr()
+    # A repeated id names the line of the first; a blank line is said to be blank; a folder is said to be one.
+    for text, message in [
+        (
+            "example_id,y_pred\nx.png,0\ny.png,0\nx.png,1\n",
+            f"{path}:4: example 'x.png': predicted twice (first at line 2)",
+        ),
+        ("example_id,y_pred\nx.png,0\n\ny.png,0\n", f"{path}:3: blank line: no example_id, no y_pred"),
+        ("example_id,y_pred,p_0\nx.png,0,1\n , ,\n", f"{path}:3: blank line: no example_id, no y_pred"),
+    ]:
+        path.write_text(text)
+        assert main(["eval", CASE, str(path), "--method", "mine"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+    assert main(["eval", CASE, str(tmp_path), "--method", "mine"]) == 2
+    assert f"{tmp_path}, parameter 'PREDICTIONS': is a directory, not a predictions file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_second_grouping_is_a_result_beside_the_first(
+    published_case: Settings, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Scoring the same predictions again with another --group-by publishes a second result (its grouping in its
+    name); the first stays latest, untouched; each worst-group figure names its grouping, and the printed acc_wg
+    says over how many groups it was computed when some have no example."""
+    settings = published_case
+    examples = _examples(settings)
+    wrong_on_red = pl.when(pl.col("object_color") == "red").then((pl.col("y") + 1) % 3).otherwise(pl.col("y"))
+    examples.select("example_id", wrong_on_red.alias("y_pred")).write_parquet(tmp_path / "p.parquet")
+    score = ["eval", CASE, str(tmp_path / "p.parquet"), "--method", "mine"]
+    assert main(score) == 0
+    own = capsys.readouterr().out
+    store = Store(settings.store_dir)
+    first = store.log.latest(f"{CASE}.mine.seed0")
+    assert first is not None and "acc_wg over the split's own groups" in own
+    # The printed acc_wg is the worst of the groups with examples, and says how many of all groups have none.
+    id_val = examples.filter(pl.col("split") == "id_val")
+    n_groups, present = examples["group"].n_unique(), id_val["group"].n_unique()
+    assert 0 < present < n_groups  # the full case: many of its 81 cells have no id_val example
+    line = next(x for x in own.splitlines() if x.strip().startswith("id_val/acc_wg"))
+    assert line.split()[1] == "0.0000"  # a red cell: always wrong
+    assert (
+        f"worst of {present} groups with examples" in line
+        and f"{n_groups - present} of {n_groups} have none in id_val" in line
+    )
+
+    assert main([*score, "--group-by", "object_color"]) == 0
+    by_colour = capsys.readouterr().out
+    assert f"{CASE}.mine.by-object_color.seed0: version" in by_colour and "now latest" in by_colour
+    assert "acc_wg over the groups by object_color" in by_colour
+    assert "test/acc_wg       0.0000 (object_color=red)" in by_colour  # three colours, all in test: no note
+    assert store.log.latest(f"{CASE}.mine.seed0") == first  # the first result is still there, still latest
+    assert main([*score, "--group-by", "group"]) == 0  # the split's own groups, named: the first result again
+    assert "already latest" in capsys.readouterr().out and store.log.latest(f"{CASE}.mine.seed0") == first
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        rows = con.execute(
+            "SELECT run, setting, grouping, \"group\" FROM results WHERE method = 'mine' AND eval_split = 'test' "
+            "AND metric = 'acc_wg' ORDER BY run"
+        ).fetchall()
+    assert [r[:3] for r in rows] == [
+        (f"{CASE}.mine.by-object_color.seed0", "by-object_color", "object_color"),
+        (f"{CASE}.mine.seed0", None, "group"),
+    ]
+    assert rows[0][3] == "object_color=red" and rows[1][3].startswith("shape=")
+    assert main(["leaderboard", CASE]) == 0
+    table = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert table[0] == ["benchmark", "method", "setting", "grouping", "images", "test/acc_avg", "test/acc_wg"]
+    # Two rows (the own grouping's setting is empty), one accuracy, each worst-group figure beside its grouping.
+    assert table[1][:4] == [CASE, "mine", "group", "generated"] and table[1][4:6] == table[2][5:7]
+    assert table[2][:5] == [CASE, "mine", "by-object_color", "object_color", "generated"]
+    assert table[1][6:] == table[2][7:] == ["0.0", "(1)"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("family", "benchmark"), [("breeds", "living17"), ("metashift", "cat-dog-dg-cabinet-bed@generated")]
+    ("family", "benchmark", "images"),
+    [("breeds", "living17", "real"), ("metashift", "cat-dog-dg-cabinet-bed@generated", "standin")],
 )
 def test_eval_on_every_family(
-    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str], family: str, benchmark: str
+    cli_env: Callable[..., Settings],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    family: str,
+    benchmark: str,
+    images: str,
 ) -> None:
     settings = cli_env()
     assert main(["build", family, "--benchmark", benchmark]) == 0
@@ -223,3 +329,10 @@ def test_eval_on_every_family(
         recall = [1.0 if y < k // 2 or y == 0 else 0.0 for y in present]
         assert got[(split, "acc_balanced")] == pytest.approx(sum(recall) / len(recall))
         assert got[(split, "acc_avg")] == pytest.approx(part.filter(pl.col("y") < k // 2).height / part.height)
+    # Whose images: the split's (BREEDS: ImageNet's, though not configured here; the generated scene sample: only
+    # stand-ins, whatever the predictions were made from), in eval_runs and in the views.
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        recorded = con.execute("SELECT image_source FROM eval_runs WHERE method = 'half'").fetchall()
+        labels = con.execute("SELECT DISTINCT image_source, images FROM results WHERE method = 'half'").fetchall()
+    source = "imagenet" if family == "breeds" else "standin"
+    assert recorded == [(source,)] and labels == [(source, images)]

@@ -34,7 +34,7 @@ def add_leaderboard(sub: Subcommands) -> None:
     board.add_argument(
         "--include-standin",
         action="store_true",
-        help="also show runs on generated stand-in images (left out by default), each row labelled by its images",
+        help="also show rows on generated stand-in images (left out by default), labelled in the column images",
     )
     board.set_defaults(func=cmd_leaderboard)
 
@@ -61,7 +61,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     (shiftbench.scored_predictions)."""
     import polars as pl
 
+    from shiftbench import worst_group
     from shiftbench.evaluation import score
+    from shiftbench.provenance import MEANINGS, data_tag, images_of
     from shiftbench.scored_predictions import check_method, check_seed, publish_scores, read_predictions
     from shiftbench.splits import published_split
 
@@ -79,9 +81,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
         f"{run['run']}: version {outcome.staged.version} ({state}; {split.benchmark} {split.version}, "
         f"splits {', '.join(run['covered_splits'])})"
     )
+    images = images_of(run["image_source"], data_tag(split.benchmark))
+    grouping = f"the groups by {', '.join(run['group_by'])}" if run["group_by"] else "the split's own groups"
+    print(f"  images {images}: {MEANINGS[images]}; acc_wg over {grouping}")
+    notes = worst_group.notes(tables["eval_results"])
     headline = tables["eval_results"].filter(pl.col("metric").is_in(["acc_avg", "acc_wg", "f1_macro", "ece"]))
     for row in headline.sort("eval_split", "metric").iter_rows(named=True):
-        group = f" ({row['group']})" if row["metric"] == "acc_wg" and row["group"] else ""
+        said = [row["group"], notes.get(row["eval_split"])] if row["metric"] == "acc_wg" else []
+        group = f" ({'; '.join(filter(None, said))})" if any(said) else ""
         value = "NULL" if row["value"] is None else f"{row['value']:.4f}"
         print(f"  {row['eval_split']}/{row['metric']:<12} {value}{group}")
     print(f"\nResults: {shiftbench_command()} sql \"SELECT * FROM results WHERE run = '{run['run']}'\"")
@@ -110,17 +117,21 @@ def cmd_sql(args: argparse.Namespace) -> int:
     return 0
 
 
-STANDIN_NOTE = (
-    "images 'standin': generated stand-in images (shiftbench/standin.py), not the dataset's; "
-    "these numbers say nothing about the real images"
-)
-
-
 def cmd_leaderboard(args: argparse.Namespace) -> int:
-    """The leaderboard view as a table for a paper (Markdown) or the terminal: results on real images (and
-    scored predictions); runs on stand-in images only with ``--include-standin``, labelled."""
+    """The leaderboard view as a table for a paper (Markdown) or the terminal: results on the splits' own images,
+    real or generated (and scored predictions of them), each row labelled by its images and a legend under the
+    table; rows on stand-in images only with ``--include-standin``, labelled."""
     from shiftbench.catalog import open_catalog
-    from shiftbench.reporting import check_request, hidden_standin_runs, leaderboard_table, to_markdown, to_text
+    from shiftbench.provenance import legend
+    from shiftbench.reporting import (
+        check_request,
+        images_shown,
+        leaderboard_table,
+        left_out,
+        left_out_note,
+        to_markdown,
+        to_text,
+    )
 
     settings = Settings.from_env()
     metrics = comma_list(args.metrics)
@@ -129,15 +140,16 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     with con:
         check_request(con, args.benchmark, metrics, splits)
         table = leaderboard_table(con, args.benchmark, metrics, splits, include_standin=args.include_standin)
-        hidden = 0 if args.include_standin else hidden_standin_runs(con, args.benchmark, metrics, splits)
+        hidden = {} if args.include_standin else left_out(con, args.benchmark, metrics, splits)
     if table.is_empty():
         print("no results on the latest split versions (shiftbench train, shiftbench eval)", file=sys.stderr)
     else:
         sys.stdout.write(to_markdown(table) if args.format == "markdown" else to_text(table))
-    if args.include_standin and "standin" in table.get_column("images").to_list():
-        print(f"\n_{STANDIN_NOTE}_" if args.format == "markdown" else f"\n{STANDIN_NOTE}")
+        legends = [legend(images) for images in images_shown(table)]  # what each label of the column images means
+        markdown = args.format == "markdown"
+        print("\n" + ("\n\n" if markdown else "\n").join(f"_{line}_" if markdown else line for line in legends))
     if hidden:
-        print(f"{hidden} row(s) on stand-in images left out: --include-standin shows them, labelled", file=sys.stderr)
+        print(left_out_note(hidden), file=sys.stderr)
     return 0
 
 

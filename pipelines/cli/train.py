@@ -15,6 +15,7 @@ from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
 
 from shiftbench.errors import InputError, StoreError
 from shiftbench.settings import Settings
+from shiftbench.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
 
 
 def add_train(sub: Subcommands) -> None:
@@ -201,6 +202,7 @@ def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
 def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float, *, restart: bool) -> int:
     import polars as pl
 
+    from shiftbench import worst_group
     from shiftbench.erm.interrupt import Stopped
     from shiftbench.erm.launch import headline, scratch_dir, train_in_process
 
@@ -222,6 +224,7 @@ def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: 
         "train_images_per_s": summary["train_images_per_s"] or 0.0,
         "path": str(outcome.staged.path),
         **headline(results),
+        **worst_group.metadata(results),
     }
     _print_training(meta, time.monotonic() - started)
     return 0
@@ -236,7 +239,8 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
     )
     for key, value in meta.items():
         if "/acc_" in key and value is not None:
-            print(f"  {key:<28} {float(value):.4f}")
+            note = meta.get(f"{WORST_GROUP_NOTE}{key.split('/')[0]}") if key.endswith("/acc_wg") else None
+            print(f"  {key:<28} {float(value):.4f}{f' ({note})' if note else ''}")
     from shiftbench.pipelines.cli.common import shiftbench_command
 
     print(f"\nResults: {shiftbench_command()} sql \"SELECT * FROM erm_results WHERE run = '{meta['run']}'\"")

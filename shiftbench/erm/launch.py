@@ -347,17 +347,17 @@ def stage_run(
         },
     }
     described = cards.with_split_magnitudes(tables, plan.split_dir)
-    standin = (
-        " Trained and evaluated on generated stand-in images (shiftbench.standin), not the split's own "
-        "images: these accuracies say nothing about the real dataset."
-        if plan.images.kind == STANDIN
-        else ""
-    )
+    from shiftbench import provenance  # whose images: real | generated | standin
+
+    images = provenance.images_of(plan.images.kind, provenance.data_tag(plan.benchmark))
+    grouping = str(plan.config.get("group_by", "group"))
+    grouping = "the split's own groups" if grouping == "group" else f"the groups by {grouping}"
     info = CardInfo(
         title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}"
-        + (" (stand-in images)" if standin else ""),
+        + provenance.CARD_TITLES.get(images, ""),
         shift=f"Results of one training run on the split {plan.benchmark} (version {plan.split_version}); the shift "
-        f"magnitudes below are that split's (table shift_magnitudes of the split version).{standin}",
+        f"magnitudes below are that split's (table shift_magnitudes of the split version); worst-group accuracy "
+        f"(acc_wg) is over {grouping}.{provenance.card_sentence(images)}",
         licences=("Model weights and results: MIT (shiftbench); the training images keep their own licence",),
         citation="Koh, Sagawa et al. WILDS: A Benchmark of in-the-Wild Distribution Shifts. ICML 2021 (evaluation).",
     )

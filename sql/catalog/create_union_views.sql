@@ -3,26 +3,53 @@
 -- next to predictions scored by `shiftbench eval` (the method they were submitted as). `results` shows only results on the latest version of their split (is_current), like its parts.
 -- `setting` tells runs of one method apart: for trained runs the run's name without benchmark, seed and
 -- stand-in tag ('smoke.mlp', 'smoke.mlp.groupdro', or 'smoke-<hash>.small_cnn' for a run that departed from
--- its preset), NULL for scored predictions.
--- Provenance: `image_source` is where a trained run's images came from, as its erm_runs row records it
--- (imagenet | gqa | celeba | sprites | user, or standin: generated stand-ins, not the dataset's images;
--- read from erm_runs, so runs published by older versions under a real run's name are labelled too),
--- 'predictions' for scored predictions (their images were never ours to see); `data_tag` is the `@TAG`
--- of the split's name (shiftbench/naming.py: 'generated', 'wordnet-default', ...; NULL for the papers'
--- names and the user's own).
+-- its preset); for scored predictions the grouping part of the run's name ('by-object_color', NULL for the
+-- split's own groups). `grouping` names the groups acc_wg and the per-group metrics are over: 'group' (the
+-- split's own) or the metadata fields, comma-separated (a trained run's group_by, `shiftbench eval --group-by`).
+-- Provenance: `image_source` is where the images came from: a trained run's, as its erm_runs row records it
+-- (imagenet | gqa | celeba | sprites | user | standin; read from erm_runs, so runs published by older versions
+-- under a real run's name are labelled too), for scored predictions the scored split's (eval_runs.image_source;
+-- 'unrecorded' for versions scored before it was recorded). `images` is what that means (shiftbench/provenance.py, the
+-- macro below): real | generated (the split's own images are generated: the ConDS sprites, NAME@generated) |
+-- standin (generated stand-ins in place of the split's images) | unrecorded. `data_tag` is the `@TAG` of the
+-- split's name (shiftbench/naming.py: 'generated', 'wordnet-default', ...; NULL for the papers' names and the
+-- user's own).
+
+CREATE OR REPLACE MACRO shiftbench_images(image_source, data_tag) AS CASE
+    WHEN image_source IS NULL OR image_source IN ('', 'unrecorded') THEN 'unrecorded'
+    WHEN image_source = 'standin' THEN 'standin'
+    WHEN image_source = 'sprites' OR data_tag IS NOT DISTINCT FROM 'generated' THEN 'generated'
+    ELSE 'real'
+END;
 
 CREATE OR REPLACE VIEW results_history AS
-SELECT r.benchmark, nullif(split_part(r.benchmark, '@', 2), '') AS data_tag, r.split_version, r.family,
-       coalesce(r.method, 'erm') AS method,
-       regexp_replace(r.run[length(r.benchmark) + 2:], '\.seed[0-9]+(@standin)?$', '') AS setting,
-       u.image_source, r.seed, r.run, r.version, r.eval_split, r.metric, r."group", r.value, r.is_current
-FROM erm_results_history AS r
-LEFT JOIN erm_runs_history AS u ON u.run = r.run AND u.version = r.version
+WITH trained AS (
+    SELECT r.*, nullif(split_part(r.benchmark, '@', 2), '') AS data_tag, u.image_source,
+           coalesce(nullif(regexp_replace(json_extract_string(u.config, '$.group_by'), '\s', '', 'g'), ''), 'group')
+               AS grouping
+    FROM erm_results_history AS r
+    LEFT JOIN erm_runs_history AS u ON u.run = r.run AND u.version = r.version
+),
+scored AS (
+    SELECT r.*, nullif(split_part(r.benchmark, '@', 2), '') AS data_tag,
+           coalesce(u.image_source, 'unrecorded') AS image_source,
+           CASE WHEN len(coalesce(u.group_by, [])) = 0 THEN 'group' ELSE array_to_string(u.group_by, ',') END
+               AS grouping
+    FROM eval_results_history AS r
+    LEFT JOIN eval_runs_history AS u ON u.run = r.run AND u.version = r.version
+)
+SELECT benchmark, data_tag, split_version, family, coalesce(method, 'erm') AS method,
+       regexp_replace(run[length(benchmark) + 2:], '\.seed[0-9]+(@standin)?$', '') AS setting, grouping,
+       image_source, shiftbench_images(image_source, data_tag) AS images, seed, run, version, eval_split, metric,
+       "group", value, is_current
+FROM trained
 UNION ALL
-SELECT benchmark, nullif(split_part(benchmark, '@', 2), '') AS data_tag, split_version, family, method,
-       NULL AS setting, 'predictions' AS image_source, seed, run, version, eval_split, metric, "group", value,
-       is_current
-FROM eval_results_history;
+SELECT benchmark, data_tag, split_version, family, method,
+       nullif(regexp_extract(run[length(benchmark) + 2:], '^[a-z0-9_-]+\.(by-[^.]+)\.seed[0-9]+$', 1), '')
+           AS setting,
+       grouping, image_source, shiftbench_images(image_source, data_tag) AS images, seed, run, version, eval_split,
+       metric, "group", value, is_current
+FROM scored;
 
 CREATE OR REPLACE VIEW results AS
 SELECT h.*
@@ -30,16 +57,18 @@ FROM results_history AS h
 SEMI JOIN latest_versions AS l ON l.benchmark = h.run AND l.version = h.version
 WHERE h.is_current;
 
--- Per (benchmark, method, setting, image_source, eval_split, metric) over the seeds of the latest split
+-- Per (benchmark, method, setting, grouping, image_source, eval_split, metric) over the seeds of the latest split
 -- version: mean, sample standard deviation (ddof 1) and a 95 % Student t interval over seeds
 -- (mean ± t(0.975, n-1) · s / √n; NULL below two seeds). Every metric but the per-group ones
 -- (acc_group:<g>, count_group:<g>: groups may differ between submissions); acc_wg is aggregated as a
--- number, whichever group was worst. image_source is part of the key: seeds on stand-in images are never
--- averaged with seeds on real ones. `leaderboard_with_standins` holds every row; `leaderboard`, the one a
--- reader quotes, leaves the stand-in rows out (docs/results.md#leaderboard says why).
+-- number, whichever group was worst, over the row's `grouping`. image_source is part of the key: seeds on
+-- stand-in images are never averaged with seeds on real ones. `leaderboard_with_standins` holds every row;
+-- `leaderboard`, the one a reader quotes, holds the rows on the splits' own images, real or generated, each
+-- labelled by `images` (docs/results.md#results-and-the-leaderboard says why).
 CREATE OR REPLACE VIEW leaderboard_with_standins AS
 WITH per_seed AS (
-    SELECT benchmark, data_tag, split_version, method, setting, image_source, eval_split, metric, seed, value
+    SELECT benchmark, data_tag, split_version, method, setting, grouping, image_source, images, eval_split, metric,
+           seed, value
     FROM results
     WHERE metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'
 ),
@@ -50,13 +79,13 @@ t AS (
         (60, 2.000), (120, 1.980)) AS v(df, t975)
 ),
 stats AS (
-    SELECT benchmark, data_tag, split_version, method, setting, image_source, eval_split, metric,
+    SELECT benchmark, data_tag, split_version, method, setting, grouping, image_source, images, eval_split, metric,
            count(value) AS n_seeds, avg(value) AS mean, stddev_samp(value) AS std
     FROM per_seed
     GROUP BY ALL
 )
-SELECT s.benchmark, s.data_tag, s.split_version, s.method, s.setting, s.image_source, s.eval_split, s.metric,
-       s.n_seeds, s.mean, s.std,
+SELECT s.benchmark, s.data_tag, s.split_version, s.method, s.setting, s.grouping, s.image_source, s.images,
+       s.eval_split, s.metric, s.n_seeds, s.mean, s.std,
        s.mean - q.t975 * s.std / sqrt(s.n_seeds) AS ci_low,
        s.mean + q.t975 * s.std / sqrt(s.n_seeds) AS ci_high
 FROM stats AS s
@@ -67,4 +96,4 @@ LEFT JOIN (SELECT df, t975, lead(df, 1, 1000000) OVER (ORDER BY df) AS next_df F
 CREATE OR REPLACE VIEW leaderboard AS
 SELECT *
 FROM leaderboard_with_standins
-WHERE image_source IS DISTINCT FROM 'standin';
+WHERE images IN ('real', 'generated');
