@@ -158,9 +158,7 @@ def _where() -> tuple[str | None, str | None]:
     return job, socket.gethostname().split(".")[0]
 
 
-def _record_stop(
-    out_dir: Path, stopped: Stopped, attempt: run_folder.Attempt | None = None, limit: int = 0
-) -> None:
+def _record_stop(out_dir: Path, stopped: Stopped, attempt: run_folder.Attempt | None = None, limit: int = 0) -> None:
     """``interrupted.json`` for the launcher; a checkpointed stop also joins ``attempts.jsonl``, and the stop that
     makes the run give up (no progress in ``limit`` attempts in a row) becomes a failure, not a requeue."""
     if attempt is not None:

@@ -30,7 +30,7 @@ import json
 import os
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -247,7 +247,7 @@ def _check_record(record: Any) -> None:
         raise ValueError("not a JSON object")
     if record.get("format") != FORMAT:
         raise ValueError(f"format {record.get('format')!r}, this job reads {FORMAT}: written by another shiftbench")
-    checks = {
+    checks: dict[str, Callable[[Any], bool]] = {
         "file": lambda v: isinstance(v, str) and _FILE.fullmatch(v) is not None,
         "iteration": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "sha256": lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None,
