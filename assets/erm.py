@@ -363,7 +363,7 @@ def _train(
     context: dg.AssetExecutionContext, settings: Settings, plan: launch.RunPlan, config: Any, client: Any, out_dir: Any
 ) -> None:
     """Run the job where the settings say: in this process, as a Slurm job, or through the bound Pipes client."""
-    job = plan.job(out_dir)
+    job = {**plan.job(out_dir), "launch": context.run.run_id}  # retries of one run count its stalled attempts
     context.log.info(f"{plan.run}: {plan.benchmark} version {plan.split_version}, images {plan.images.kind}")
     if config.in_process:
         from shiftbench.erm.job import run_job  # torch, in this process: only when asked for

@@ -8,8 +8,9 @@ keeps the terminal's progress. These are Dagster internals (``dagster._core``), 
 ``dagster job execute`` uses them; the test that the UI lists CLI runs under their job guards them.
 """
 
+import contextlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,22 @@ def run_job(
         header = f"a failure of shiftbench itself in run {run.run_id} ({job_name}): its traceback, also in its log"
         print(f"{header}:\n{text.rstrip()}", file=sys.stderr, flush=True)
     return finished
+
+
+@contextlib.contextmanager
+def dagster_keeps_sigterm() -> Iterator[None]:
+    """While a run executes in this process, SIGTERM keeps the handler ``shiftbench train`` installed
+    (shiftbench.erm.stops.held_stops): Dagster would map it to its own interrupt
+    (``dagster._utils.interrupts.setup_interrupt_handlers``, "for k8s"), and the training job would then be stopped
+    with SIGINT, exit 130 where 75 was meant. A Dagster internal, replaced for the block only."""
+    from dagster._utils import interrupts
+
+    original = interrupts.setup_interrupt_handlers
+    interrupts.setup_interrupt_handlers = lambda: None
+    try:
+        yield
+    finally:
+        interrupts.setup_interrupt_handlers = original
 
 
 def contiguous_blocks(selected: Sequence[str], order: Sequence[str]) -> list[list[str]]:

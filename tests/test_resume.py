@@ -414,3 +414,248 @@ def test_periodic_checkpoints_stay_under_two_percent_of_the_time(tmp_path: Path)
     resumable.written_at = time.perf_counter() - 30.0  # under 2 %
     assert resumable.due(20, 0)
     assert not Resumable(resume.Checkpoints(tmp_path, {}), StopRequest(), 0, "b seed 0").due(20, 0)  # 0: never
+
+
+def _record(out_dir: Path) -> dict[str, Any]:
+    return dict(json.loads((out_dir / "resume" / "state.json").read_text("utf-8")))
+
+
+def _rewrite(out_dir: Path, **changes: Any) -> None:
+    (out_dir / "resume" / "state.json").write_text(json.dumps({**_record(out_dir), **changes}), "utf-8")
+
+
+def _swap_state(out_dir: Path, state: Any) -> None:
+    """Replace the state file by ``state`` saved by torch, its SHA-256 and size updated in the record."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    record = _record(out_dir)
+    (out_dir / "resume" / record["file"]).write_bytes(buffer.getvalue())
+    _rewrite(out_dir, sha256=hashlib.sha256(buffer.getvalue()).hexdigest(), bytes=len(buffer.getvalue()))
+
+
+def _other_config(out_dir: Path, warehouse: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another configuration's checkpoint (lr 0.01) under this run's record: identity pasted, SHA-256 updated."""
+    other = out_dir.parent / "other"
+    _stop_at(_plan(warehouse, "erm", lr=0.01), other, "3", monkeypatch)
+    ours = _record(out_dir)["identity"]
+    for name in ("state-000000003.pt",):
+        (out_dir / "resume" / name).write_bytes((other / "resume" / name).read_bytes())
+    _rewrite(out_dir, **{k: v for k, v in _record(other).items() if k != "identity"}, identity=ours)
+
+
+def _more_damage() -> dict[str, tuple[Any, str]]:
+    import torch
+
+    return {
+        "record-without-sha256": (
+            lambda d, w, m: (d / "resume" / "state.json").write_text(
+                json.dumps({k: v for k, v in _record(d).items() if k != "sha256"}), "utf-8"
+            ),
+            "state.json: damaged checkpoint record (no 'sha256')",
+        ),
+        "identity-a-list": (lambda d, w, m: _rewrite(d, identity=[1, 2]), "damaged checkpoint record ('identity'"),
+        "foreign-torch-file": (
+            lambda d, w, m: _swap_state(d, {"weights": torch.zeros(2)}),
+            "damaged checkpoint (no 'iteration'): not a checkpoint this job writes",
+        ),
+        "record-is-a-folder": (
+            lambda d, w, m: ((d / "resume" / "state.json").unlink(), (d / "resume" / "state.json").mkdir()),
+            "state.json: damaged checkpoint record (",
+        ),
+        "resume-is-a-file": (
+            lambda d, w, m: (__import__("shutil").rmtree(d / "resume"), (d / "resume").write_text("x")),
+            "resume: damaged checkpoint (not a folder)",
+        ),
+        "other-config-identity-pasted": (
+            _other_config,
+            "checkpoint of another run, whatever state.json says (the file's own identity: lr 0.01 vs 0.001)",
+        ),
+    }
+
+
+@pytest.mark.parametrize("case", list(_more_damage()))
+def test_a_record_or_state_of_another_kind_is_one_line_never_a_traceback(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """What issue 48 found as tracebacks (KeyError, AttributeError, IsADirectoryError, FileExistsError) and the
+    checkpoint whose record vouched for another configuration's weights: each is one line naming the file, exit 2,
+    through the job's command line too."""
+    from shiftbench.erm.job import main as job_main
+
+    plan = _plan(warehouse, "erm")
+    out_dir = tmp_path / "run"
+    _stop_at(plan, out_dir, "3", monkeypatch)
+    damage, fragment = _more_damage()[case]
+    damage(out_dir, warehouse, monkeypatch)
+    with pytest.raises(InputError) as refused:
+        run_job(plan.job(out_dir), log=lambda _: None)
+    message = str(refused.value)
+    assert fragment in message and "\n" not in message and "--restart" in message, message
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(plan.job(out_dir)), "utf-8")
+    assert job_main([str(job_file)]) == 2
+    assert json.loads((out_dir / "error.json").read_text("utf-8"))["error"] == message
+
+
+@pytest.mark.parametrize("point", ["run.json", "discard"])
+def test_a_kill_during_the_jobs_clean_up_is_completed_without_training(
+    warehouse: Settings, tmp_path: Path, point: str
+) -> None:
+    """SIGKILL (a real one: the job kills itself at the point, SHIFTBENCH_TEST_KILL_AT) just after ``run.json`` is
+    written or with ``resume/`` renamed away but not deleted: the same job run again trains nothing, returns the
+    finished outputs as they are and removes what was left of the checkpoint."""
+    plan = _plan(warehouse, "erm", checkpoint_every=2)
+    out_dir = tmp_path / "run"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(plan.job(out_dir)), "utf-8")
+    env = {**os.environ, "SHIFTBENCH_TEST_KILL_AT": point}
+    env.pop(TEST_HOOK, None)
+    killed = subprocess.run([sys.executable, "-m", "shiftbench.erm.job", str(job_file)], env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL and (out_dir / "run.json").is_file()
+    before = (out_dir / "run.json").read_bytes()
+    lines: list[str] = []
+    summary = run_job(plan.job(out_dir), log=lines.append)
+    assert any("finished by an earlier attempt; its outputs are kept" in line for line in lines), lines
+    assert not any("iteration" in line for line in lines), lines
+    assert (out_dir / "run.json").read_bytes() == before and summary["weights"]["sha256"]
+    assert not (out_dir / "resume").exists() and not list(out_dir.glob(".resume.discarded.*"))
+
+
+def test_a_kill_before_run_json_resumes_from_the_last_checkpoint(warehouse: Settings, tmp_path: Path) -> None:
+    """Killed with its outputs written but not ``run.json`` (the commit): the folder is not finished (a crash while
+    training, as far as anyone can tell); the same job resumes from the last periodic checkpoint and gives the
+    uninterrupted outputs."""
+    plan = _plan(warehouse, "erm", checkpoint_every=2)
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
+    out_dir = tmp_path / "run"
+    job_file = tmp_path / "job.json"
+    job_file.write_text(json.dumps(plan.job(out_dir)), "utf-8")
+    env = {**os.environ, "SHIFTBENCH_TEST_KILL_AT": "outputs"}
+    env.pop(TEST_HOOK, None)
+    killed = subprocess.run([sys.executable, "-m", "shiftbench.erm.job", str(job_file)], env=env, capture_output=True)
+    assert killed.returncode == -signal.SIGKILL and not (out_dir / "run.json").exists()
+    lines: list[str] = []
+    run_job(plan.job(out_dir), log=lines.append)
+    assert any(line.startswith("resuming from iteration 2 ") for line in lines), lines
+    assert _outputs(out_dir) == _outputs(tmp_path / "plain")
+
+
+def test_a_run_that_makes_no_progress_gives_up_after_the_limit(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A requeue livelock without a cluster: attempts of one job (its ``launch`` id, as a Slurm task's id stays the
+    same across requeues) each stopped by SIGUSR1 right after resuming. The third in a row without a step gives up:
+    one line naming the run, the job and the reason, exit 2, instead of 75; the next attempt of that job is refused
+    before training; a new submission (another id) goes on; the attempts are recorded for the manifest."""
+    from shiftbench.erm import run_folder
+
+    plan = _plan(warehouse, "erm")
+    out_dir = tmp_path / "run"
+    job = {**plan.job(out_dir), "launch": "job-7", "max_stalled_attempts": 3}
+    monkeypatch.setenv(TEST_SIGNAL, str(int(signal.SIGUSR1)))
+    monkeypatch.setenv(TEST_HOOK, "3")
+    with pytest.raises(Interrupted):
+        run_job(job, log=lambda _: None)  # progress: 3 steps
+    monkeypatch.setenv(TEST_HOOK, "resume")
+    for _ in range(2):
+        with pytest.raises(Interrupted) as stopped:
+            run_job(job, log=lambda _: None)
+        assert stopped.value.exit_code == EXIT_REQUEUE
+    with pytest.raises(InputError) as gave_up:
+        run_job(job, log=lambda _: None)
+    line = str(gave_up.value)
+    assert line.startswith(
+        f"{CASE} seed 0: no progress in 3 attempts of job job-7 in a row (each stopped at iteration 3 by time "
+        "limit), the limit is 3: the time limit is shorter than start-up plus an evaluation"
+    ), line
+    assert (out_dir / "resume" / "state.json").is_file()  # the checkpoint is kept
+    monkeypatch.delenv(TEST_HOOK)
+    with pytest.raises(InputError, match="no progress in 3 attempts of job job-7"):
+        run_job(job, log=lambda _: None)
+    record = run_folder.execution_attempts(out_dir)
+    assert record["timeouts"] == 4 and record["preemptions"] == 0
+    assert [(a["started"], a["stopped"], a["progress"]) for a in record["attempts"]] == [
+        (0, 3, 3), (3, 3, 0), (3, 3, 0), (3, 3, 0)
+    ]  # fmt: skip
+    summary = run_job({**job, "launch": "job-8"}, log=lambda _: None)  # a new submission is a new decision
+    assert summary["resumed_from"] == 3
+
+
+# Every signal to every target but SIGINT to the group (a terminal's Ctrl-C: the test above): eight runs, seeds 2-9.
+STOPS = [(s, t) for s in ("SIGINT", "SIGTERM", "SIGUSR1") for t in ("command", "group", "job")]
+STOPS.remove(("SIGINT", "group"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "target"), STOPS)
+def test_a_stop_sent_to_the_command_its_group_or_the_job_checkpoints_with_the_signals_code(
+    tmp_path: Path, warehouse: Settings, name: str, target: str
+) -> None:
+    """A real signal to a real ``shiftbench train`` (its own session, as a terminal's job) after the job's first
+    checkpoint: to the command alone, to its process group, or to the training job alone (its pid from the run's lock
+    file). Each checkpoints and exits with the code docs/erm.md gives (130 for SIGINT, 75 for the others) and one line
+    naming the signal: Dagster turns a SIGTERM it receives into SIGINT, so the command holds the signals and forwards
+    them as they were (shiftbench.erm.interrupt.forwarded_stops)."""
+    env = {**os.environ, "SHIFTBENCH_HOME": str(warehouse.home), "DAGSTER_HOME": str(tmp_path / "dagster"),
+           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}  # fmt: skip
+    env.pop(TEST_HOOK, None)
+    seed = str(2 + STOPS.index((name, target)))  # a run of its own
+    command = [*_cli("--set", "max_iters=5000", "--set", "checkpoint_every=10")]
+    command[command.index("--seed") + 1] = seed
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True, preexec_fn=terminal_ctrl_c)  # fmt: skip
+    deadline = time.monotonic() + 300
+    runs = warehouse.home / "runs"
+    while not list(runs.glob(f"*seed{seed}/resume/state.json")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    signum = signal.Signals[name]
+    if target == "command":
+        os.kill(child.pid, signum)
+    elif target == "group":
+        os.killpg(child.pid, signum)
+    else:
+        (lock,) = runs.glob(f"*seed{seed}/.lock")
+        os.kill(int(lock.read_text()), signum)
+    out, err = child.communicate(timeout=300)
+    assert child.returncode == (EXIT_INTERRUPTED if name == "SIGINT" else EXIT_REQUEUE), (out, err)
+    stopped = [line for line in err.splitlines() if "interrupted at iteration" in line]
+    assert len(stopped) == 1 and f"({name})" in stopped[0], err
+    assert "Traceback" not in err and "error" not in err, err
+
+
+def test_a_sweep_passes_each_stop_signal_on_to_its_runs_and_exits_with_its_code(tmp_path: Path) -> None:
+    """``shiftbench train --seeds`` holds the stop signals (shiftbench.erm.stops) and the sweep's loop takes them:
+    SIGTERM stops it like Ctrl-C, sent on as SIGTERM to each running run's process group; the runs are stand-ins that
+    answer as the job does, and the outcome carries the signal, whose exit code (75) the command returns."""
+    from shiftbench.erm import sweep
+    from shiftbench.erm.interrupt import exit_code
+
+    answer = (
+        "import signal, sys, time\n"
+        "def stop(signum, _):\n"
+        "    print(f'[train] b seed {seed}: interrupted at iteration 7 of 9 ({{signal.Signals(signum).name}}), '\n"
+        "          'checkpoint kept in x; run the same command again to resume', flush=True)\n"
+        "    sys.exit(75)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "time.sleep(60)\n"
+    )
+    plans = [launch.RunPlan(f"r{i}", "b", "conds", "sprites", "v", Path(), "p", {"seed": i}, None, 1) for i in range(2)]  # type: ignore[arg-type]
+    calls = {"n": 0}
+
+    def wait(seconds: float) -> int | None:
+        calls["n"] += 1
+        time.sleep(seconds)
+        return int(signal.SIGTERM) if calls["n"] == 20 else None
+
+    with pytest.raises(sweep.SweepInterrupted) as stopped:
+        sweep.run_packed(
+            plans, lambda plan: [sys.executable, "-c", answer.format(seed=plan.config["seed"])], 2, tmp_path,
+            lambda _: None, wait=wait,
+        )  # fmt: skip
+    assert stopped.value.signum == signal.SIGTERM and exit_code(stopped.value.signum) == EXIT_REQUEUE
+    for outcome in stopped.value.outcomes:
+        assert outcome.interrupted and outcome.exit_code == EXIT_REQUEUE and "(SIGTERM)" in str(outcome.error)

@@ -1,10 +1,13 @@
 """Training on Slurm (``shiftbench train ... --backend slurm``) against a real cluster: scripts/slurm_local.sh's
 single node on this machine (CPU). A sweep is one job array whose runs publish what the same runs publish trained
 locally; a cancelled task is one line and publishes nothing while the others publish; a bad settings file is
-refused before anything is submitted; a requeued task resumes (once the training job checkpoints: i36-resume)."""
+refused before anything is submitted; a requeued task (preempted, or warned before its time limit) resumes from
+its checkpoint and the manifest tells which it was; killing the submitter loses nothing (the same command publishes
+what finished and follows the rest); a requeue that makes no progress stops after the cap."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -22,6 +25,7 @@ import polars as pl
 import pytest
 from shiftbench.pipelines.cli import main
 
+from shiftbench.erm.interrupt import TEST_HOOK, TEST_SIGNAL, TEST_TARGET
 from shiftbench.erm.launch import train_in_process
 from shiftbench.erm.sweep import plan_sweep
 from shiftbench.settings import Settings
@@ -114,10 +118,11 @@ def test_a_sweep_is_one_array_and_publishes_what_local_runs_publish(
 class Sweep:
     """``shiftbench train ... --backend slurm`` in a process of its own, its output read as it comes."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
         command = [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--backend", "slurm", *TRAIN, *args]
         self.process = subprocess.Popen(
-            command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ),
+            command, cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, **(env or {})},
             preexec_fn=terminal_ctrl_c,  # Ctrl-C reaches it as a terminal's, however the suite was started
         )  # fmt: skip
         self.lines: list[str] = []
@@ -194,7 +199,7 @@ def test_a_cancelled_task_is_one_line_and_publishes_nothing_while_the_others_pub
         ("time: 1h\n", ":1, parameter 'time': '1h' is not a Slurm time"),
         ("partition: debug\ncpus_per_task: -2\n", ":2, parameter 'cpus_per_task': must be greater than or equal to 1"),
         ("time: '10:00'\nwarning_seconds: 900\n", ":2, parameter 'warning_seconds': 900 s must be less than the time"),
-        ("sbatch_options: [--array=0-9]\n", ":1, parameter 'sbatch_options': --array is set by shiftbench"),
+        ("sbatch_options: [--array=0-9]\n", ":1, parameter 'sbatch_options': '--array=0-9' is --array, set by"),
         ("mem: 16 GB\n", ":1, parameter 'mem': '16 GB' is not a memory size"),
         ("gres: [gpu]\n", ":1, parameter 'gres': must be a valid string"),
         ("partition: [debug\n", ":2: invalid YAML"),
@@ -264,6 +269,11 @@ def test_a_requeued_task_resumes_and_publishes_the_uninterrupted_result(
     version, weights, execution = published(home)[run]
     assert (version, weights) == local_runs[run] and execution["restarts"] == 1
     assert json.loads(json.dumps(execution))["backend"] == "slurm"
+    # What stopped the attempt, told apart: a time limit (USR1) or a preemption (SIGTERM: scontrol requeue).
+    timeout = interruption == "time-limit warning"
+    assert (execution["timeouts"], execution["preemptions"]) == ((1, 0) if timeout else (0, 1)), execution
+    (attempt,) = execution["attempts"]  # type: ignore[misc]
+    assert attempt["cause"] == ("time limit" if timeout else "preemption or cancel") and attempt["progress"] > 0
 
 
 @pytest.mark.slurm
@@ -324,7 +334,7 @@ def test_ctrl_c_in_the_submitter_cancels_the_array(home: Path, sweeps: list[Swee
     sweep.wait_for(r"\[train\] iteration 25/")
     sweep.process.send_signal(signal.SIGINT)
     code, out = sweep.finish()
-    assert code == 130 and "the job array was cancelled, nothing more is published" in out, out
+    assert code == 130 and "interrupted: the jobs were cancelled" in out and "nothing more is published" in out, out
     deadline = time.monotonic() + 60
     while subprocess.run(["squeue", "-h", "-j", array], capture_output=True, text=True).stdout.strip():
         assert time.monotonic() < deadline, "the array is still queued"
@@ -386,3 +396,180 @@ def test_the_settings_become_the_array_scripts_options(tmp_path: Path) -> None:
     assert "\nmodule load cuda\n" in script and "python=/opt/py/bin/python" in script
     bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert bash.returncode == 0, bash.stderr
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("kill", ["SIGHUP", "SIGKILL"])
+def test_a_killed_submitter_loses_nothing_the_same_command_publishes_without_retraining(
+    home: Path, sweeps: list[Sweep], local_runs: dict[str, tuple[str, str]], kill: str
+) -> None:
+    """The submitter dies mid-array (an ssh drop's SIGHUP: one line, exit 75; or SIGKILL: nothing said) with one run
+    finished and published, one finished and not yet published, the others training or pending. The jobs go on; the
+    same command says where each run stands (one line each), publishes every run without training one twice, submits
+    nothing new, and the versions are those trained locally."""
+    first = Sweep("--seeds", "0-3", "--parallel", "2")
+    sweeps.append(first)
+    array = first.wait_for(r"Slurm job array (\d+)")[1]
+    first.wait_for(r"^\[sweep 1/4\] \S+ version ", timeout=600)  # one run published by this submitter
+    while not len(list(home.glob("runs/*/run.json"))):  # a second one finished, its publication under way
+        time.sleep(0.05)
+    if kill == "SIGHUP":
+        first.process.send_signal(signal.SIGHUP)
+        code, out = first.finish()
+        assert code == 75 and "stopped by SIGHUP: the jobs go on in Slurm; run the same command again" in out, out
+    else:
+        first.process.kill()
+        first.finish()
+    again = Sweep("--seeds", "0-3", "--parallel", "2")
+    sweeps.append(again)
+    code, out = again.finish()
+    assert code == 0 and "4 published, 0 failed" in out, out
+    assert "Slurm job array" not in out, out  # nothing submitted anew
+    said = {m[1]: m[2] for m in re.finditer(r"^\[sweep\] (\S+): (.*)$", out, re.MULTILINE) if m[1] in local_runs}
+    kinds = {re.sub(rf"{array}_\d", "J", re.sub(r"version \w+", "version V", line)) for line in said.values()}
+    assert len(said) == 4 and "already published as version V: nothing to train (--restart trains it again)" in kinds
+    assert kinds <= {
+        "already published as version V: nothing to train (--restart trains it again)",
+        "finished by job J: publishing it, nothing retrained",
+        "job J still has it: following it",
+    }, said
+    assert kinds != {"already published as version V: nothing to train (--restart trains it again)"}, said
+    runs = published(home)
+    assert {run: (version, weights) for run, (version, weights, _) in runs.items()} == local_runs
+    logs = sorted((home / "runs" / "slurm").glob("*/task-*.log"))
+    assert len(logs) == 4
+    for log in logs:  # each run trained once: one attempt, one last iteration
+        text = log.read_text()
+        assert text.count("iteration 150/150") == 1 and "attempt 2" not in text, text
+
+
+@pytest.mark.slurm
+def test_a_requeue_that_makes_no_progress_stops_after_the_cap(home: Path, sweeps: list[Sweep], tmp_path: Path) -> None:
+    """The livelock: every attempt is warned of its time limit right after resuming (the test hook sends USR1 to
+    the batch script, as Slurm's --signal=B:USR1 does), checkpoints the same iteration and is requeued. With
+    max_stalled_attempts 2 the third attempt gives up: one line naming the run, the job and the reason, exit 2,
+    nothing published, the checkpoint kept."""
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("max_stalled_attempts: 2\n")
+    hook = {TEST_HOOK: "25,resume", TEST_SIGNAL: str(int(signal.SIGUSR1)), TEST_TARGET: "parent"}
+    sweep = Sweep("--slurm-settings", str(cluster), env=hook)
+    sweeps.append(sweep)
+    array = sweep.wait_for(r"Slurm job array (\d+)")[1]
+    code, out = sweep.finish(timeout=900)
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, out
+    assert re.fullmatch(
+        rf"error: {re.escape(CASE)}\S+seed0: Slurm job {array}_0 FAILED, exit code 2:0 on \S+: {re.escape(CASE)} "
+        rf"seed 0: no progress in 2 attempts of job {array}_0 in a row \(each stopped at iteration 25 by time "
+        r"limit\), the limit is 2: .*; the checkpoint is kept",
+        errors[0],
+    ), errors[0]
+    assert len(re.findall(r"\[slurm\] .* attempt \d+$", out, re.MULTILINE)) == 3, out
+    assert not published(home) and list(home.glob("runs/*/resume/state.json"))
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('sbatch_options: ["--arr=0-999", "--outp=elsewhere_%a"]\n', "'sbatch_options': '--arr=0-999' is --array"),
+        ('sbatch_options: ["-a0-9"]\n', "'sbatch_options': '-a0-9' is -a, set by shiftbench"),
+        ('sbatch_options: ["--array 0-9"]\n', "'sbatch_options': '--array 0-9' is not one sbatch option"),
+        ('sbatch_options: ["--exclusive\\n#SBATCH --array=1"]\n', "'sbatch_options': '--exclusive\\n#SBATCH"),
+        ('constraint: "a100\\n#SBATCH --array=0-999\\ntouch somefile"\n', "'constraint': 'a100\\n#SBATCH"),
+        ('constraint: "a100;touch x"\n', "'constraint': 'a100;touch x' is not a node feature expression"),
+        ('setup: ["module load x\\ntouch y"]\n', "'setup': 'module load x\\ntouch y' holds a newline"),
+        ('python: "/opt/py\\n"\n', "'python': '/opt/py\\n' holds a newline"),
+        (f"time: '{2**66}'\n", "'time': '73786976294838206464' is more than a year"),
+        (f"array_parallelism: {10**23}\n", "'array_parallelism': must be less than or equal to 100000"),
+        ("time: '30-0'\nwarning_seconds: 70000\n", "'warning_seconds': must be less than or equal to 65535"),
+        ("cpus_per_task: 100000\n", "'cpus_per_task': must be less than or equal to 10000"),
+        ("max_stalled_attempts: 0\n", "'max_stalled_attempts': must be greater than or equal to 1"),
+    ],
+    ids=[
+        "option-prefix", "short-option-glued", "option-with-space", "newline-in-option", "constraint-injection",
+        "constraint-shell", "newline-in-setup", "newline-in-python", "huge-time", "huge-parallelism",
+        "huge-warning", "huge-cpus", "no-stalls-allowed",
+    ],
+)  # fmt: skip
+def test_a_settings_value_that_would_reach_the_batch_script_unchecked_is_refused(
+    split_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], text: str,
+    where: str,
+) -> None:  # fmt: skip
+    """Every value reaches the batch script as what it is: no newline, no prefix of an option shiftbench sets, bounded
+    numbers. Refused while reading the file, so no cluster is needed: one line naming the file, the line and the key,
+    exit 2, no runs folder."""
+    home = tmp_path / "home"
+    shutil.copytree(split_home, home, symlinks=True)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(text)
+    code = main(["train", CASE, "--seeds", "0-1", "--backend", "slurm", "--slurm-settings", str(path), *TRAIN])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and err.startswith(f"error: {path}:"), err
+    assert where in err, err
+    assert not (home / "runs").exists()
+
+
+def test_sacct_is_read_with_restarts_and_without_where_a_slurm_lacks_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A cluster with accounting answers for a task the controller forgot: sacct's record (state, exit code, node,
+    reason, restarts) in scontrol's names, read by a fake sacct on PATH that checks how it is asked; a Slurm whose
+    sacct has no Restarts field is asked again without it; no accounting is None."""
+    from shiftbench.erm import slurm
+
+    fake = tmp_path / "sacct"
+    fake.write_text(
+        "#!/bin/bash\n"
+        'echo "$@" >> "$(dirname "$0")/calls"\n'
+        'case "$*" in\n'
+        '  "-n -P -X -j 41_3 -o State,ExitCode,NodeList,Reason,Restarts") '
+        'printf "REQUEUED|0:0|node7|None|1\\nTIMEOUT|0:15|node7|TimeLimit|2\\n" ;;\n'
+        '  *"-j 41_4 -o State,ExitCode,NodeList,Reason,Restarts") echo "sacct: error: Invalid field requested: '
+        '\\"Restarts\\"" >&2; exit 1 ;;\n'
+        '  *"-j 41_4 -o State,ExitCode,NodeList,Reason") echo "COMPLETED|0:0|node2|None" ;;\n'
+        '  *) echo "Slurm accounting storage is disabled" >&2; exit 1 ;;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    assert slurm._sacct("41_3") == {
+        "JobState": "TIMEOUT", "ExitCode": "0:15", "NodeList": "node7", "Reason": "TimeLimit", "Restarts": "2"
+    }  # fmt: skip
+    assert slurm._sacct("41_4") == {"JobState": "COMPLETED", "ExitCode": "0:0", "NodeList": "node2", "Reason": "None"}
+    assert slurm._sacct("41_5") is None
+    assert (tmp_path / "calls").read_text().count("-j 41_4") == 2
+
+
+def test_the_queue_is_asked_less_often_while_nothing_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watcher tails logs every second but asks squeue every 1, 2, 4, ... up to 30 s while no task ends, and at
+    once when a task's log says its attempt ended (the batch script's last line); a clock that only ``wait``
+    advances makes this exact."""
+    from shiftbench.erm import slurm
+
+    clock = {"now": 0.0}
+    monkeypatch.setattr(slurm.time, "monotonic", lambda: clock["now"])
+    asked: list[float] = []
+    log = tmp_path / "task-0.log"
+    log.write_text("")
+
+    def queued(arrays: set[str]) -> set[str]:
+        asked.append(clock["now"])
+        return set() if clock["now"] >= 300 else {"9_0"}
+
+    def wait(seconds: float) -> None:
+        clock["now"] += seconds
+        if clock["now"] == 200:
+            log.write_text("[slurm] r: attempt 1 ended with exit code 75\n")
+
+    monkeypatch.setattr(slurm, "_queued", queued)
+    monkeypatch.setattr(slurm, "_final", lambda task, state: slurm.TaskEnd(task, task.job_id, "COMPLETED"))
+    task = slurm.Task(0, "r", tmp_path / "job.json", tmp_path, log, "9")
+    ends = slurm.watch([task], lambda _t, _l: None, lambda _e: None, wait=wait)  # type: ignore[arg-type]
+    assert [e.state for e in ends] == ["COMPLETED"]
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert gaps[:6] == [1, 2, 4, 8, 16, 30] and max(gaps) == 30, gaps
+    assert 200 in asked  # the attempt's last line: asked at once
+    assert len(asked) < 25  # 300 s of polling: every second would be 300 queries

@@ -784,3 +784,21 @@ def test_an_import_of_another_familys_package_is_named(tmp_path: Path) -> None:
         "shiftbench/alpha/specs.py:2: shiftbench.alpha.specs imports shiftbench.beta.specs",
         "shiftbench/beta/family.py:1: shiftbench.beta.family imports shiftbench.alpha",
     ]
+
+
+def test_the_command_starts_no_thread_before_it_knows_its_command() -> None:
+    """``shiftbench train`` holds its stop signals from its first line (shiftbench.erm.interrupt.held_stops): a thread
+    that exists before (polars and DuckDB start theirs when imported or first used) would take a SIGTERM and end the
+    command without a checkpoint. So importing the command and parsing its arguments starts none, which also keeps
+    ``shiftbench --help`` quick."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os\n"
+        "from shiftbench.pipelines.cli.app import build_parser\n"
+        "build_parser().parse_args(['train', 'x'])\n"
+        "print(len(os.listdir('/proc/self/task')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "1", "a module imported by the command starts threads (polars, duckdb, torch?)"

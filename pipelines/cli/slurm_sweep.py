@@ -1,15 +1,19 @@
 """``shiftbench train B1 B2 --seeds 0-2 --backend slurm``: the sweep as one Slurm job array.
 
-Every run is planned and the cluster settings checked before anything is submitted; the array runs
-``--parallel`` (else the settings' ``array_parallelism``) tasks at a time; each task's log lines are printed as
-they come, prefixed by its run; each finished run is published here, as it ends, by the code a local run
-publishes with (:mod:`shiftbench.erm.backends`), and a failed one is one line naming the run, the job id and
-Slurm's reason. The runs are not Dagster runs (the ERM asset with ``SHIFTBENCH_TRAIN_BACKEND=slurm`` is).
+Every run is planned and the cluster settings checked before anything is submitted; each run is then taken where
+an earlier command left it (one line each: published if finished, followed if still queued, resubmitted if stopped
+or failed, :func:`shiftbench.erm.backends.take_stock`); the array runs ``--parallel`` (else the settings'
+``array_parallelism``) tasks at a time; each task's log lines are printed as they come, prefixed by its run; each
+finished run is published here, as it ends, by the code a local run publishes with, and a failed one is one line
+naming the run, the job id and Slurm's reason. Ctrl-C cancels the jobs (exit 130); SIGTERM, SIGUSR1 or SIGHUP to
+this process leave them running (exit 75): the same command collects them. The runs are not Dagster runs (the ERM
+asset with ``SHIFTBENCH_TRAIN_BACKEND=slurm`` is).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 from pathlib import Path
@@ -19,6 +23,7 @@ from shiftbench.pipelines.cli.sweep import _Bar, _summary
 
 from shiftbench.erm import backends
 from shiftbench.erm.slurm_settings import load_cluster_settings
+from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import parse_seeds, plan_sweep
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
@@ -58,27 +63,33 @@ def cmd_slurm_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     started = time.monotonic()
     with _Bar(len(plans)) as bar:
 
-        def submitted(submission: backends.Submission) -> None:
+        def submitted(submission: backends.Submission | None, standings: list[backends.Standing]) -> None:
+            for standing in standings:
+                _say(bar, f"[sweep] {standing.plan.run}: {standing.line}")
+            if submission is None:
+                return
+            n = len(submission.tasks)
             _say(
                 bar,
-                f"[sweep] {len(plans)} run{'s' * (len(plans) != 1)} as Slurm job array {submission.array_id}, "
-                f"{parallel} at a time, {cluster.cpus_per_task} CPU{'s' * (cluster.cpus_per_task > 1)} each"
+                f"[sweep] {n} run{'s' * (n != 1)} as Slurm job array {submission.array_id}, "
+                f"{min(parallel, n)} at a time, {cluster.cpus_per_task} CPU{'s' * (cluster.cpus_per_task > 1)} each"
                 f"{f' ({settings_file})' if settings_file else ''}; logs in {submission.folder}",
             )
 
         try:
             outcomes = backends.run_sweep(
                 settings, cluster, plans, parallel, lambda run, line: _say(bar, f"[{run}] {line}"), bar.finished,
-                submitted,
+                submitted, wait=take_stop, restart=args.restart,
             )  # fmt: skip
-        except KeyboardInterrupt:
-            print("[sweep] interrupted: the job array was cancelled, nothing more is published", file=sys.stderr)
-            return 130
+        except backends.SweepStopped as stopped:
+            print(f"[sweep] {stopped}", file=sys.stderr, flush=True)
+            return stopped.exit_code
     return _summary(outcomes, parallel, time.monotonic() - started)
 
 
 def _say(bar: _Bar, line: str) -> None:
-    if bar.progress is not None:
-        bar.progress.console.print(line, markup=False, highlight=False)
-    else:
-        print(line, flush=True)
+    with contextlib.suppress(OSError):  # a closed terminal (SIGHUP): the jobs go on, the lines are in the logs
+        if bar.progress is not None:
+            bar.progress.console.print(line, markup=False, highlight=False)
+        else:
+            print(line, flush=True)

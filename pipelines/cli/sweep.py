@@ -15,6 +15,7 @@ from typing import Any
 from shiftbench.pipelines.cli.common import shiftbench_command
 
 from shiftbench.erm.launch import RunPlan
+from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import (
     RunOutcome,
     SweepInterrupted,
@@ -59,24 +60,30 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     started = time.monotonic()
     with _Bar(len(plans)) as bar:
         try:
-            outcomes = run_packed(plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished)
+            outcomes = run_packed(
+                plans, lambda plan: _command(args, plan, threads), parallel, sweep_dir, bar.finished, wait=take_stop
+            )
         except SweepInterrupted as stopped:
             return _stopped(stopped, time.monotonic() - started)
     return _summary(outcomes, parallel, time.monotonic() - started)
 
 
 def _stopped(stopped: SweepInterrupted, seconds: float) -> int:
-    """A sweep stopped by Ctrl-C: what each run became, and how to go on (the same command resumes)."""
-    from shiftbench.erm.interrupt import EXIT_INTERRUPTED
+    """A sweep stopped by a signal: what each run became, and how to go on (the same command resumes); the exit
+    code is the signal's (130 for SIGINT, 75 for the others)."""
+    import signal
+
+    from shiftbench.erm.interrupt import exit_code
 
     kept = sum(o.interrupted for o in stopped.outcomes)
     published = sum(o.ok for o in stopped.outcomes)
     print(
-        f"[sweep] interrupted after {seconds:.1f}s: {published} published, {kept} stopped with a checkpoint, "
-        f"{len(stopped.not_started)} not started; run the same command again to resume",
+        f"[sweep] interrupted ({signal.Signals(stopped.signum).name}) after {seconds:.1f}s: {published} published, "
+        f"{kept} stopped with a checkpoint, {len(stopped.not_started)} not started; run the same command again to "
+        "resume",
         file=sys.stderr,
     )
-    return EXIT_INTERRUPTED
+    return exit_code(stopped.signum)
 
 
 def _gpu_will_train(args: argparse.Namespace, overrides: dict[str, Any]) -> bool:

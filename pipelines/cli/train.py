@@ -15,7 +15,6 @@ from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
 
 from shiftbench.errors import InputError, StoreError
 from shiftbench.settings import Settings
-from shiftbench.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
 
 
 def add_train(sub: Subcommands) -> None:
@@ -52,7 +51,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     The stop signals are held from the start, before any library starts threads of its own: every way of training
     then answers a stop sent to the command, its process group or the job the same way (the job checkpoints; exit
     130 for SIGINT, 75 for SIGTERM, SIGUSR1 and SIGHUP; docs/erm.md)."""
-    from shiftbench.erm.interrupt import held_stops
+    from shiftbench.erm.stops import held_stops
 
     with held_stops():
         return _cmd_train(args)
@@ -76,7 +75,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return cmd_sweep(args, overrides)
     if args.in_process:  # the job unblocks the held signals in this process (shiftbench.erm.interrupt)
         return _train_one(args, settings, overrides, None)
-    from shiftbench.erm.interrupt import forwarded_stops
+    from shiftbench.erm.stops import forwarded_stops
 
     with forwarded_stops() as forwarder:  # a stop sent to the command reaches the job as what it was
         return _train_one(args, settings, overrides, forwarder)
@@ -143,7 +142,7 @@ def _train_in_dagster(
     # stop is never retried inside the command (STOP_TAG).
     if forwarder is not None:
         forwarder.out_dir = out_dir
-    with Reporter().listening():
+    with runs.dagster_keeps_sigterm(), Reporter().listening():
         run = runs.run_job(
             instance,
             baseline_job_name(kind),
@@ -231,6 +230,8 @@ def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: 
 
 
 def _print_training(meta: dict[str, Any], seconds: float) -> None:
+    from shiftbench.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
+
     became = "now latest" if meta["became_latest"] else "already latest"
     print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")
     print(

@@ -40,6 +40,12 @@ REPEAT_WINDOW_S = 2.0
 # resumed run starts after its checkpoint's iteration, so a point stops each fit (of an lr_grid) once.
 TEST_HOOK = "SHIFTBENCH_TEST_INTERRUPT_AT"
 TEST_SIGNAL = "SHIFTBENCH_TEST_INTERRUPT_SIGNAL"  # the signal the hook sends (default SIGINT)
+# Tests only: ``parent`` sends the hook's signal to the job's parent (a Slurm batch script, which forwards a USR1 as
+# the time-limit warning it stands for) instead of the job itself. ``resume`` in TEST_HOOK: right after resuming.
+TEST_TARGET = "SHIFTBENCH_TEST_INTERRUPT_TARGET"
+# Tests only: the job kills itself with SIGKILL at this point of its clean-up (``outputs``: the outputs written,
+# ``run.json`` not yet; ``run.json``: just after it; ``discard``: with ``resume/`` renamed away, not yet deleted).
+TEST_KILL = "SHIFTBENCH_TEST_KILL_AT"
 
 
 def exit_code(signum: int) -> int:
@@ -113,18 +119,38 @@ class StopRequest:
         """The test hook's point after a step (nothing unless :data:`TEST_HOOK` names this iteration)."""
         if iteration in self._hook[0]:
             self._hook[0].discard(iteration)
-            os.kill(os.getpid(), self._hook_signal)
+            self._send()
 
     def during_evaluation(self, iteration: int) -> None:
         if iteration in self._hook[1]:
             self._hook[1].discard(iteration)
-            os.kill(os.getpid(), self._hook_signal)
+            self._send()
+
+    def after_resume(self) -> None:
+        """The test hook's point right after a checkpoint was restored (``resume`` in :data:`TEST_HOOK`)."""
+        if -1 in self._hook[0]:
+            self._hook[0].discard(-1)
+            self._send()
+
+    def _send(self) -> None:
+        target = os.getppid() if os.environ.get(TEST_TARGET) == "parent" else os.getpid()
+        os.kill(target, self._hook_signal)
+        if target != os.getpid():
+            time.sleep(1.0)  # the parent passes it on
+
+
+def kill_point_for_tests(name: str) -> None:
+    """Tests only: SIGKILL now if :data:`TEST_KILL` names this point of the job's clean-up."""
+    if os.environ.get(TEST_KILL) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _parse_hook(text: str) -> tuple[set[int], set[int]]:
     steps, evaluations = set(), set()
     for part in (p.strip() for p in text.split(",") if p.strip()):
-        if part.startswith("eval:"):
+        if part == "resume":
+            steps.add(-1)
+        elif part.startswith("eval:"):
             evaluations.add(int(part.removeprefix("eval:")))
         else:
             steps.add(int(part))
@@ -149,24 +175,6 @@ def stop_requests() -> Iterator[StopRequest]:
             signal.signal(signum, handler)
 
 
-@contextlib.contextmanager
-def deferred_interrupts() -> Iterator[None]:
-    """Ctrl-C held back from this process and every process it starts in the block (a blocked signal stays
-    blocked across fork and exec), except the training job, which unblocks it (:func:`stop_requests`): the job
-    checkpoints and says so once, and helpers such as Dagster's log tailers print no KeyboardInterrupt traceback.
-    A Ctrl-C held back here is dropped at the end of the block (the job answered it)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a pending SIGINT is discarded when unblocked
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        signal.signal(signal.SIGINT, handler)
-
-
 LOCK = ".lock"
 
 
@@ -174,7 +182,7 @@ LOCK = ".lock"
 def job_lock(out_dir: Path) -> Iterator[None]:
     """One job at a time in an output folder (two would write each other's checkpoints): a lock the kernel
     releases when the process ends, however it ends. The lock file holds the job's process id, for a launcher
-    that forwards a stop to it (:func:`forwarded_stops`)."""
+    that forwards a stop to it (:mod:`shiftbench.erm.stops`)."""
     with (out_dir / LOCK).open("a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -184,111 +192,6 @@ def job_lock(out_dir: Path) -> Iterator[None]:
         handle.write(str(os.getpid()))
         handle.flush()
         yield
-
-
-def job_below(out_dir: Path, ancestor: int) -> int | None:
-    """The process id the lock file of ``out_dir`` names, if that process runs below ``ancestor`` (a launcher's
-    own job, not a stale id in the file nor a job another launcher started). The file is read, not locked: a
-    launcher never holds the lock a job is about to take."""
-    try:
-        text = (out_dir / LOCK).read_text().strip()
-    except OSError:
-        return None
-    pid = int(text) if text.isdigit() else None
-    current = pid
-    while current is not None and current > 1:
-        current = _parent(current)
-        if current == ancestor:
-            return pid
-    return None
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # the field after the state, past the command's parentheses
-
-
-class _Forwarder(threading.Thread):
-    """Takes the stop signals this process holds back and sends each to the job training in ``out_dir``."""
-
-    def __init__(self, out_dir: Path | None) -> None:
-        super().__init__(name="shiftbench-stop-forwarder", daemon=True)
-        self.out_dir, self.pending, self.done = out_dir, list[int](), threading.Event()
-        self.received: int | None = None  # the first stop signal this process got
-
-    def run(self) -> None:
-        while not self.done.is_set():
-            taken = signal.sigtimedwait(SIGNALS, 0.1)
-            if taken is not None:
-                self.received = self.received or taken.si_signo
-                self.pending.append(taken.si_signo)
-            pid = job_below(self.out_dir, os.getpid()) if self.pending and self.out_dir is not None else None
-            if pid is not None:
-                for signum in self.pending:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signum)
-                self.pending.clear()
-
-
-@contextlib.contextmanager
-def held_stops() -> Iterator[None]:
-    """The stop signals (:data:`SIGNALS`) blocked in this thread, and so in every thread and process it starts, until
-    the block ends: a launcher enters it first, before any library starts threads of its own (polars, DuckDB), then
-    takes them itself (:func:`take_stop`, :func:`forwarded_stops`) or leaves them to the job, which unblocks them
-    (:func:`stop_requests`). Signals still held at the end are dropped: the job answered them, or the command was
-    past the point where a stop means anything (publishing)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    try:
-        yield
-    finally:
-        while signal.sigtimedwait(SIGNALS, 0) is not None:
-            pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
-def take_stop(timeout_s: float) -> int | None:
-    """Wait up to ``timeout_s`` for a held stop signal (:func:`held_stops`); its number, or None. Off the main thread
-    or with the signals not held, it only sleeps."""
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    if threading.current_thread() is not threading.main_thread() or not set(SIGNALS) <= held:
-        time.sleep(timeout_s)
-        return None
-    taken = signal.sigtimedwait(SIGNALS, timeout_s)
-    return taken.si_signo if taken is not None else None
-
-
-@contextlib.contextmanager
-def forwarded_stops(out_dir: Path | None = None) -> Iterator[_Forwarder]:
-    """A launcher that waits for a job it started (``shiftbench train`` through Dagster): every stop signal sent to
-    the launcher (SIGINT, SIGTERM, SIGUSR1, SIGHUP) is held back from it and from the processes it starts (a blocked
-    signal stays blocked across fork and exec) and sent on, as the same signal, to the job holding the lock of
-    ``out_dir`` (set it on the forwarder once known), as soon as it holds it; the job unblocks them
-    (:func:`stop_requests`), checkpoints and exits with the signal's code. Enter it (or :func:`held_stops`) before
-    the process starts any thread (polars and DuckDB start theirs when first used): a thread that does not block a
-    signal takes it. Sent to the whole process group (a terminal's Ctrl-C) the job gets it twice, within
-    :data:`REPEAT_WINDOW_S`: one request. Dagster maps SIGTERM to its own interrupt, which would reach the job as
-    SIGINT (exit 130); held back here, it reaches the job as what it was. Signals still held at the end are
-    dropped (the job answered them)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield _Forwarder(out_dir)
-        return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
-    forwarder = _Forwarder(out_dir)
-    forwarder.start()
-    try:
-        yield forwarder
-    finally:
-        forwarder.done.set()
-        forwarder.join()
-        while signal.sigtimedwait(SIGNALS, 0) is not None:  # held back and never forwarded: dropped
-            pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def wait_for_job(out_dir: Path, timeout_s: float) -> bool:

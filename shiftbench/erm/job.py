@@ -38,8 +38,11 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.cpus import yielding_waits
+from shiftbench.erm.interrupt import SIGNALS
 
 yielding_waits()  # before torch loads OpenMP: waiting threads sleep instead of spinning against other work
+if __name__ == "__main__":  # the job's own process: a stop is held (before torch starts threads) until it is answered
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)  # shiftbench.erm.interrupt.stop_requests unblocks them
 
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
@@ -47,7 +50,14 @@ import torch  # noqa: E402
 
 from shiftbench.erm import resume, run_folder  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
-from shiftbench.erm.interrupt import STOPPED_AT_ONCE, Interrupted, Stopped, job_lock, stop_requests  # noqa: E402
+from shiftbench.erm.interrupt import (  # noqa: E402
+    STOPPED_AT_ONCE,
+    Interrupted,
+    Stopped,
+    job_lock,
+    kill_point_for_tests,
+    stop_requests,
+)
 from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
 from shiftbench.erm.run import Resumable  # noqa: E402
 from shiftbench.erm.train import TrainResult, cpu_threads, train  # noqa: E402
@@ -91,7 +101,8 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
         (out_dir / name).unlink(missing_ok=True)
     label = f"{table.benchmark} seed {config.seed}"
     limit = int(job.get("max_stalled_attempts") or run_folder.MAX_STALLED_ATTEMPTS)
-    gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit)
+    job_id, node = _where(job)
+    gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit, job_id)
     if gave_up is not None:  # a requeue that keeps stopping at the same point (a preemption requeues regardless)
         raise InputError(f"{label}: {gave_up}")
     paths = image_paths(table.example_ids, Path(job["image_root"]), job["path_template"])
@@ -108,9 +119,10 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
                 resumable=resumable, subsets=subsets,
             )  # fmt: skip
         except Interrupted as stopped:  # the launcher reads what happened (its one line, the exit code)
-            _record_stop(out_dir, stopped, run_folder.Attempt(
-                started, stopped.iteration, signal.Signals(stopped.signum).name, resumable.progress, *_where()
-            ), limit)  # fmt: skip
+            attempt = run_folder.Attempt(
+                started, stopped.iteration, signal.Signals(stopped.signum).name, resumable.progress, job_id, node
+            )
+            _record_stop(out_dir, stopped, attempt, limit)
             raise
         except Stopped as stopped:
             _record_stop(out_dir, stopped)
@@ -119,6 +131,7 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
             _record_stop(out_dir, STOPPED_AT_ONCE)
             raise STOPPED_AT_ONCE from None
     _write_outputs(out_dir, result)
+    kill_point_for_tests("outputs")
     summary = {
         "job_format": JOB_FORMAT,
         "benchmark": table.benchmark,
@@ -147,15 +160,18 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
         "identity": identity,  # what a later attempt compares before it keeps these outputs
     }
     run_folder.write_json(out_dir / run_folder.RUN_JSON, summary)  # the commit: every output is in place
-    run_folder.discard_checkpoints(out_dir)  # the outputs supersede it
+    kill_point_for_tests("run.json")
+    run_folder.discard_checkpoints(out_dir, before_delete=lambda: kill_point_for_tests("discard"))
     return summary
 
 
-def _where() -> tuple[str | None, str | None]:
-    """The Slurm job (``<array>_<task>``, or the job id) and the node this attempt runs on."""
+def _where(job: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The job this attempt belongs to (a Slurm task ``<array>_<index>`` or job id, the same across its requeues;
+    else the launcher's ``launch`` id, a Dagster run's across its retries; None when started by hand) and the node."""
     array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
-    return job, socket.gethostname().split(".")[0]
+    slurm_job = f"{array}_{task}" if array and task else os.environ.get("SLURM_JOB_ID")
+    launch = job.get("launch")
+    return slurm_job or (str(launch) if launch else None), socket.gethostname().split(".")[0]
 
 
 def _record_stop(out_dir: Path, stopped: Stopped, attempt: run_folder.Attempt | None = None, limit: int = 0) -> None:
@@ -163,7 +179,7 @@ def _record_stop(out_dir: Path, stopped: Stopped, attempt: run_folder.Attempt | 
     makes the run give up (no progress in ``limit`` attempts in a row) becomes a failure, not a requeue."""
     if attempt is not None:
         run_folder.record_attempt(out_dir, attempt)
-        gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit)
+        gave_up = run_folder.stall_line(run_folder.attempts(out_dir), limit, attempt.job_id)
         if gave_up is not None:
             raise InputError(f"{stopped.line().split(':', 1)[0]}: {gave_up}") from None
     (out_dir / run_folder.INTERRUPTED_JSON).write_text(json.dumps(stopped.as_dict()), encoding="utf-8")

@@ -31,7 +31,7 @@ import polars as pl
 from shiftbench import cards, plots, registry
 from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
-from shiftbench.erm import checkpoints
+from shiftbench.erm import checkpoints, run_folder
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
 from shiftbench.errors import InputError
 from shiftbench.fingerprint import sha256_json
@@ -381,11 +381,12 @@ def publish_run(settings: Settings, plan: RunPlan, out_dir: Path) -> tuple[Publi
 
 def execution_record(out_dir: Path) -> dict[str, Any]:
     """Where the run trained: what its launcher recorded in ``execution.json`` (a Slurm job: backend, job id, node;
-    shiftbench.erm.slurm), else this machine (a local process or the in-process path)."""
+    shiftbench.erm.slurm), else this machine (a local process or the in-process path); with the attempts stopped on
+    a signal, and how many of them were time limits and preemptions (shiftbench.erm.run_folder)."""
     path = out_dir / "execution.json"
-    if path.is_file():
-        return dict(json.loads(path.read_text("utf-8")))
-    return {"backend": "local", "node": socket.gethostname()}
+    record = dict(json.loads(path.read_text("utf-8"))) if path.is_file() else {}
+    record = record or {"backend": "local", "node": socket.gethostname()}
+    return {**record, **run_folder.execution_attempts(out_dir)}
 
 
 def record_execution(out_dir: str | Path, record: Mapping[str, Any]) -> None:

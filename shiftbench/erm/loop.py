@@ -244,6 +244,7 @@ class Loop:
                 path=resumable.checkpoints.state_path,
             ) from None
         self.run.log(f"resuming from iteration {self.start} ({resumable.checkpoints.folder})")
+        resumable.stop.after_resume()
         return int(self.start)
 
     def _restore(self, saved: dict[str, Any]) -> None:

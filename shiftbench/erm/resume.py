@@ -252,7 +252,7 @@ def _check_record(record: Any) -> None:
         "iteration": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
         "sha256": lambda v: isinstance(v, str) and _SHA256.fullmatch(v) is not None,
         "bytes": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
-        "identity": lambda v: isinstance(v, dict) and isinstance(v.get("config"), dict),
+        "identity": lambda v: isinstance(v, dict),
     }
     for key, valid in checks.items():
         if key not in record:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,15 +80,15 @@ def finished(out_dir: Path) -> dict[str, Any] | None:
     return summary
 
 
-def discard_checkpoints(out_dir: Path) -> None:
+def discard_checkpoints(out_dir: Path, before_delete: Callable[[], None] = lambda: None) -> None:
     """Remove ``resume/`` as one step: renamed away first (atomic), then deleted. A kill in between leaves a folder
     that nothing reads, never a ``state.json`` naming a file already deleted."""
     folder = out_dir / RESUME
-    if not folder.exists():
-        return
-    discarded = out_dir / f".{RESUME}.discarded.{os.getpid()}"
-    folder.replace(discarded)
-    shutil.rmtree(discarded, ignore_errors=True)
+    if folder.exists():
+        discarded = out_dir / f".{RESUME}.discarded.{os.getpid()}"
+        folder.replace(discarded)
+        before_delete()
+        shutil.rmtree(discarded, ignore_errors=True)
     for left in out_dir.glob(f".{RESUME}.discarded.*"):  # an earlier kill's
         shutil.rmtree(left, ignore_errors=True)
 
@@ -144,23 +144,24 @@ def record_attempt(out_dir: Path, attempt: Attempt) -> None:
         os.fsync(sink.fileno())
 
 
-def stalled(history: Sequence[Attempt]) -> list[Attempt]:
-    """The latest attempts stopped by a scheduler (not a person) without progress, in a row."""
+def stalled(history: Sequence[Attempt], job_id: str | None) -> list[Attempt]:
+    """The latest attempts of job ``job_id`` (a Slurm job and its requeues, a Dagster run and its retries) stopped by
+    a scheduler (not a person) without progress, in a row. Attempts of a job started by hand (no id) never count: a
+    new submission is a new decision."""
     run: list[Attempt] = []
     for attempt in reversed(history):
-        if attempt.progressed or attempt.signal == "SIGINT":
+        if job_id is None or attempt.job_id != job_id or attempt.progressed or attempt.signal == "SIGINT":
             break
         run.append(attempt)
     return run[::-1]
 
 
-def stall_line(history: Sequence[Attempt], limit: int) -> str | None:
-    """Why the run gives up (one line naming the jobs and the reason), or None while it may go on."""
-    stuck = stalled(history)
+def stall_line(history: Sequence[Attempt], limit: int, job_id: str | None) -> str | None:
+    """Why the run gives up (one line naming the job and the reason), or None while it may go on."""
+    stuck = stalled(history, job_id)
     if len(stuck) < limit:
         return None
     causes = sorted({a.cause for a in stuck})
-    jobs = ", ".join(a.job_id for a in stuck if a.job_id) or "this machine"
     hint = (
         "the time limit is shorter than start-up plus an evaluation: raise `time` in the Slurm settings (or lower "
         "eval_every)"
@@ -168,8 +169,8 @@ def stall_line(history: Sequence[Attempt], limit: int) -> str | None:
         else "each attempt was stopped before it could take a step"
     )
     return (
-        f"no progress in {len(stuck)} attempts in a row (each stopped at iteration {stuck[-1].stopped} by "
-        f"{' or '.join(causes)}; jobs {jobs}), the limit is {limit}: {hint}; the checkpoint is kept"
+        f"no progress in {len(stuck)} attempts of job {job_id} in a row (each stopped at iteration "
+        f"{stuck[-1].stopped} by {' or '.join(causes)}), the limit is {limit}: {hint}; the checkpoint is kept"
     )
 
 

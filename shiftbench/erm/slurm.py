@@ -37,7 +37,8 @@ FINAL_STATES = frozenset(
     {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL"}
     | {"DEADLINE", "REVOKED", "SPECIAL_EXIT"}
 )
-_POLL_S = 1.0
+POLL_S = 1.0  # logs are tailed this often; the queue too while tasks end
+MAX_QUEUE_POLL_S = 30.0  # the longest pause between two squeue calls while nothing ends
 _QUEUE_PATIENCE_S = 120.0  # squeue failing this long in a row: the controller is gone
 _FIELD = re.compile(r"(\w+)=(\S*)")
 
@@ -48,13 +49,19 @@ class SlurmError(ShiftbenchError):
 
 @dataclass(frozen=True)
 class Task:
-    """One run of the array: its index, its name, the job description it runs and its log."""
+    """One run of an array: its index, its name, the job description it runs and its log; ``array_id`` once the
+    array is submitted (a task followed by a later process names the array an earlier one submitted)."""
 
     index: int
     run: str
     job_file: Path
     out_dir: Path
     log: Path
+    array_id: str = ""
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.array_id}_{self.index}"
 
 
 @dataclass
@@ -148,6 +155,7 @@ while :; do
   rc=$?
   kill -0 "$child" 2>/dev/null || break
 done
+echo "[slurm] ${runs[$i]}: attempt $attempt ended with exit code $rc"
 if [ "$rc" = EXIT_REQUEUE ] && [ "$warned" = 1 ]; then
   echo "[slurm] ${runs[$i]}: checkpointed before the time limit; requeueing job $SLURM_JOB_ID"
   scontrol requeue "$SLURM_JOB_ID"
@@ -210,71 +218,106 @@ class _Tail:
 
 @dataclass
 class Watch:
-    """The tasks of one array still to report, and their logs."""
+    """The tasks still to report, and their logs."""
 
-    array_id: str
     tasks: Sequence[Task]
     started: float = field(default_factory=time.monotonic)
-    tails: dict[int, _Tail] = field(default_factory=dict)
+    tails: dict[str, _Tail] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.tails = {t.index: _Tail(t.log) for t in self.tasks}
+        self.tails = {t.job_id: _Tail(t.log) for t in self.tasks}
+
+
+class Signalled(Exception):
+    """A stop signal reached the process following the jobs (:func:`shiftbench.erm.stops.take_stop`)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def sleep(seconds: float) -> int | None:
+    """The watcher's pause where no stop signal is taken (a Dagster run, a library caller)."""
+    time.sleep(seconds)
+    return None
 
 
 def watch(
-    array_id: str,
     tasks: Sequence[Task],
     on_line: Callable[[Task, str], None],
     on_end: Callable[[TaskEnd], None],
-    poll_s: float = _POLL_S,
+    poll_s: float = POLL_S,
+    wait: Callable[[float], int | None] = sleep,
 ) -> list[TaskEnd]:
-    """Wait for every task of the array; stream their log lines; ``on_end`` sees each task as it ends."""
-    state = Watch(array_id, tasks)
-    waiting = {t.index: t for t in tasks}
+    """Wait for every task (of one array or several); stream their log lines every ``poll_s``; ``on_end`` sees each
+    task as it ends. The queue is asked less often the longer nothing ends (``poll_s`` doubling up to
+    :data:`MAX_QUEUE_POLL_S`), and again at once when a task's log says its attempt ended. ``wait`` sleeps between
+    polls and returns a stop signal that arrived (raised as :class:`Signalled`)."""
+    state = Watch(tasks)
+    waiting = {t.job_id: t for t in tasks}
     ended: list[TaskEnd] = []
     failing_since: float | None = None
+    interval, next_query = poll_s, 0.0
     while waiting:
-        queued = _queued(array_id)
-        if queued is None:
-            failing_since = failing_since or time.monotonic()
-            if time.monotonic() - failing_since > _QUEUE_PATIENCE_S:
-                raise SlurmError(f"squeue has failed for {_QUEUE_PATIENCE_S:.0f} s: is slurmctld up?")
-        else:
-            failing_since = None
-        _stream(state, waiting, on_line)
-        for index in [i for i in waiting if queued is not None and i not in queued]:
-            end = _final(array_id, waiting.pop(index), state)
-            _stream(state, {index: end.task}, on_line)
-            ended.append(end)
-            on_end(end)
-        if waiting:
-            time.sleep(poll_s)
+        if _stream(state, waiting, on_line):
+            next_query, interval = 0.0, poll_s  # an attempt ended: ask the queue now, and soon again
+        if time.monotonic() >= next_query:
+            queued = _queued({t.array_id for t in waiting.values()})
+            if queued is None:
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > _QUEUE_PATIENCE_S:
+                    raise SlurmError(f"squeue has failed for {_QUEUE_PATIENCE_S:.0f} s: is slurmctld up?")
+            else:
+                failing_since = None
+            gone = [job for job in waiting if queued is not None and job not in queued]
+            for job in gone:
+                end = _final(waiting.pop(job), state)
+                _stream(state, {job: end.task}, on_line)
+                ended.append(end)
+                on_end(end)
+            interval = poll_s if gone else interval
+            next_query = time.monotonic() + interval
+            interval = min(interval * 2, MAX_QUEUE_POLL_S)
+        if waiting and (signum := wait(poll_s)) is not None:
+            raise Signalled(signum)
     return ended
 
 
-def _stream(state: Watch, tasks: dict[int, Task], on_line: Callable[[Task, str], None]) -> None:
-    for index, task in tasks.items():
-        for line in state.tails[index].lines():
+def _stream(state: Watch, tasks: dict[str, Task], on_line: Callable[[Task, str], None]) -> bool:
+    """Print the tasks' new log lines; True when one says an attempt ended (the batch script's last line)."""
+    attempt_ended = False
+    for job, task in tasks.items():
+        for line in state.tails[job].lines():
             on_line(task, line)
+            attempt_ended = attempt_ended or (line.startswith("[slurm] ") and " ended with exit code " in line)
+    return attempt_ended
 
 
-def _queued(array_id: str) -> set[int] | None:
-    """The array's task indices still in the queue (pending, running, completing); None if squeue failed."""
+def _queued(array_ids: set[str]) -> set[str] | None:
+    """The tasks of these arrays still in the queue (pending, running, completing) as ``<array>_<index>``; None if
+    squeue failed. One query for all of them."""
     try:
         done = subprocess.run(
-            ["squeue", "-h", "-r", "-j", array_id, "-o", "%K"], capture_output=True, text=True, check=False, timeout=60
-        )
+            ["squeue", "-h", "-r", "-j", ",".join(sorted(array_ids)), "-o", "%F_%K"],
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
-        # A finished array is "Invalid job id" once the controller forgot it: nothing queued.
+        # Arrays the controller forgot (finished) are "Invalid job id": nothing of them queued.
         return set() if "Invalid job id" in done.stderr else None
-    return {int(word) for word in done.stdout.split() if word.isdigit()}
+    return {word for word in done.stdout.split() if re.fullmatch(r"\d+_\d+", word)}
 
 
-def _final(array_id: str, task: Task, state: Watch) -> TaskEnd:
+def queued(task: Task) -> bool | None:
+    """Whether the task is still in the queue (None: squeue cannot say)."""
+    found = _queued({task.array_id})
+    return None if found is None else task.job_id in found
+
+
+def _final(task: Task, state: Watch) -> TaskEnd:
     """The task's final record: ``scontrol show job`` while the controller keeps it, else ``sacct``."""
-    job_id = f"{array_id}_{task.index}"
+    job_id = task.job_id
     record = _scontrol(job_id) or _sacct(job_id) or {}
     end = TaskEnd(
         task,
@@ -303,20 +346,30 @@ def _scontrol(job_id: str) -> dict[str, str] | None:
     return record if record.get("JobState") in FINAL_STATES else None
 
 
+_SACCT_FIELDS = {"State": "JobState", "ExitCode": "ExitCode", "NodeList": "NodeList", "Reason": "Reason",
+                 "Restarts": "Restarts"}  # fmt: skip
+
+
 def _sacct(job_id: str) -> dict[str, str] | None:
-    """Accounting's record of the task (a cluster with slurmdbd); None without accounting."""
-    columns = ("JobState", "ExitCode", "NodeList", "Reason")
-    try:
-        done = subprocess.run(
-            ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "State,ExitCode,NodeList,Reason"],
-            capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    rows = [line.split("|") for line in done.stdout.splitlines() if line.count("|") == len(columns) - 1]
-    if done.returncode != 0 or not rows:
-        return None
-    return dict(zip(columns, rows[-1], strict=True))
+    """Accounting's record of the task (a cluster with slurmdbd), in ``scontrol``'s field names; None without
+    accounting. A Slurm whose sacct has no ``Restarts`` field is asked again without it."""
+    fields = list(_SACCT_FIELDS)
+    for _ in range(2):
+        try:
+            done = subprocess.run(
+                ["sacct", "-n", "-P", "-X", "-j", job_id, "-o", ",".join(fields)],
+                capture_output=True, text=True, check=False, timeout=60,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        if done.returncode != 0 and "Restarts" in fields and "Restarts" in done.stderr:
+            fields.remove("Restarts")
+            continue
+        rows = [line.split("|") for line in done.stdout.splitlines() if line.count("|") == len(fields) - 1]
+        if done.returncode != 0 or not rows:
+            return None
+        return {_SACCT_FIELDS[name]: value for name, value in zip(fields, rows[-1], strict=True)}
+    return None
 
 
 def execution(task_end: TaskEnd) -> dict[str, object]:
@@ -326,4 +379,18 @@ def execution(task_end: TaskEnd) -> dict[str, object]:
         "job_id": task_end.job_id,
         "node": task_end.node,
         "restarts": task_end.restarts,
+    }
+
+
+def recorded_execution(task: Task | None) -> dict[str, object]:
+    """Where a run trained whose job an earlier process followed (or none did): what the controller or accounting
+    still knows of the job, else its id alone."""
+    if task is None:
+        return {"backend": "slurm"}
+    record = _scontrol(task.job_id) or _sacct(task.job_id) or {}
+    return {
+        "backend": "slurm",
+        "job_id": task.job_id,
+        "node": record.get("NodeList", ""),
+        "restarts": int(record.get("Restarts", "0") or 0),
     }

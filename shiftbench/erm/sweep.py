@@ -146,6 +146,11 @@ def _last_words(lines: list[str], exit_code: int) -> str:
     return f"exited with {exit_code}" + (f": {tail}" if tail else "")
 
 
+def _pause(seconds: float) -> int | None:
+    time.sleep(seconds)
+    return None
+
+
 def run_packed(
     plans: Sequence[RunPlan],
     command: Callable[[RunPlan], list[str]],
@@ -153,13 +158,14 @@ def run_packed(
     log_dir: Path,
     on_finish: Callable[[RunOutcome], None],
     env: dict[str, str] | None = None,
+    wait: Callable[[float], int | None] = _pause,
 ) -> list[RunOutcome]:
     """Run ``command(plan)`` for every plan, ``parallel`` at a time, each output in ``log_dir/<run>.log``;
     ``on_finish`` sees each outcome as it comes. A failed run fails alone: the others go on.
 
-    Ctrl-C (SIGINT) stops the sweep: no run starts, each running one (its process group: the command and its
-    training job) is sent SIGINT and waited for while it writes its checkpoint; their outcomes say so
-    (``interrupted``)."""
+    A stop (Ctrl-C, raised as KeyboardInterrupt, or a signal ``wait`` returns: SIGINT, SIGTERM, SIGUSR1, SIGHUP)
+    stops the sweep: no run starts, each running one (its process group: the command and its training job) is sent
+    that signal once and waited for while it writes its checkpoint; their outcomes say so (``interrupted``)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     waiting, outcomes = list(plans), list[RunOutcome]()
     running: list[tuple[RunPlan, subprocess.Popen[bytes], Path, float]] = []
@@ -173,23 +179,32 @@ def run_packed(
                         command(plan), stdout=sink, stderr=subprocess.STDOUT, env=env, start_new_session=True
                     )
                 running.append((plan, process, log, time.monotonic()))
-            time.sleep(0.1)
+            signum = wait(0.1)
+            if signum is not None:
+                raise _Stop(signum)
             _collect(running, outcomes, on_finish, wait=False)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Stop) as stop:
+        signum = stop.signum if isinstance(stop, _Stop) else signal.SIGINT
         for _, process, _, _ in running:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGINT)
+                os.killpg(process.pid, signum)
         _collect(running, outcomes, on_finish, wait=True)
-        raise SweepInterrupted(outcomes, [plan.run for plan in waiting]) from None
+        raise SweepInterrupted(outcomes, [plan.run for plan in waiting], signum) from None
     return outcomes
 
 
-class SweepInterrupted(Exception):
-    """A sweep stopped by Ctrl-C: the outcomes of the runs that ran, and the runs that never started."""
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
-    def __init__(self, outcomes: list[RunOutcome], not_started: list[str]) -> None:
+
+class SweepInterrupted(Exception):
+    """A sweep stopped by a signal: the outcomes of the runs that ran, the runs that never started, the signal."""
+
+    def __init__(self, outcomes: list[RunOutcome], not_started: list[str], signum: int = signal.SIGINT) -> None:
         super().__init__(f"{len(outcomes)} runs finished or stopped, {len(not_started)} not started")
-        self.outcomes, self.not_started = outcomes, not_started
+        self.outcomes, self.not_started, self.signum = outcomes, not_started, signum
 
 
 def _collect(
