@@ -382,6 +382,9 @@ def _train(
             stopped = launch.job_interrupted(out_dir)
             if stopped is not None:  # stopped on a signal after checkpointing: its one line
                 raise Stopped.from_dict(stopped) from None
+            killed = launch.job_killed(str(sys.exc_info()[1]))
+            if killed is not None:  # SIGKILL (out of memory, by hand): its one line, the folder kept
+                raise killed from None
             raise
 
 

@@ -141,6 +141,8 @@ def _one_line(error: SerializableErrorInfo) -> tuple[str, bool]:
         return message, True
     if disk_full(Exception(message)):
         return f"the disk is full ({message.splitlines()[0]})", False
+    if error.cls_name in {cls.__name__ for cls in _subclasses(ShiftbenchError)}:  # says what happened: no class name
+        return message, False
     return f"{error.cls_name}: {message}", False
 
 

@@ -94,6 +94,24 @@ class ConflictFit:
     intervals: int  # the regression's rows
 
 
+def tracked_intervals(max_iters: int, every: int) -> int:
+    """The regression's rows a run of ``max_iters`` steps gives, tracked every ``every`` steps (a last shorter
+    interval is closed at the end: 40 steps at 3 are 14)."""
+    return -(-max_iters // every)
+
+
+def check_intervals(intervals: int, n_subsets: int) -> None:
+    """One line when the regression cannot separate the training subsets (it needs more rows than unknowns): known
+    from the config before a step is taken (shiftbench.erm.launch.plan_run), and checked again on what was tracked
+    (a run stopped early by patience has fewer)."""
+    if intervals <= n_subsets:
+        raise InputError(
+            f"{intervals} tracked intervals cannot separate {n_subsets} training subsets: train more than "
+            f"{n_subsets} steps (times track_every)",
+            parameter="max_iters",
+        )
+
+
 def fit_conflicts(compositions: np.ndarray, losses: np.ndarray) -> ConflictFit:
     """``compositions`` [T, S]: images of each training subset in interval t's batches (one step each with
     ``track_every: 1``); ``losses`` [T + 1, E]: each evaluation subset's mean loss before the first step and after
@@ -103,12 +121,7 @@ def fit_conflicts(compositions: np.ndarray, losses: np.ndarray) -> ConflictFit:
     steps, n_subsets = x.shape
     if y.shape[0] != steps:
         raise ValueError(f"{steps} batch compositions but {y.shape[0]} loss changes")
-    if steps <= n_subsets:
-        raise InputError(
-            f"{steps} tracked intervals cannot separate {n_subsets} training subsets: train more than {n_subsets} "
-            "steps (times track_every)",
-            parameter="max_iters",
-        )
+    check_intervals(steps, n_subsets)
     beta, _, rank, _ = np.linalg.lstsq(x, y, rcond=None)
     residual = y - x @ beta
     rss = (residual**2).sum(axis=0)

@@ -659,3 +659,67 @@ def test_a_sweep_passes_each_stop_signal_on_to_its_runs_and_exits_with_its_code(
     assert stopped.value.signum == signal.SIGTERM and exit_code(stopped.value.signum) == EXIT_REQUEUE
     for outcome in stopped.value.outcomes:
         assert outcome.interrupted and outcome.exit_code == EXIT_REQUEUE and "(SIGTERM)" in str(outcome.error)
+
+
+def test_a_moved_warehouse_resumes_its_stopped_runs(
+    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run stopped in a warehouse that is then moved (``mv``) resumes where it is: the checkpoint names the images
+    inside the warehouse relative to it, not by the absolute path it had (issue 48), and gives the uninterrupted
+    run's outputs."""
+    import shutil
+
+    before, after = tmp_path / "before", tmp_path / "after"
+    shutil.copytree(warehouse.home, before, symlinks=True)
+    stopped = Settings.from_env({"SHIFTBENCH_HOME": str(before), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    plan = _plan(stopped, "erm")
+    _stop_at(plan, launch.scratch_dir(stopped, plan), "5", monkeypatch)
+    before.rename(after)
+    moved = Settings.from_env({"SHIFTBENCH_HOME": str(after), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+    plan = _plan(moved, "erm")
+    assert str(plan.images.root).startswith(str(after))
+    lines: list[str] = []
+    run_job(plan.job(launch.scratch_dir(moved, plan)), log=lines.append)
+    assert any(line.startswith("resuming from iteration 5 ") for line in lines), lines
+    run_job(_plan(warehouse, "erm").job(tmp_path / "plain"), log=lambda _: None)
+    assert _outputs(launch.scratch_dir(moved, plan)) == _outputs(tmp_path / "plain")
+
+
+def test_the_code_identity_covers_every_module_the_job_imports() -> None:
+    """A checkpoint is refused when any code its bytes depend on changed: the hashed files are every shiftbench module
+    ``python -m shiftbench.erm.job`` imports, training and evaluating included (issue 48: image decoding and metrics
+    were missing)."""
+    code = (
+        "import sys\n"
+        "import shiftbench.erm.job, shiftbench.erm.train\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith('shiftbench'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    imported = {name.split(".", 1)[1] for name in done.stdout.split() if "." in name}
+    hashed = {p.stem for p in resume._CODE} | {f"erm.{p.stem}" for p in resume._CODE if p.parent.name == "erm"}
+    assert imported - hashed - {"erm"} == set(), imported - hashed
+
+
+@pytest.mark.slow
+def test_a_job_killed_as_its_outputs_are_committed_is_published_by_the_same_command(
+    warehouse: Settings, tmp_path: Path
+) -> None:
+    """Issue 48's reproduction through ``shiftbench train``: the job SIGKILLed the moment its ``run.json`` appears.
+    The command says so in one line (no traceback), exit 1; the same command publishes the finished outputs without
+    training, where it used to refuse a checkpoint whose file the clean-up had already deleted."""
+    env = {**os.environ, "SHIFTBENCH_HOME": str(warehouse.home), "DAGSTER_HOME": str(tmp_path / "dagster"),
+           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40", "SHIFTBENCH_TEST_KILL_AT": "run.json"}  # fmt: skip
+    env.pop(TEST_HOOK, None)
+    command = _cli("--set", "checkpoint_every=40")
+    command[command.index("--seed") + 1] = "1"
+    killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert killed.returncode == 1 and "Traceback" not in killed.stderr, killed.stderr
+    assert killed.stderr.strip().splitlines()[-1] == (
+        "error: the training job was killed by SIGKILL (out of memory, or killed by hand): what it finished is kept "
+        "(its outputs, else its last checkpoint); run the same command again to complete it; nothing was published"
+    ), killed.stderr  # the command adds the last words
+    env.pop("SHIFTBENCH_TEST_KILL_AT")
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "finished by an earlier attempt; its outputs are kept" in again.stderr and "iteration 1/" not in again.stderr
+    assert re.search(r"version \S+ \(now latest", again.stdout), again.stdout

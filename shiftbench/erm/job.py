@@ -17,10 +17,14 @@ message of a bad input (exit code 2). The launcher publishes the results; this j
 to the store.
 
 Interruption (:mod:`shiftbench.erm.interrupt`, :mod:`shiftbench.erm.resume`): the job checkpoints into
-``out_dir/resume/`` every ``checkpoint_every`` iterations; on SIGINT, SIGTERM or SIGUSR1 it checkpoints at the
-next step boundary, writes ``interrupted.json`` (what its one line says) and exits 130 (SIGINT) or 75 (the
-others: run it again). The same job description run again resumes from the checkpoint; the checkpoint of
-another run is refused (exit 2). Once the outputs are written the checkpoint folder is deleted.
+``out_dir/resume/`` every ``checkpoint_every`` iterations; on SIGINT, SIGTERM, SIGUSR1 or SIGHUP (held from its
+first line until training begins) it checkpoints at the next step boundary, writes ``interrupted.json`` (what its
+one line says), records the attempt in ``attempts.jsonl`` and exits 130 (SIGINT) or 75 (the others: run it again);
+the attempt of a job (``launch``, or the Slurm job) that makes it ``max_stalled_attempts`` in a row without a step
+fails instead (exit 2). The same job description run again resumes from the checkpoint; the checkpoint of another
+run is refused (exit 2). ``run.json``, written last and atomically, commits the outputs: a folder holding one of
+the same run is returned as it is, never trained again (:mod:`shiftbench.erm.run_folder`), and the checkpoint
+folder is then discarded.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 
+from shiftbench.cache import home_record  # noqa: E402
 from shiftbench.erm import resume, run_folder  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
 from shiftbench.erm.interrupt import (  # noqa: E402
@@ -189,9 +194,11 @@ def _identity(job: dict[str, Any], config: TrainConfig, table: SplitTable, check
     """What the run's checkpoint must match (shiftbench.erm.resume): the split, config, images, init weights, code
     and, on CPU, the thread count (oneDNN splits reductions by thread) and the device ``auto`` chose."""
     device = ("cuda" if torch.cuda.is_available() else "cpu") if config.device == "auto" else config.device
+    root = Path(job["image_root"])  # inside the warehouse: named relative to it, so a moved warehouse resumes
     identity = resume.identity(
         table.benchmark, table.version, config.as_dict(),
-        {"root": str(job["image_root"]), "template": str(job["path_template"])},
+        {"root": home_record(root, Path(job["home"])) if job.get("home") else str(root),
+         "template": str(job["path_template"])},
         hashlib.sha256(Path(checkpoint).read_bytes()).hexdigest() if checkpoint else None,
     )  # fmt: skip
     identity["device"] = device

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
+import signal
 import socket
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints, run_folder
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
-from shiftbench.errors import InputError
+from shiftbench.errors import InputError, ShiftbenchError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
 from shiftbench.naming import tagged
@@ -43,7 +45,7 @@ from shiftbench.spec_model import merge_named, spec_document, spec_texts
 from shiftbench.splits import PublishedSplit, published_split, split_images
 from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.store import StagedVersion, check_benchmark_name
-from shiftbench.training_conflicts import subset_descriptor
+from shiftbench.training_conflicts import check_intervals, subset_descriptor, tracked_intervals
 
 FAMILY = "erm"
 CONFLICTS_FIGURE = "training_conflicts.png"  # the heatmap of a run with track_conflicts (MetaShift Figure 4)
@@ -63,6 +65,7 @@ class RunPlan:
     images: ImageSource
     n_train: int
     checkpoint: Path | None = None  # the verified file init_checkpoint names (shiftbench.erm.checkpoints)
+    home: Path | None = None  # the warehouse: what lies inside it is named relative to it in a checkpoint's identity
 
     def job(self, out_dir: Path) -> dict[str, Any]:
         return {
@@ -72,6 +75,7 @@ class RunPlan:
             "config": self.config,
             "out_dir": str(out_dir),
             **({"checkpoint": str(self.checkpoint)} if self.checkpoint else {}),
+            **({"home": str(self.home)} if self.home else {}),
         }
 
 
@@ -173,8 +177,9 @@ def plan_run(
             parameter="benchmark",
         )
     config = resolve_config(values, n_train, given=set(overrides or {}))
-    if config.get("track_conflicts"):  # refused before anything trains: the split must carry its subsets
-        subset_descriptor(split.manifest, benchmark)
+    if config.get("track_conflicts"):  # refused before anything trains: the subsets, and enough steps to separate them
+        training = subset_descriptor(split.manifest, benchmark).training
+        check_intervals(tracked_intervals(config["max_iters"], config["track_every"]), len(training))
     checkpoint = (
         checkpoints.resolve(config["init_checkpoint"], config["model"], settings.checkpoint_dir)
         if config.get("init_checkpoint")
@@ -185,7 +190,7 @@ def plan_run(
     run = run_name(benchmark, name, config, preset_config, images.kind)
     return RunPlan(
         run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train,
-        checkpoint,
+        checkpoint, settings.home,
     )  # fmt: skip
 
 
@@ -416,6 +421,23 @@ def scratch_dir(settings: Settings, plan: RunPlan, *, restart: bool = False) -> 
 def discard_scratch(out_dir: Path) -> None:
     """The run's working folder, once its results are in the store (the job removed its checkpoints already)."""
     shutil.rmtree(out_dir, ignore_errors=True)
+
+
+class JobKilled(ShiftbenchError):
+    """The training job died on a signal it could not answer (SIGKILL: out of memory, killed by hand): one line,
+    not a traceback; its folder keeps what it finished."""
+
+
+def job_killed(message: str) -> JobKilled | None:
+    """The one-line failure of a job a Pipes client says ended with a negative code (killed by that signal)."""
+    found = re.search(r"failed with code -(\d+)", message)
+    if found is None:
+        return None
+    name = signal.Signals(int(found[1])).name if int(found[1]) in signal.valid_signals() else f"signal {found[1]}"
+    return JobKilled(
+        f"the training job was killed by {name} (out of memory, or killed by hand): what it finished is kept (its "
+        "outputs, else its last checkpoint); run the same command again to complete it"
+    )
 
 
 def job_interrupted(out_dir: Path) -> dict[str, Any] | None:
