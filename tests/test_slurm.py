@@ -389,13 +389,23 @@ def test_the_settings_become_the_array_scripts_options(tmp_path: Path) -> None:
     script = slurm.batch_script(cluster, tasks, "/opt/py/bin/python", 3, "shiftbench-train")
     options = re.findall(r"^#SBATCH (\S+)$", script, re.MULTILINE)
     assert options == [
-        "--job-name=shiftbench-train", "--array=0-4%3", f"--output={tmp_path}/task-%a.log", "--open-mode=append",
+        "--job-name=shiftbench-train", "--array=0-4%3", f'--output="{tmp_path}/task-%a.log"', "--open-mode=append",
         "--requeue", "--signal=B:USR1@300", "--time=2:00:00", "--cpus-per-task=8", "--partition=gpu",
         "--account=lab", "--qos=high", "--gres=gpu:a100:1", "--mem=32G", "--constraint=a100", "--exclusive",
     ]  # fmt: skip
     assert "\nmodule load cuda\n" in script and "python=/opt/py/bin/python" in script
     bash = subprocess.run(["bash", "-n"], input=script, text=True, capture_output=True, check=False)
     assert bash.returncode == 0, bash.stderr
+    # A warehouse whose path has a space is named whole (sbatch reads the quoted path); one with a quote or a newline
+    # cannot be named in an #SBATCH line: one line naming SHIFTBENCH_HOME.
+    spaced = [slurm.Task(0, "r", tmp_path / "j.json", tmp_path, tmp_path / "a b" / "task-0.log")]
+    assert f'#SBATCH --output="{tmp_path}/a b/task-%a.log"\n' in slurm.batch_script(cluster, spaced, "/py", 1, "n")
+    from shiftbench.errors import InputError
+
+    for bad in ('a"b', "a\nb"):
+        broken = [slurm.Task(0, "r", tmp_path / "j.json", tmp_path, tmp_path / bad / "task-0.log")]
+        with pytest.raises(InputError, match="parameter 'SHIFTBENCH_HOME': the warehouse's path holds a double quote"):
+            slurm.batch_script(cluster, broken, "/py", 1, "n")
 
 
 @pytest.mark.slurm

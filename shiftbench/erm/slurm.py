@@ -41,6 +41,7 @@ POLL_S = 1.0  # logs are tailed this often; the queue too while tasks end
 MAX_QUEUE_POLL_S = 30.0  # the longest pause between two squeue calls while nothing ends
 _QUEUE_PATIENCE_S = 120.0  # squeue failing this long in a row: the controller is gone
 _FIELD = re.compile(r"(\w+)=(\S*)")
+_UNQUOTABLE = re.compile(r'["\x00-\x1f\x7f]')
 
 
 class SlurmError(ShiftbenchError):
@@ -117,10 +118,17 @@ def last_error(log: Path) -> str | None:
 
 def batch_script(cluster: ClusterSettings, tasks: Sequence[Task], python: str, parallelism: int, name: str) -> str:
     """The array's batch script: one task per run, ``parallelism`` at a time, requeueable."""
+    logs = str(tasks[0].log.parent / "task-%a.log")
+    if _UNQUOTABLE.search(logs):
+        raise InputError(
+            "the warehouse's path holds a double quote, a newline or another control character: it cannot be named "
+            f"in the batch script's #SBATCH --output line ({logs!r})",
+            parameter="SHIFTBENCH_HOME",
+        )
     options = [
         f"--job-name={name}",
         f"--array=0-{len(tasks) - 1}%{parallelism}",
-        f"--output={tasks[0].log.parent / 'task-%a.log'}",
+        f'--output="{logs}"',  # quoted: sbatch reads a path with spaces whole
         "--open-mode=append",  # a requeued task's lines follow the interrupted attempt's
         "--requeue",
         f"--signal=B:USR1@{cluster.warning_seconds}",
