@@ -58,6 +58,18 @@ def _module_name(path: Path, root: Path) -> tuple[str, bool]:
     return ".".join(parts[:-1] if is_package else parts), is_package
 
 
+def _parse(text: str, path: Path) -> ast.Module:
+    """``ast.parse``, tried again on CPython 3.11's "AST constructor recursion depth mismatch" (SystemError): its
+    recursion counter is shared between threads (a CPython bug fixed in later releases), so a thread left by
+    another test of the same worker that builds an AST at that moment can fail a parse that is fine."""
+    for _ in range(3):
+        try:
+            return ast.parse(text, str(path))
+        except SystemError:
+            continue
+    return ast.parse(text, str(path))
+
+
 def read_sources(root: Path, packages: Sequence[str] = LAYERS) -> dict[str, Source]:
     """Every module of ``packages`` under ``root``, parsed, by dotted name."""
     sources: dict[str, Source] = {}
@@ -67,7 +79,7 @@ def read_sources(root: Path, packages: Sequence[str] = LAYERS) -> dict[str, Sour
                 continue
             text = path.read_text("utf-8")
             module, is_package = _module_name(path, root)
-            sources[module] = Source(module, path, is_package, ast.parse(text, str(path)), text)
+            sources[module] = Source(module, path, is_package, _parse(text, path), text)
     return sources
 
 

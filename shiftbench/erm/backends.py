@@ -32,7 +32,6 @@ import polars as pl
 
 from shiftbench.erm import run_folder, slurm
 from shiftbench.erm.launch import FAMILY, RunPlan, headline, publish_run, record_execution
-from shiftbench.erm.resume import UNBOUND
 from shiftbench.erm.slurm_settings import ClusterSettings
 from shiftbench.erm.sweep import RunOutcome
 from shiftbench.errors import InputError, ShiftbenchError
@@ -97,8 +96,8 @@ def check_shared(settings: Settings, cluster: ClusterSettings) -> None:
 
 def _same_training(config: dict[str, Any], plan: RunPlan) -> bool:
     """Whether ``config`` (a run's recorded training config) is the one ``plan`` trains."""
-    trained = {k: v for k, v in config.items() if k not in UNBOUND}
-    wanted = {k: v for k, v in json.loads(json.dumps(plan.config)).items() if k not in UNBOUND}
+    trained = {k: v for k, v in config.items() if k not in run_folder.UNBOUND}
+    wanted = {k: v for k, v in json.loads(json.dumps(plan.config)).items() if k not in run_folder.UNBOUND}
     return trained == wanted
 
 

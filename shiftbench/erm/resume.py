@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from shiftbench.erm import run_folder
 from shiftbench.erm.checkpoints import read as read_checkpoint
 from shiftbench.erm.run_folder import write_atomically
 from shiftbench.errors import InputError
@@ -48,8 +49,7 @@ FORMAT = 2  # 2: the state file carries the identity too (a record's identity al
 MAX_OVERHEAD = 0.02
 FOLDER = "resume"
 STATE = "state.json"
-# Keys of the training config that do not change a run's bytes: a resumed run may change them.
-UNBOUND = frozenset({"checkpoint_every"})
+UNBOUND = run_folder.UNBOUND
 DISCARD = (
     "rerun with --restart (shiftbench train; restart: true in Dagster's launchpad) or delete {folder} to discard it"
 )

@@ -41,6 +41,9 @@ STALE = (ERROR_JSON, INTERRUPTED_JSON, RUN_JSON, "conflicts.parquet", *OUTPUTS)
 CAUSES = {"SIGUSR1": "time limit", "SIGTERM": "preemption or cancel", "SIGINT": "stopped by a person",
           "SIGHUP": "hang-up"}  # fmt: skip
 MAX_STALLED_ATTEMPTS = 3  # submitit's max_num_timeout
+# Keys of the training config that do not change a run's bytes: a resumed run may change them, and finished outputs
+# of the run serve whatever they say (shiftbench.erm.resume, shiftbench.erm.backends).
+UNBOUND = frozenset({"checkpoint_every"})
 
 
 def write_atomically(path: Path, data: bytes) -> None:
