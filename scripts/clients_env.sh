@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 stamp=.venv-clients/.clients-installed
-wanted=$(sha256sum scripts/clients-requirements.txt | cut -d' ' -f1)
+wanted=$(cat scripts/clients-requirements.txt scripts/clients-nodeps.txt | sha256sum | cut -d' ' -f1)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
   echo "[clients] .venv-clients is up to date with scripts/clients-requirements.txt"
   exit 0
@@ -18,6 +18,12 @@ set +e
 .venv-clients/bin/python -m pip install -q -r scripts/clients-requirements.txt 2>&1 \
   | grep -v "is ignored: it is neither a file nor a directory"
 status=${PIPESTATUS[0]}
+if [ "$status" -eq 0 ]; then
+  # Reference implementations whose declared dependencies would replace the pinned torch (clients-nodeps.txt).
+  .venv-clients/bin/python -m pip install -q --no-deps -r scripts/clients-nodeps.txt 2>&1 \
+    | grep -v "is ignored: it is neither a file nor a directory"
+  status=${PIPESTATUS[0]}
+fi
 set -e
 if [ "$status" -ne 0 ]; then
   echo "[clients] pip install failed" >&2
