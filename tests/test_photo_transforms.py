@@ -26,7 +26,8 @@ import numpy as np
 import pytest
 import torch
 
-from shiftbench.erm import photo_transforms as pt
+from shiftbench.erm import photo_draws as pd
+from shiftbench.erm import photo_pixels as pt
 from shiftbench.erm.protocols import PROTOCOLS
 
 from .conftest import run_client
@@ -133,12 +134,12 @@ def test_a_seed_draws_the_references_parameters_and_gives_its_pixels(
     worst = {}
     for k, path in enumerate(photos):
         image = pt.open_photo(path)
-        sample = pt.draw(*image.size, protocol.train, torch.Generator().manual_seed(base + k))
+        sample = pd.draw(*image.size, protocol.train, torch.Generator().manual_seed(base + k))
         pixels = pt.train_pixels(image, sample, 224)
         theirs = reference[f"train/{name}/{k}"]
         if name == "robustness_imagenet":
             x = torch.from_numpy(pixels.copy()).float().div(255).unsqueeze(0)
-            ours = pt.lighting(x, torch.tensor([sample.alphas]))[0].numpy()
+            ours = pd.lighting(x, torch.tensor([sample.alphas]))[0].numpy()
             worst[path.name] = float(np.abs(ours - theirs).max()) * 255
         else:
             worst[path.name] = _differs(pixels, theirs)
@@ -159,7 +160,7 @@ def test_crop_parameters_follow_the_references_rule(
 
     def boxes(seed: int) -> np.ndarray:
         generator = torch.Generator().manual_seed(seed)
-        return np.array([pt.crop_box(*size, transform.scale, transform.ratio, generator) for _ in range(DRAWS)])
+        return np.array([pd.crop_box(*size, transform.scale, transform.ratio, generator) for _ in range(DRAWS)])
 
     assert np.array_equal(boxes(7), theirs)
     other = boxes(8)
@@ -180,7 +181,7 @@ def test_jitter_parameters_follow_the_references_rule(name: str, reference: dict
         out = []
         for _ in range(DRAWS):
             order = torch.randperm(4, generator=generator).tolist()
-            out.append(order + [np.nan if r is None else pt._uniform(r[0], r[1], generator) for r in ranges])
+            out.append(order + [np.nan if r is None else pd._uniform(r[0], r[1], generator) for r in ranges])
         return np.array(out, dtype=np.float64)
 
     theirs = reference[f"jitter/{name}"]

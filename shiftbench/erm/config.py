@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from shiftbench.erm.protocols import TRANSFORMS
 from shiftbench.errors import InputError
 from shiftbench.method_names import METHODS  # the objectives of shiftbench.erm.methods (checked there)
 
@@ -21,7 +22,7 @@ MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
 EXECUTION_ONLY = frozenset(
     {"device", "precision", "channels_last", "compile", "cache", "cache_budget_gib", "eval_batch_size"}
-    | {"decode_workers", "step", "threads", "checkpoint_every", "track_conflicts", "track_every"}
+    | {"decode_workers", "step", "threads", "checkpoint_every", "track_conflicts", "track_every", "decode"}
 )
 
 
@@ -29,7 +30,7 @@ EXECUTION_ONLY = frozenset(
 AUGMENTATIONS = ("none", "flip_rot90", "domainbed", "imagenet", "randaugment", "autoaugment", "augmix")
 MAX_DECODE_WORKERS = 256
 LOADERS = ("auto", "standard", "group_balanced", "groups")
-NORMALIZATIONS = ("imagenet", "symmetric")
+NORMALIZATIONS = ("imagenet", "breeds", "symmetric")  # shiftbench.erm.data: the mean and std of each
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,15 @@ class TrainConfig:
     loader: str = "auto"  # auto (the method's) | standard | group_balanced | groups
     image_size: int = 64
     augment: str = "none"  # none | flip_rot90 | domainbed | imagenet | randaugment | autoaugment | augmix
-    normalization: str = "imagenet"  # imagenet (mean/std) | symmetric (pixels in (-1, 1), ConDS)
+    # square: the whole image resized to image_size, then `augment`; a paper's protocol (shiftbench.erm.protocols:
+    # robustness_imagenet, domainbed): its training and evaluation transforms on the photographs themselves.
+    transforms: str = "square"
+    # A protocol's training images: decoded from their files every batch, or from a prepared copy decoded once
+    # (shiftbench.erm.prepared) at their own resolution (prepared_side 0: the same pixels) or with the shorter side
+    # at most prepared_side (faster, smaller; the crops then come from the smaller copy).
+    decode: str = "files"
+    prepared_side: int = 0
+    normalization: str = "imagenet"  # imagenet | breeds (the mean and std of each) | symmetric (pixels in (-1, 1))
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
@@ -118,6 +127,30 @@ class TrainConfig:
         need(isinstance(self.n_groups_per_batch, int) and self.n_groups_per_batch >= 1, "n_groups_per_batch", ">= 1")
         need(all(v > 0 and math.isfinite(v) for v in self.lr_grid), "lr_grid", "must be positive numbers")
         need(self.augment in AUGMENTATIONS, "augment", f"must be one of {', '.join(AUGMENTATIONS)}")
+        need(self.transforms in TRANSFORMS, "transforms", f"must be one of {', '.join(TRANSFORMS)}")
+        need(
+            self.transforms == "square" or self.augment == "none",
+            "augment",
+            f"the {self.transforms} protocol has its own training augmentation: drop augment (or transforms=square)",
+        )
+        need(self.decode in {"files", "prepared"}, "decode", "must be files or prepared")
+        need(self.decode == "files" or self.transforms != "square", "decode", "prepared copies are a protocol's")
+        need(isinstance(self.prepared_side, int) and self.prepared_side >= 0, "prepared_side", "must be >= 0")
+        need(
+            self.prepared_side == 0 or self.decode == "prepared",
+            "prepared_side",
+            "applies to a prepared copy: set decode=prepared too",
+        )
+        need(
+            self.prepared_side == 0 or self.prepared_side >= self.image_size,
+            "prepared_side",
+            f"must be at least image_size ({self.image_size}): a crop would be cut from fewer pixels than it has",
+        )
+        need(
+            self.transforms == "square" or self.normalization != "symmetric",
+            "normalization",
+            f"the {self.transforms} protocol feeds pixels normalised by a mean and std (imagenet or breeds)",
+        )
         need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
@@ -152,6 +185,10 @@ class TrainConfig:
         values["lr_grid"] = list(self.lr_grid)
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
             del values["track_conflicts"], values["track_every"]
+        if self.transforms == "square":  # the same: runs on squares (the sprites, stand-ins) keep their version ids
+            del values["transforms"], values["decode"]
+        if not self.prepared_side:
+            del values["prepared_side"]
         return values
 
 

@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from shiftbench.erm.data import Batches, normalize
+from shiftbench.erm.photos import PhotoBatches
 from shiftbench.erm.step import autocast
 from shiftbench.errors import InputError
 from shiftbench.split_table import SplitTable
@@ -78,8 +79,8 @@ class ConflictTracker:
     training-subset counts of the batches in between: one regression row per interval."""
 
     def __init__(
-        self, where: Layout, batches: Batches, table: SplitTable, max_iters: int, *, device: torch.device,
-        precision: str, normalization: str, every: int = 1,
+        self, where: Layout, batches: Batches | PhotoBatches, table: SplitTable, max_iters: int, *,
+        device: torch.device, precision: str, normalization: str, every: int = 1,
     ) -> None:  # fmt: skip
         self.where, self.device, self.precision, self.every = where, device, precision, every
         rows = torch.from_numpy(where.eval_rows)

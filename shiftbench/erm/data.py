@@ -27,13 +27,18 @@ import numpy as np
 import torch
 
 from shiftbench.erm.config import TrainConfig
+from shiftbench.erm.photo_draws import lighting_offsets
 from shiftbench.grouper import Grouper, require_fields
 from shiftbench.split_dataset import decode
 from shiftbench.split_table import SplitTable
 
-# ImageNet channel statistics, as the papers' pipelines normalise (DomainBed, BREEDS, WILDS).
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+# The mean and std of each normalisation (``normalization``): ImageNet's, as DomainBed and WILDS normalise; the BREEDS
+# datasets' own, as the robustness library's CustomImageNet normalises them (robustness/datasets.py, lines 307-308).
+STATISTICS = {
+    "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+    "breeds": ((0.4717, 0.4499, 0.3837), (0.2600, 0.2516, 0.2575)),
+}
+MEAN, STD = STATISTICS["imagenet"]
 
 
 class ImageCache:
@@ -81,24 +86,30 @@ class Batches:
 
 
 @functools.cache
-def _imagenet_constants(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """ImageNet's mean and std on ``device``, made once: built on the host every step they were a copy to the
+def _constants(kind: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A normalisation's mean and std on ``device``, made once: built on the host every step they were a copy to the
     GPU per step, which also rules out capturing the step in a CUDA graph."""
-    return (
-        torch.tensor(MEAN, device=device).view(1, 3, 1, 1),
-        torch.tensor(STD, device=device).view(1, 3, 1, 1),
-    )
+    mean, std = STATISTICS[kind]
+    return torch.tensor(mean, device=device).view(1, 3, 1, 1), torch.tensor(std, device=device).view(1, 3, 1, 1)
 
 
-def normalize(batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet") -> torch.Tensor:
-    """uint8 ``[B, 3, H, W]`` -> float on the batch's device: ImageNet mean/std (DomainBed, BREEDS,
-    WILDS), or ``symmetric``, pixels in (-1, 1) as ConDS feeds its models (Appendix A.4)."""
+def normalize(
+    batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet", lighting: torch.Tensor | None = None
+) -> torch.Tensor:
+    """uint8 ``[B, 3, H, W]`` -> float on the batch's device: ``ToTensor``'s [0, 1], then a dataset's mean and std
+    (``imagenet``: DomainBed, WILDS; ``breeds``: the robustness library's BREEDS datasets), or ``symmetric``, pixels in
+    (-1, 1) as ConDS feeds its models (Appendix A.4). ``lighting``: each image's three PCA lighting draws ``[B, 3]``,
+    whose offset is added to the [0, 1] pixels first, unclipped, as the robustness library's Lighting does."""
     x = batch.float()
     if kind == "symmetric":
         x = x.div_(127.5).sub_(1.0)
+    elif lighting is not None:  # one multiply-add per pixel: (x / 255 + offset - mean) / std, a training batch's
+        mean, std = _constants(kind, x.device)
+        offsets = lighting_offsets(lighting.to(x.device, non_blocking=True)).view(-1, 3, 1, 1)
+        x = x.mul_(1.0 / (255.0 * std)).add_((offsets - mean) / std)
     else:
         x = x.div_(255.0)
-        mean, std = _imagenet_constants(x.device)
+        mean, std = _constants(kind, x.device)
         x = x.sub_(mean).div_(std)
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 

@@ -65,7 +65,7 @@ from shiftbench.erm.interrupt import (  # noqa: E402
 )
 from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
 from shiftbench.erm.run import Resumable  # noqa: E402
-from shiftbench.erm.train import TrainResult, cpu_threads, train  # noqa: E402
+from shiftbench.erm.train import Prepared, TrainResult, cpu_threads, train  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
 from shiftbench.images import image_paths  # noqa: E402
 from shiftbench.split_table import SplitTable, read_split  # noqa: E402
@@ -121,7 +121,7 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
         try:
             result = train(
                 table, paths, config, out_dir, log, checkpoint=Path(checkpoint) if checkpoint else None,
-                resumable=resumable, subsets=subsets,
+                resumable=resumable, subsets=subsets, prepared=_prepared(job, out_dir, table, identity),
             )  # fmt: skip
         except Interrupted as stopped:  # the launcher reads what happened (its one line, the exit code)
             attempt = run_folder.Attempt(
@@ -168,6 +168,13 @@ def _run_locked(job: dict[str, Any], out_dir: Path, log: Callable[[str], None]) 
     kill_point_for_tests("run.json")
     run_folder.discard_checkpoints(out_dir, before_delete=lambda: kill_point_for_tests("discard"))
     return summary
+
+
+def _prepared(job: dict[str, Any], out_dir: Path, table: SplitTable, identity: dict[str, Any]) -> Prepared:
+    """Prepared copies of training photographs live in the warehouse's cache (shared by every run of the split),
+    or beside the run when the job was given no warehouse."""
+    parent = Path(job["home"]) / "cache" / "prepared" if job.get("home") else out_dir / "prepared"
+    return Prepared(parent, {"split_version": table.version, **identity["images"]})
 
 
 def _where(job: dict[str, Any]) -> tuple[str | None, str | None]:

@@ -1,9 +1,10 @@
 """The papers' image protocols as data: each a training transform, an evaluation transform and where they come from.
 
 A protocol is what a paper's loader does to a photograph before the network sees it. Each is written down once here,
-with the reference file it is taken from, and implemented once (:mod:`shiftbench.erm.photo_transforms`, Pillow and
-torch: the training job has no torchvision); ``tests/test_photo_transforms.py`` checks the implementation against the
-reference objects themselves on real photographs. The normalisation is the run's (``normalization``: the dataset's
+with the reference file it is taken from, and implemented once (:mod:`shiftbench.erm.photo_draws` draws the random
+parameters with torch, :mod:`shiftbench.erm.photo_pixels` applies them with Pillow: the training job has no
+torchvision); ``tests/test_photo_transforms.py`` checks the implementation against the reference objects themselves
+on real photographs. The normalisation is the run's (``normalization``: the dataset's
 mean and std, :mod:`shiftbench.erm.data`), so a preset names both.
 
 - ``robustness_imagenet``: the BREEDS authors' ``robustness`` library (1.2.1.post2),

@@ -20,6 +20,7 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.conflicts import Layout
 from shiftbench.erm.data import Batches, normalize
 from shiftbench.erm.interrupt import StopRequest
+from shiftbench.erm.photos import PhotoBatches
 from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints
 from shiftbench.erm.step import autocast
 from shiftbench.metrics import Metric, calibration_metrics, class_metrics, split_metrics
@@ -35,7 +36,7 @@ def synchronize(device: torch.device) -> None:
 
 def evaluate(
     model: nn.Module,
-    batches: Batches,
+    batches: Batches | PhotoBatches,
     table: SplitTable,
     split: str,
     *,
@@ -116,7 +117,7 @@ class Run:
     """What every learning rate's fit shares: the data, the device and how it computes, the selection split."""
 
     table: SplitTable
-    batches: Batches
+    batches: Batches | PhotoBatches
     config: TrainConfig
     train_rows: np.ndarray
     grouping: tuple[np.ndarray, list[str]]  # each example's group, and the groups' names

@@ -35,6 +35,7 @@ from shiftbench.erm import augment
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import Batches, normalize
 from shiftbench.erm.methods import Method
+from shiftbench.erm.photos import PhotoBatches
 
 WARMUP = 3  # eager iterations before capture (the PyTorch recipe warms up on a side stream)
 Log = Callable[[str], None]
@@ -82,7 +83,7 @@ class StepInputs:
     step_model: nn.Module
     method: Method
     config: TrainConfig
-    batches: Batches
+    batches: Batches | PhotoBatches
     labels: torch.Tensor  # int64 [N], host
     groups: torch.Tensor  # int64 [N], host
     augment_generator: torch.Generator
@@ -117,11 +118,7 @@ class EagerStep:
         s = self.inputs
         if iteration > 1 and s.method.reset_optimizer(iteration):
             self._reset(iteration)
-        x = normalize(
-            augment.augment(s.batches(index), s.config.augment, s.augment_generator),
-            channels_last=s.channels_last,
-            kind=s.config.normalization,
-        )
+        x = training_batch(s, index)
         y = s.labels[index].to(s.device, non_blocking=True)
         g = s.groups[index].to(s.device, non_blocking=True)
         s.features.clear()
@@ -149,6 +146,20 @@ class EagerStep:
         _load_running(self, state["running"])
 
 
+def training_batch(s: StepInputs, index: torch.Tensor) -> torch.Tensor:
+    """The eager step's normalised input: squares augmented on the device, or a protocol's training images (cropped
+    and jittered per image by :class:`PhotoBatches`, the lighting noise added here)."""
+    if isinstance(s.batches, PhotoBatches):
+        pixels, alphas = s.batches.train(index, s.augment_generator)
+        lighting = alphas if s.batches.lighting else None
+        return normalize(pixels, channels_last=s.channels_last, kind=s.config.normalization, lighting=lighting)
+    return normalize(
+        augment.augment(s.batches(index), s.config.augment, s.augment_generator),
+        channels_last=s.channels_last,
+        kind=s.config.normalization,
+    )
+
+
 def _load_running(step: EagerStep | GraphStep, running: list[torch.Tensor]) -> None:
     step.running_loss.copy_(running[0])
     step.running_correct.copy_(running[1])
@@ -167,8 +178,9 @@ class GraphStep:
         self.optimizer = make_optimizer(s.model, s.config, lr=self.lr)
         self.drops = Counter(s.config.lr_milestones)
         self.labels, self.groups = s.labels.to(device), s.groups.to(device)
-        cache = s.batches.cache
+        cache = s.batches.cache if isinstance(s.batches, Batches) else None  # a protocol crops every batch anew
         self.images = cache.images if cache is not None else None
+        self.photos = s.batches if isinstance(s.batches, PhotoBatches) else None
         self.batch_size = 0  # fixed by the first batch: every loader yields one size (shiftbench.erm.data)
         self.graph: Any = None
         self.calls = 0  # steps taken by this process (a resumed run warms up and captures again)
@@ -187,6 +199,8 @@ class GraphStep:
             (batch_size, 3, size, size), dtype=torch.uint8, device=device
         )  # fmt: skip
         self.draws = torch.zeros((n_draws, batch_size), device=device)
+        lit = self.photos is not None and self.photos.lighting
+        self.lighting = torch.zeros((batch_size, 3), device=device) if lit else None  # the PCA lighting draws
 
     def __call__(self, index: torch.Tensor, iteration: int) -> None:
         if not self.batch_size:
@@ -211,6 +225,13 @@ class GraphStep:
         s = self.inputs
         positions = torch.from_numpy(s.batches.position[index.numpy()]) if self.images is not None else index
         self.rows.copy_(torch.stack([positions, index]), non_blocking=True)
+        if self.photos is not None:
+            assert self.pixels is not None
+            pixels, alphas = self.photos.train(index, s.augment_generator)
+            self.pixels.copy_(pixels, non_blocking=True)
+            if self.lighting is not None:
+                self.lighting.copy_(alphas, non_blocking=True)
+            return
         if self.pixels is not None:
             self.pixels.copy_(s.batches(index), non_blocking=True)
         draws = augment.draw(s.config.augment, self.batch_size, s.augment_generator, size=s.config.image_size)
@@ -223,7 +244,7 @@ class GraphStep:
         assert pixels is not None
         x = normalize(
             augment.apply(pixels, s.config.augment, self.draws), channels_last=s.channels_last,
-            kind=s.config.normalization,
+            kind=s.config.normalization, lighting=self.lighting,
         )  # fmt: skip
         y, g = self.labels.index_select(0, self.rows[1]), self.groups.index_select(0, self.rows[1])
         with autocast(s.device, s.precision, cache=not self.capture):

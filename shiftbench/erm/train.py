@@ -27,6 +27,7 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.conflicts import layout
 from shiftbench.erm.data import Batches, training_groups
 from shiftbench.erm.fit import Fit, fit_grid
+from shiftbench.erm.photos import PhotoBatches, Prepare
 from shiftbench.erm.run import Log, Resumable, Run
 from shiftbench.errors import InputError
 from shiftbench.metrics import Metric, gap_metrics
@@ -56,6 +57,15 @@ class TrainResult:
     threads: int = 0  # torch's CPU threads during the run
     resumed_from: int | None = None  # the checkpoint's iteration this process continued from
     conflicts: dict[str, list[object]] | None = None  # track_conflicts: erm_training_conflicts' columns
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Where a run keeps prepared copies of its training photographs (``decode: prepared``), and the identity of
+    its images (split version, root, template) that names a copy."""
+
+    parent: Path
+    identity: dict[str, object]
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -111,8 +121,9 @@ def cpu_threads(config: TrainConfig) -> int:
 
 
 def _prepare(
-    table: SplitTable, paths: Sequence[Path], config: TrainConfig, log: Log, subsets: SubsetDescriptor | None
-) -> tuple[Run, float]:
+    table: SplitTable, paths: Sequence[Path], config: TrainConfig, log: Log, subsets: SubsetDescriptor | None,
+    prepared: Prepared | None,
+) -> tuple[Run, float]:  # fmt: skip
     """The run's settings checked and its images loaded (with the seconds that took)."""
     device, precision, channels_last = _compute(config)
     train_rows, selection = _rows_and_selection(table, config)
@@ -126,14 +137,16 @@ def _prepare(
         torch.use_deterministic_algorithms(True)
         torch.set_num_threads(cpu_threads(config))
     t0 = time.perf_counter()
-    batches = Batches(paths, config, device, np.arange(len(paths)))
+    where = None
+    if prepared is not None:
+        where = Prepare(prepared.parent, prepared.identity, train_rows, config.prepared_side, log)
+    batches = make_batches(paths, config, device, where)
     load_s = time.perf_counter() - t0
     present = len(np.unique(groups[train_rows]))
     log(
-        f"{len(paths):,} images {'cached on ' + device.type if batches.cached else 'decoded per batch'} "
-        f"in {load_s:.1f}s; training {config.model} ({config.method}, {present} training groups "
-        f"by {config.group_by}) on {len(train_rows):,} {config.train_split} examples, selection on "
-        f"{selection or 'the last iterate'}, {precision}"
+        f"{len(paths):,} images {_how_loaded(config, batches, device)} in {load_s:.1f}s; training {config.model} "
+        f"({config.method}, {present} training groups by {config.group_by}) on {len(train_rows):,} "
+        f"{config.train_split} examples, selection on {selection or 'the last iterate'}, {precision}"
     )
     run = Run(
         table, batches, config, train_rows, (groups, group_labels), selection, device, precision, channels_last, log,
@@ -145,6 +158,24 @@ def _prepare(
             f"evaluation subsets ({tracking.eval_rows.size:,} images evaluated after every step)"
         )
     return run, load_s
+
+
+def make_batches(
+    paths: Sequence[Path], config: TrainConfig, device: torch.device, prepared: Prepare | None = None
+) -> Batches | PhotoBatches:
+    """The run's images: squares (``transforms: square``, cached when they fit) or a paper's protocol on the
+    photographs (:mod:`shiftbench.erm.photos`)."""
+    every = np.arange(len(paths))
+    if config.transforms == "square":
+        return Batches(paths, config, device, every)
+    return PhotoBatches(paths, config, device, every, prepared)
+
+
+def _how_loaded(config: TrainConfig, batches: Batches | PhotoBatches, device: torch.device) -> str:
+    if config.transforms == "square":
+        return f"cached on {device.type}" if batches.cached else "decoded per batch"
+    evaluated = f"cached on {device.type}" if batches.cached else "decoded per batch"
+    return f"under {config.transforms} (training crops per batch, evaluation images {evaluated})"
 
 
 def _final_metrics(run: Run, fit: Fit) -> list[Metric]:
@@ -166,13 +197,14 @@ def train(
     checkpoint: Path | None = None,
     resumable: Resumable | None = None,
     subsets: SubsetDescriptor | None = None,
+    prepared: Prepared | None = None,
 ) -> TrainResult:
     """Train on ``config.train_split`` (once per learning rate of ``lr_grid``), select on the selection
     split, evaluate every split. With ``resumable``: checkpoint, stop on a signal (raising
     :class:`~shiftbench.erm.interrupt.Interrupted`) and continue from ``resumable.saved``. With
     ``config.track_conflicts``: the split's ``subsets`` tracked after every step (:mod:`shiftbench.erm.conflicts`)."""
     started = time.perf_counter()
-    run, load_s = _prepare(table, paths, config, log, subsets)
+    run, load_s = _prepare(table, paths, config, log, subsets, prepared)
     run = replace(run, resumable=resumable)
     resumed_from = int(resumable.saved["iteration"]) if resumable is not None and resumable.saved else None
     timings = {"load_images_s": load_s}

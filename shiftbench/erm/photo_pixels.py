@@ -6,28 +6,21 @@ guards: an empty, truncated or unreadable file, an image with a side under :data
 than :data:`MAX_PIXELS` pixels (a decompression bomb) are one line naming the file (:class:`InputError`). The
 reference loaders accept a truncated JPEG (DomainBed sets ``LOAD_TRUNCATED_IMAGES``): a run here names it instead.
 
-Evaluation (:func:`eval_pixels`) is deterministic. Training is in two steps so that a run's random numbers come from
-its own seeded generator in the reference's order: :func:`draw` makes one image's parameters (the random resized crop
-by torchvision's rule, its ten attempts and its central fallback included; the flip; ColorJitter's order and factors;
-greyscale; the lighting noise), consuming the generator exactly as the reference consumes torch's global one, and
-:func:`train_pixels` applies them with Pillow as torchvision does. The lighting noise is added on the device, on the
-float batch (:func:`lighting`), as the reference adds it after ``ToTensor``.
-
-Pillow, numpy and torch only: the training job imports this.
+Evaluation (:func:`eval_pixels`) is deterministic; training applies one image's :class:`Draw` (its random parameters,
+drawn by :mod:`shiftbench.erm.photo_draws` from the run's generator) with Pillow as torchvision does
+(:func:`train_pixels`). Pillow and numpy only: the training job's worker processes import this and nothing heavier.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from PIL import Image, ImageEnhance, UnidentifiedImageError
 
-from shiftbench.erm.protocols import PCA_EIGVAL, PCA_EIGVEC, Protocol, TrainTransform
+from shiftbench.erm.protocols import Protocol
 from shiftbench.errors import InputError
 
 MIN_SIDE = 8  # pixels: smaller is no photograph a crop can be taken from
@@ -98,7 +91,7 @@ def eval_pixels(image: Image.Image, protocol: Protocol, size: int) -> np.ndarray
     return to_array(eval_image(image, protocol, size))
 
 
-# -- training: the draws -----------------------------------------------------------------------------------------
+# -- training --------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -111,55 +104,6 @@ class Draw:
     factors: tuple[float | None, float | None, float | None, float | None]
     grey: bool
     alphas: tuple[float, float, float]  # the lighting noise's (zeros without it)
-
-
-def _uniform(low: float, high: float, generator: torch.Generator) -> float:
-    return float(torch.empty(1).uniform_(low, high, generator=generator).item())
-
-
-def crop_box(
-    width: int, height: int, scale: tuple[float, float], ratio: tuple[float, float], generator: torch.Generator
-) -> tuple[int, int, int, int]:
-    """RandomResizedCrop's parameters (top, left, height, width) for an image of ``width`` x ``height``: ten tries
-    at an area fraction drawn in ``scale`` and an aspect drawn log-uniformly in ``ratio``, kept once the box fits,
-    each try drawing what torchvision's draws in its order; then the central crop of the nearest allowed aspect."""
-    area = height * width
-    low, high = torch.log(torch.tensor(ratio)).tolist()  # float32 logs, as torchvision takes them
-    for _ in range(10):
-        target = area * _uniform(scale[0], scale[1], generator)
-        aspect = float(torch.exp(torch.empty(1).uniform_(low, high, generator=generator)).item())
-        w, h = round(math.sqrt(target * aspect)), round(math.sqrt(target / aspect))
-        if 0 < w <= width and 0 < h <= height:
-            top = int(torch.randint(0, height - h + 1, size=(1,), generator=generator).item())
-            left = int(torch.randint(0, width - w + 1, size=(1,), generator=generator).item())
-            return top, left, h, w
-    shape = width / height
-    if shape < min(ratio):
-        w, h = width, round(width / min(ratio))
-    elif shape > max(ratio):
-        w, h = round(height * max(ratio)), height
-    else:
-        w, h = width, height
-    return (height - h) // 2, (width - w) // 2, h, w
-
-
-def draw(width: int, height: int, transform: TrainTransform, generator: torch.Generator) -> Draw:
-    """One image's parameters, drawn in the reference's order: crop, flip, jitter, greyscale, lighting."""
-    box = crop_box(width, height, transform.scale, transform.ratio, generator)
-    flip = bool(torch.rand(1, generator=generator).item() < transform.flip)
-    order: tuple[int, ...] = ()
-    factors: list[float | None] = [None, None, None, None]
-    if transform.jitter is not None:
-        order = tuple(int(k) for k in torch.randperm(4, generator=generator).tolist())
-        ranges = (transform.jitter.brightness, transform.jitter.contrast, transform.jitter.saturation,
-                  transform.jitter.hue)  # fmt: skip
-        factors = [None if r is None else _uniform(r[0], r[1], generator) for r in ranges]
-    grey = bool(torch.rand(1, generator=generator).item() < transform.grey) if transform.grey else False
-    alphas = (0.0, 0.0, 0.0)
-    if transform.lighting:
-        drawn = torch.empty(3).normal_(0, transform.lighting, generator=generator).tolist()
-        alphas = (drawn[0], drawn[1], drawn[2])
-    return Draw(box, flip, order, (factors[0], factors[1], factors[2], factors[3]), grey, alphas)
 
 
 # -- training: the pixels ----------------------------------------------------------------------------------------
@@ -188,30 +132,26 @@ def _jitter(image: Image.Image, sample: Draw) -> Image.Image:
     return image
 
 
+def crop_resize(image: Image.Image, sample: Draw, size: int) -> Image.Image:
+    """RandomResizedCrop's pixels: ``sample``'s box cut out, then resized to ``size`` x ``size``."""
+    top, left, h, w = sample.box
+    return image.crop((left, top, left + w, top + h)).resize((size, size), BILINEAR)
+
+
+def finish(image: Image.Image, sample: Draw) -> Image.Image:
+    """What follows the crop: the flip, the colour jitter in its drawn order, greyscale."""
+    if sample.flip:
+        image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+    image = _jitter(image, sample)
+    if sample.grey:
+        image = image.convert("L").convert("RGB")
+    return image
+
+
 def train_image(image: Image.Image, sample: Draw, size: int) -> Image.Image:
     """The training transform with ``sample``'s parameters, up to (not including) the lighting noise."""
-    top, left, h, w = sample.box
-    out = image.crop((left, top, left + w, top + h)).resize((size, size), BILINEAR)
-    if sample.flip:
-        out = out.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-    out = _jitter(out, sample)
-    if sample.grey:
-        out = out.convert("L").convert("RGB")
-    return out
+    return finish(crop_resize(image, sample, size), sample)
 
 
 def train_pixels(image: Image.Image, sample: Draw, size: int) -> np.ndarray:
     return to_array(train_image(image, sample, size))
-
-
-def lighting_offsets(alphas: torch.Tensor) -> torch.Tensor:
-    """AlexNet's PCA lighting noise as a per-channel offset ``[B, 3]`` from each image's three ``alphas`` ``[B, 3]``:
-    the eigenvectors weighted by alpha times eigenvalue, summed over the components."""
-    eigvec = torch.tensor(PCA_EIGVEC, device=alphas.device)
-    eigval = torch.tensor(PCA_EIGVAL, device=alphas.device)
-    return (eigvec.unsqueeze(0) * (alphas * eigval).unsqueeze(1)).sum(2)
-
-
-def lighting(x: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
-    """Pixels in [0, 1] (``ToTensor``'s) plus each image's lighting offset, unclipped as the reference leaves them."""
-    return x + lighting_offsets(alphas.to(x.device, non_blocking=True)).view(-1, 3, 1, 1)
