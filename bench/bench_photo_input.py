@@ -99,8 +99,8 @@ def _ours(
 ) -> tuple[list[float], PhotoBatches]:
     """Batches as the training job takes them: uint8 and the lighting draws (normalised on the device), or with
     ``on_cpu`` normalised here too (a run on CPU)."""
-    cfg = TrainConfig.from_mapping({"transforms": "robustness_imagenet", "normalization": "breeds", "image_size": 224,
-                                    "cache": "off", **config})  # fmt: skip
+    protocol = {"transforms": "robustness_imagenet", "normalization": "robustness_custom_imagenet", "image_size": 224}
+    cfg = TrainConfig.from_mapping({**protocol, "cache": "off", **config})
     rows = np.arange(len(paths))
     where = Prepare(prepared, {"bench": "photo_input"}, rows, cfg.prepared_side, print)
     batches = PhotoBatches(paths, cfg, torch.device("cpu"), rows, where if cfg.decode == "prepared" else None)

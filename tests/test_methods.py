@@ -252,7 +252,10 @@ def test_the_papers_presets_are_chosen_by_family_dataset_or_split_parameter(
     assert all(presets[name]["transforms"] == "domainbed" for name in ("domainbed", "domainbed_scratch"))
     assert "augment" not in presets["domainbed"] and "normalization" not in presets["domainbed"]  # imagenet's
     for name in ("breeds", "breeds_450", "breeds_linear_probe"):
-        assert (presets[name]["transforms"], presets[name]["normalization"]) == ("robustness_imagenet", "breeds")
+        assert (presets[name]["transforms"], presets[name]["normalization"]) == (
+            "robustness_imagenet",
+            "robustness_custom_imagenet",
+        )
     assert presets["domainbed"]["init_checkpoint"] == "imagenet:resnet18"
     assert presets["breeds_450"]["max_epochs"] == 450
     with pytest.raises(InputError, match=r"imagenet:resnet18 is not on this machine"):

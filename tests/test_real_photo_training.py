@@ -95,13 +95,14 @@ def test_a_breeds_shaped_split_of_real_photographs_trains_with_the_papers_transf
     config = json.loads(row["config"])
     assert (config["transforms"], config["normalization"], config["image_size"]) == (
         "robustness_imagenet",
-        "breeds",
+        "robustness_custom_imagenet",
         224,
     )
     assert row["image_source"] == "imagenet" and row["n_train"] == 2 * TRAIN_PER_CLASS
     splits = set(pl.read_parquet(staged.table_path("erm_results"))["eval_split"])
     assert splits == {"train", "id_test", "test", "ood_train"}, splits
     assert f"version {runs[0].version} (now latest" in out
+    assert "selection on none (the last iterate), best iteration 2" in out  # BREEDS has no validation split
 
 
 def test_a_truncated_photograph_stops_the_run_in_one_line_naming_it(
@@ -122,3 +123,85 @@ def test_a_truncated_photograph_stops_the_run_in_one_line_naming_it(
     assert errors == [f"error: {victim}: cannot decode image: image file is truncated; nothing was published"] or (
         len(errors) == 1 and errors[0].startswith(f"error: {victim}: cannot decode image: image file is truncated")
     ), err
+
+
+def _plan(photo_home: Path, **overrides: object) -> tuple[Settings, object]:
+    from shiftbench.erm import launch
+
+    env = json.loads((photo_home / "env.json").read_text())
+    settings = Settings.from_env({k: v for k, v in env.items() if k.startswith("SHIFTBENCH_")})
+    small = {"model": "small_cnn", "image_size": 32, "batch_size": 4, "max_iters": 6, "eval_every": 3, "threads": 1}
+    return settings, launch.plan_run(settings, "photos-mini", seed=0, overrides={**small, **overrides})
+
+
+def _outputs(out_dir: Path) -> tuple[str, list[dict[str, object]]]:
+    summary = json.loads((out_dir / "run.json").read_text())
+    return summary["weights"]["sha256"], pl.read_parquet(out_dir / "metrics.parquet").to_dicts()
+
+
+def test_the_prepared_copy_gives_the_same_run_and_is_rebuilt_only_when_a_file_changes(
+    photo_home: Path, tmp_path: Path
+) -> None:
+    """``decode: prepared`` at the photographs' own resolution cuts the pixels decoding the files cuts: the same
+    weights and metrics; one worker or two, the same (the draws are the main process's). The copy is made once and
+    kept in the warehouse's cache; a changed file makes another."""
+    from shiftbench.erm.job import run_job
+
+    settings, plan = _plan(photo_home, decode_workers=1)
+    run_job(plan.job(tmp_path / "files"), log=lambda _: None)  # type: ignore[attr-defined]
+    _, prepared_plan = _plan(photo_home, decode="prepared", decode_workers=2)
+    lines: list[str] = []
+    run_job(prepared_plan.job(tmp_path / "prepared"), log=lines.append)  # type: ignore[attr-defined]
+    assert _outputs(tmp_path / "files") == _outputs(tmp_path / "prepared")
+    made = [line for line in lines if line.startswith("prepared 12 training images")]
+    assert len(made) == 1, lines
+    copies = sorted((settings.cache_dir / "prepared").iterdir())
+    assert len(copies) == 1 and (copies[0] / "pixels.u8").is_file()
+    again: list[str] = []
+    run_job(prepared_plan.job(tmp_path / "again"), log=again.append)  # type: ignore[attr-defined]
+    assert not [line for line in again if line.startswith("prepared ")]  # reused
+    train_file = next((photo_home / "imagenet" / "train").rglob("*.JPEG"))
+    train_file.touch()
+    run_job(prepared_plan.job(tmp_path / "touched"), log=lambda _: None)  # type: ignore[attr-defined]
+    assert len(list((settings.cache_dir / "prepared").iterdir())) == 2
+
+
+def test_a_protocol_run_stopped_and_resumed_gives_the_uninterrupted_result(
+    photo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The crops are drawn from the run's augmentation generator, which every checkpoint keeps: a run stopped mid-way
+    (the test hook's SIGINT after iteration 4) and resumed gives the uninterrupted run's weights and metrics."""
+    from shiftbench.erm.interrupt import TEST_HOOK, Interrupted
+    from shiftbench.erm.job import run_job
+
+    _, plan = _plan(photo_home)
+    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)  # type: ignore[attr-defined]
+    monkeypatch.setenv(TEST_HOOK, "4")
+    with pytest.raises(Interrupted):
+        run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)  # type: ignore[attr-defined]
+    monkeypatch.delenv(TEST_HOOK)
+    run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)  # type: ignore[attr-defined]
+    assert _outputs(tmp_path / "stopped") == _outputs(tmp_path / "plain")
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"transforms": "imagenet"}, "parameter 'transforms': must be one of square, robustness_imagenet, domainbed"),
+        ({"augment": "flip_rot90"}, "parameter 'augment': the robustness_imagenet protocol has its own training"),
+        ({"normalization": "symmetric"}, "parameter 'normalization': the robustness_imagenet protocol feeds pixels"),
+        ({"transforms": "square", "decode": "prepared"}, "parameter 'decode': prepared copies are a protocol's"),
+        ({"prepared_side": 256}, "parameter 'prepared_side': applies to a prepared copy: set decode=prepared too"),
+        ({"decode": "prepared", "prepared_side": 16}, "parameter 'prepared_side': must be at least image_size (32)"),
+        ({"decode": "disk"}, "parameter 'decode': must be files or prepared"),
+    ],
+    ids=["unknown", "augment", "symmetric", "square-prepared", "side-alone", "side-small", "decode"],
+)
+def test_a_protocol_setting_that_cannot_hold_is_one_line(
+    photo_home: Path, overrides: dict[str, object], message: str
+) -> None:
+    from shiftbench.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        _plan(photo_home, **overrides)
+    assert str(refused.value).startswith(message), str(refused.value)

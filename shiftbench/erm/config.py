@@ -30,7 +30,8 @@ EXECUTION_ONLY = frozenset(
 AUGMENTATIONS = ("none", "flip_rot90", "domainbed", "imagenet", "randaugment", "autoaugment", "augmix")
 MAX_DECODE_WORKERS = 256
 LOADERS = ("auto", "standard", "group_balanced", "groups")
-NORMALIZATIONS = ("imagenet", "breeds", "symmetric")  # shiftbench.erm.data: the mean and std of each
+# shiftbench.erm.data: the mean and std of each (the robustness library's CustomImageNet's for the second)
+NORMALIZATIONS = ("imagenet", "robustness_custom_imagenet", "symmetric")
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class TrainConfig:
     # at most prepared_side (faster, smaller; the crops then come from the smaller copy).
     decode: str = "files"
     prepared_side: int = 0
-    normalization: str = "imagenet"  # imagenet | breeds (the mean and std of each) | symmetric (pixels in (-1, 1))
+    normalization: str = "imagenet"  # a mean and std (NORMALIZATIONS) | symmetric (pixels in (-1, 1))
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
@@ -149,7 +150,8 @@ class TrainConfig:
         need(
             self.transforms == "square" or self.normalization != "symmetric",
             "normalization",
-            f"the {self.transforms} protocol feeds pixels normalised by a mean and std (imagenet or breeds)",
+            f"the {self.transforms} protocol feeds pixels normalised by a mean and std "
+            "(imagenet or robustness_custom_imagenet)",
         )
         need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")

@@ -36,7 +36,7 @@ from shiftbench.split_table import SplitTable
 # datasets' own, as the robustness library's CustomImageNet normalises them (robustness/datasets.py, lines 307-308).
 STATISTICS = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-    "breeds": ((0.4717, 0.4499, 0.3837), (0.2600, 0.2516, 0.2575)),
+    "robustness_custom_imagenet": ((0.4717, 0.4499, 0.3837), (0.2600, 0.2516, 0.2575)),
 }
 MEAN, STD = STATISTICS["imagenet"]
 
@@ -97,9 +97,11 @@ def normalize(
     batch: torch.Tensor, *, channels_last: bool, kind: str = "imagenet", lighting: torch.Tensor | None = None
 ) -> torch.Tensor:
     """uint8 ``[B, 3, H, W]`` -> float on the batch's device: ``ToTensor``'s [0, 1], then a dataset's mean and std
-    (``imagenet``: DomainBed, WILDS; ``breeds``: the robustness library's BREEDS datasets), or ``symmetric``, pixels in
-    (-1, 1) as ConDS feeds its models (Appendix A.4). ``lighting``: each image's three PCA lighting draws ``[B, 3]``,
-    whose offset is added to the [0, 1] pixels first, unclipped, as the robustness library's Lighting does."""
+    (``imagenet``: DomainBed, WILDS; ``robustness_custom_imagenet``: the robustness library's BREEDS datasets), or
+    ``symmetric``, pixels in (-1, 1) as ConDS feeds its models (Appendix A.4). ``lighting``: each image's three PCA
+    lighting draws ``[B, 3]``, whose offset is added to the [0, 1] pixels first, unclipped, as the robustness library's
+    Lighting does. The result's memory layout is fixed (channels last or not) whatever the batch's: a convolution's
+    float sums depend on it, and a batch stacked from worker processes is laid out unlike one stacked from threads."""
     x = batch.float()
     if kind == "symmetric":
         x = x.div_(127.5).sub_(1.0)
@@ -111,7 +113,7 @@ def normalize(
         x = x.div_(255.0)
         mean, std = _constants(kind, x.device)
         x = x.sub_(mean).div_(std)
-    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+    return x.contiguous(memory_format=torch.channels_last if channels_last else torch.contiguous_format)
 
 
 def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[str]]:
