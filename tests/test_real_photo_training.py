@@ -205,3 +205,20 @@ def test_a_protocol_setting_that_cannot_hold_is_one_line(
     with pytest.raises(InputError) as refused:
         _plan(photo_home, **overrides)
     assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_the_static_step_takes_a_protocols_batches_as_the_eager_step_does(photo_home: Path, tmp_path: Path) -> None:
+    """The step a CUDA graph captures copies each protocol batch and its lighting draws into its static inputs; on
+    CPU it runs uncaptured and trains as the eager step (within the fused optimizer's rounding)."""
+    import torch
+
+    from shiftbench.erm.job import run_job
+
+    for step in ("eager", "graph"):
+        _, plan = _plan(photo_home, step=step)
+        run_job(plan.job(tmp_path / step), log=lambda _: None)  # type: ignore[attr-defined]
+    eager, graph = (torch.load(tmp_path / step / "model.pt") for step in ("eager", "graph"))
+    assert eager.keys() == graph.keys()
+    for key in eager:
+        assert torch.allclose(eager[key].float(), graph[key].float(), atol=1e-5, rtol=1e-4), key
+    assert json.loads((tmp_path / "graph" / "run.json").read_text())["step"] == "static"  # uncaptured on CPU
