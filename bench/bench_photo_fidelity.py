@@ -7,7 +7,8 @@ The same photographs, reference script and draws as the test (tests/real_photos.
 library's objects and DomainBed's transforms). Recorded per protocol: the largest difference of any evaluation image
 and of any seeded training image from the reference's (grey levels), how many photographs are equal to the grey
 level, and every two-sample KS p-value of the crop and jitter parameters (10,000 draws, another seed than the
-reference's), with the smallest.
+reference's), with the smallest. And what ``prepared_side: 256`` costs in fidelity: the same draws' training images
+cut from a copy whose shorter side is 256 against those cut from the photograph (the reference's pixels), grey levels.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import records  # noqa: E402
 
 from shiftbench.erm import photo_draws as pd  # noqa: E402
 from shiftbench.erm import photo_pixels as pp  # noqa: E402
+from shiftbench.erm.prepared import crop_from  # noqa: E402
 from shiftbench.erm.protocols import PROTOCOLS  # noqa: E402
 from tests.real_photos import make_photos  # noqa: E402
 from tests.test_photo_transforms import DRAWS, REFERENCE, SIZES  # noqa: E402
@@ -79,6 +81,23 @@ def _p_values(name: str, reference: dict[str, np.ndarray]) -> dict[str, float]:
     return found
 
 
+def _smaller_copy(photos: list[Path], side: int = 256, draws: int = 20) -> dict[str, float]:
+    """Training images (robustness_imagenet at 224, no lighting) from a copy at ``side`` against the photograph's."""
+    protocol, differences = PROTOCOLS["robustness_imagenet"], []
+    for k, path in enumerate(photos):
+        image = pp.open_photo(path)
+        copy = pp.shorter_side_to(image, side) if min(image.size) > side else image
+        generator = torch.Generator().manual_seed(3000 + k)
+        for _ in range(draws):
+            sample = pd.draw(*image.size, protocol.train, generator)
+            exact = pp.train_pixels(image, sample, 224).astype(np.int16)
+            approximate = pp.to_array(pp.finish(crop_from(copy, image.size, sample, 224), sample)).astype(np.int16)
+            differences.append(np.abs(exact - approximate).ravel())
+    every = np.concatenate(differences)
+    return {"mean": float(every.mean()), "p99": float(np.percentile(every, 99)), "max": int(every.max()),
+            "images": len(differences)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     records.add_argument(parser)
@@ -100,6 +119,16 @@ def main() -> None:
                 "median": pixels["eval_max"],
             }
             print(f"{name}: {figures[name]['figure']}")
+        smaller = _smaller_copy(photos)
+        recording.run(protocol="robustness_imagenet", prepared_side=256, **smaller)
+        figures["prepared_side_256"] = {
+            "what": "prepared_side 256: training images cut from the smaller copy against the reference's (the "
+            "photograph's), robustness_imagenet at 224, grey levels over every pixel",
+            "figure": f"mean {smaller['mean']:.2f}, 99th percentile {smaller['p99']:.0f}, max {smaller['max']} grey "
+            f"levels over {smaller['images']} training images",
+            "median": smaller["mean"],
+        }
+        print(f"prepared_side 256: {figures['prepared_side_256']['figure']}")
     recording.save("the image protocols against their references on real photographs", figures)
 
 
