@@ -57,6 +57,35 @@ def test_a_users_schedule_wins_over_the_presets_in_either_unit(warehouse: Settin
     assert _plan(warehouse, "smoke", lr_drop_epochs=1).config["lr_milestones"] == [per_epoch]  # --set ...=1: one drop
 
 
+def test_breeds_table_13s_architectures_take_their_learning_rates(warehouse: Settings) -> None:
+    """BREEDS Table 13: AlexNet and VGG-11 at 0.01, the ResNets and DenseNet-121 at 0.1; the preset's rate for the
+    model is the preset's run, a user's ``lr`` wins and names the run apart."""
+    for model, rate in (("alexnet", 0.01), ("vgg11", 0.01), ("resnet34", 0.1), ("densenet121", 0.1), ("resnet18", 0.1)):
+        plan = _plan(warehouse, "breeds", model=model)
+        assert (plan.config["lr"], plan.run) == (rate, f"{CASE}.breeds.{model}.seed0")
+    mine = _plan(warehouse, "breeds", model="alexnet", lr=0.1)
+    assert mine.config["lr"] == 0.1 and re.fullmatch(rf"{CASE}\.breeds-[0-9a-f]{{8}}\.alexnet\.seed0", mine.run)
+    assert _plan(warehouse, "breeds_450", model="vgg11").config["lr"] == 0.01
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"model": "vgg13"}, "parameter 'model': unknown model 'vgg13'; known: resnet18, resnet50, small_cnn, mlp, "),
+        ({"model": "alexnet", "image_size": 32}, "parameter 'image_size': alexnet needs images of at least 63 pixels"),
+        ({"model": "vit_b_16", "image_size": 200}, "parameter 'image_size': vit_b_16 cuts 16-pixel patches"),
+        ({"lr_by_model": {"alexnet": 0.01}}, "parameter 'lr_by_model': a preset's key, not a training parameter"),
+    ],
+    ids=["unknown", "too-small", "patches", "preset-only-key"],
+)
+def test_an_architecture_that_cannot_run_is_one_line(
+    warehouse: Settings, overrides: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InputError) as refused:
+        _plan(warehouse, "smoke", **overrides)
+    assert message in str(refused.value), str(refused.value)
+
+
 BAD_SCHEDULES = [
     ({"max_epochs": 0}, {"max_epochs"}, "parameter 'max_epochs': must be whole epochs >= 1, got 0"),
     ({"max_epochs": -3}, set(), "parameter 'max_epochs': must be whole epochs >= 1"),  # a preset's

@@ -235,7 +235,8 @@ def _print_training(meta: dict[str, Any], seconds: float) -> None:
     became = "now latest" if meta["became_latest"] else "already latest"
     print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")
     print(
-        f"  selection on {meta['selection_split'] or 'none (the last iterate)'}, best iteration {meta['best_iteration']}, "
+        f"  selection on {meta['selection_split'] or 'none (the last iterate)'}, "
+        f"best iteration {meta['best_iteration']}, "
         f"{meta['device']}, {float(meta['train_images_per_s']):,.0f} training images/s"
     )
     for key, value in meta.items():

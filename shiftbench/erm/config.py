@@ -16,7 +16,20 @@ from shiftbench.errors import InputError
 from shiftbench.method_names import METHODS  # the objectives of shiftbench.erm.methods (checked there)
 
 # The architectures of shiftbench.erm.models (checked there against its builders).
-MODELS = ("resnet18", "resnet50", "small_cnn", "mlp")
+MODELS = (
+    "resnet18",
+    "resnet50",
+    "small_cnn",
+    "mlp",
+    "resnet34",
+    "resnet101",
+    "alexnet",
+    "vgg11",
+    "densenet121",
+    "vit_b_16",
+)
+# The smallest input each architecture's pooling leaves at least one pixel of (AlexNet's three 3x3 stride-2 pools).
+SMALLEST_IMAGE = {"alexnet": 63, "vgg11": 32, "densenet121": 32, "vit_b_16": 16}
 
 
 # Knobs that change how a run executes, not what it learns: a run that sets them keeps its preset's name.
@@ -109,6 +122,13 @@ class TrainConfig:
                 raise InputError(message, parameter=parameter)
 
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
+        smallest = SMALLEST_IMAGE.get(self.model, 1)
+        need(self.image_size >= smallest, "image_size", f"{self.model} needs images of at least {smallest} pixels")
+        need(
+            self.model != "vit_b_16" or self.image_size % 16 == 0,
+            "image_size",
+            "vit_b_16 cuts 16-pixel patches: a multiple of 16",
+        )
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
         need(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "weight_decay", "must be a number >= 0")

@@ -18,7 +18,7 @@ from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream, group_balanced_batches, group_batches, standard_batches
 from shiftbench.erm.loop import Grid, Loop, Selected
 from shiftbench.erm.methods import Method, build_method
-from shiftbench.erm.models import build_model, load_checkpoint
+from shiftbench.erm.models import build_model, head_name, load_checkpoint
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, build_step
 from shiftbench.seeding import seed_for
@@ -128,8 +128,9 @@ def initial_model(run: Run, checkpoint: Path | None) -> tuple[nn.Module, nn.Modu
             f"{len(report.left_at_init)} left at init{ignored}"
         )
     if config.linear_probe:
+        head = head_name(model) + "."
         for name, parameter in model.named_parameters():
-            parameter.requires_grad_(name.startswith("fc."))
+            parameter.requires_grad_(name.startswith(head))
     model = model.to(run.device)
     if run.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -146,8 +147,8 @@ def training_step(
         config.method, groups[run.train_rows], int(groups.max()) + 1, method_params(config), run.device
     )
     captured: list[torch.Tensor] = []
-    if method.needs_features:  # the input of the last layer: every model names it fc
-        model.get_submodule("fc").register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
+    if method.needs_features:  # the input of the last layer
+        model.get_submodule(head_name(model)).register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
 
     generator = torch.Generator().manual_seed(seed_for(config.seed, table.benchmark, "batches"))
     step = build_step(

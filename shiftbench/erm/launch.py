@@ -133,7 +133,7 @@ def resolve_config(values: Mapping[str, Any], n_train: int, given: Collection[st
     A batch larger than the training split is refused when the user set it (``given``: it would train a few
     iterations on the whole split each, silently); a preset's batch is capped at the split there.
     """
-    values = user_schedule(values, given)
+    values = model_rate(user_schedule(values, given), given)
     batch = coerce_value(values.get("batch_size", TrainConfig.batch_size), "int", "batch_size")
     if batch < 1:
         raise InputError(f"must be an integer >= 1, got {batch}", parameter="batch_size")
@@ -186,7 +186,9 @@ def plan_run(
         else None
     )
     images = split_images(settings, split, image_root, path_template)
-    preset_config = resolve_config({**preset_values, "seed": seed}, n_train)
+    preset_config = resolve_config(
+        {**preset_values, "model": config["model"], "seed": seed}, n_train
+    )  # its protocol for the model
     run = run_name(benchmark, name, config, preset_config, images.kind)
     return RunPlan(
         run, benchmark, split.family, split.dataset, split.version, split.path, name, config, images, n_train,
@@ -233,6 +235,21 @@ def user_schedule(values: Mapping[str, Any], given: Collection[str]) -> dict[str
             kept.pop(epochs, None)
         elif epochs in given:
             kept.pop(iterations, None)
+    return kept
+
+
+def model_rate(values: Mapping[str, Any], given: Collection[str]) -> dict[str, Any]:
+    """A preset's ``lr_by_model`` (BREEDS Table 13: 0.01 for AlexNet and VGG-11, 0.1 for the rest) applied to the run's
+    model, unless the user set ``lr``; the key itself is the preset's, never a training parameter."""
+    if "lr_by_model" in given:
+        raise InputError("a preset's key, not a training parameter: set lr (and model)", parameter="lr_by_model")
+    kept = dict(values)
+    rates = kept.pop("lr_by_model", None) or {}
+    if not isinstance(rates, Mapping) or not all(isinstance(r, int | float) and r > 0 for r in rates.values()):
+        raise InputError(f"must map model names to learning rates > 0, got {rates!r}", parameter="lr_by_model")
+    model = kept.get("model", TrainConfig.model)
+    if model in rates and "lr" not in given:
+        kept["lr"] = float(rates[model])
     return kept
 
 

@@ -1,10 +1,11 @@
-"""Models in plain torch: ResNet-18/50, a small CNN and an MLP for tiny images.
+"""Models in plain torch: ResNet-18/34/50/101, a small CNN and an MLP for tiny images, and the registry of every
+model (:mod:`shiftbench.erm.convnets`: AlexNet, VGG-11, DenseNet-121; :mod:`shiftbench.erm.vit`: ViT-B/16).
 
 Written here rather than imported from torchvision because torchvision does not load against the
 CPU torch wheel of these machines (docs/sources.md). The ResNets follow torchvision's architecture and
 parameter names (``conv1``, ``bn1``, ``layer1.0.conv1`` ..., ``fc``), so a torchvision or
-``robustness`` checkpoint loads into them unchanged. Every model names its last layer
-``fc``: the linear-probe mode retrains only that layer.
+``robustness`` checkpoint loads into them unchanged. Every model names its last layer (:func:`head_name`: ``fc``
+unless its class says otherwise): the linear-probe mode retrains only that layer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from torch import nn
 
 from shiftbench.erm import checkpoints
 from shiftbench.erm.config import MODELS as CONFIG_MODELS
+from shiftbench.erm.convnets import VGG, AlexNet, DenseNet
+from shiftbench.erm.vit import VisionTransformer
 from shiftbench.errors import InputError
 
 
@@ -155,9 +158,20 @@ _BUILDERS: dict[str, Callable[[int, int], nn.Module]] = {
     "resnet50": lambda k, _: ResNet(Bottleneck, [3, 4, 6, 3], k),
     "small_cnn": lambda k, _: SmallCNN(k),
     "mlp": lambda k, size: MLP(k, size),
+    "resnet34": lambda k, _: ResNet(BasicBlock, [3, 4, 6, 3], k),
+    "resnet101": lambda k, _: ResNet(Bottleneck, [3, 4, 23, 3], k),
+    "alexnet": lambda k, _: AlexNet(k),
+    "vgg11": lambda k, _: VGG(k),
+    "densenet121": lambda k, _: DenseNet(k),
+    "vit_b_16": lambda k, size: VisionTransformer(k, size),
 }
 MODELS = tuple(_BUILDERS)
 assert MODELS == CONFIG_MODELS, "shiftbench.erm.config.MODELS must list the builders"
+
+
+def head_name(model: nn.Module) -> str:
+    """The name of the model's last layer: what the linear probe retrains and whose input the feature methods read."""
+    return str(getattr(model, "head_name", "fc"))
 
 
 def build_model(name: str, num_classes: int, image_size: int) -> nn.Module:
@@ -183,7 +197,8 @@ def load_checkpoint(
     model: nn.Module, path: Path, *, keep_head: bool, partial: bool = False, name: str | None = None
 ) -> LoadedCheckpoint:
     """Load a user's weights (a state dict, or a dict with ``state_dict``/``model``; ``module.`` prefixes
-    stripped). With ``keep_head=False`` the ``fc`` layer is skipped, for a checkpoint trained on other classes.
+    stripped). With ``keep_head=False`` the last layer (:func:`head_name`) is skipped, for a checkpoint trained on
+    other classes.
 
     The checkpoint must cover the model: a missing or extra entry, or one of another shape, is refused naming it,
     unless ``partial`` (``init_partial: true``) says loading part of it is intended, e.g. ImageNet weights whose
@@ -201,8 +216,9 @@ def load_checkpoint(
     if not isinstance(payload, dict) or not all(isinstance(v, torch.Tensor) for v in payload.values()):
         raise InputError("expected a state dict (parameter names to tensors)", path=path, parameter="init_checkpoint")
     state = {str(k).removeprefix("module."): v for k, v in payload.items()}
+    head = head_name(model) + "."
     if not keep_head:
-        state = {k: v for k, v in state.items() if not k.startswith("fc.")}
+        state = {k: v for k, v in state.items() if not k.startswith(head)}
     own = model.state_dict()
     wrong = [k for k, v in state.items() if k in own and tuple(own[k].shape) != tuple(v.shape)]
     extra = [k for k in state if k not in own]
@@ -217,7 +233,7 @@ def load_checkpoint(
         raise InputError(f"{problem} (init_partial=true loads the rest)", path=path, parameter="init_checkpoint")
     usable = {k: v for k, v in state.items() if k in own and k not in wrong}
     result = model.load_state_dict(usable, strict=False)
-    skipped = [] if keep_head else [k for k in own if k.startswith("fc.")]
+    skipped = [] if keep_head else [k for k in own if k.startswith(head)]
     missing = [k for k in result.missing_keys if k not in skipped]
     if missing and not partial:
         raise InputError(
