@@ -70,7 +70,7 @@ class VGG(nn.Module):
         for module in self.modules():  # torchvision's initialisation
             if isinstance(module, nn.Conv2d):
                 nn.init.kaiming_normal_(module.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.zeros_(module.bias)
+                nn.init.zeros_(module.bias)  # type: ignore[arg-type]
             elif isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, 0, 0.01)
                 nn.init.zeros_(module.bias)

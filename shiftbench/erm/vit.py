@@ -24,12 +24,11 @@ class _EncoderBlock(nn.Module):
         self.self_attention = nn.MultiheadAttention(hidden, heads, batch_first=True)
         self.dropout = nn.Dropout(0.0)
         self.ln_2 = nn.LayerNorm(hidden, eps=1e-6)
-        self.mlp = nn.Sequential(
-            nn.Linear(hidden, mlp), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp, hidden), nn.Dropout(0.0)
-        )
-        for layer in (self.mlp[0], self.mlp[3]):  # torchvision's MLPBlock initialisation
+        linears = nn.Linear(hidden, mlp), nn.Linear(mlp, hidden)
+        for layer in linears:  # torchvision's MLPBlock initialisation
             nn.init.xavier_uniform_(layer.weight)
             nn.init.normal_(layer.bias, std=1e-6)
+        self.mlp = nn.Sequential(linears[0], nn.GELU(), nn.Dropout(0.0), linears[1], nn.Dropout(0.0))
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         x = self.ln_1(tokens)
@@ -72,9 +71,10 @@ class VisionTransformer(nn.Module):
         nn.init.zeros_(self.conv_proj.bias)  # type: ignore[arg-type]
         self.class_token = nn.Parameter(torch.zeros(1, 1, hidden))
         self.encoder = _Encoder((image_size // patch) ** 2 + 1, layers, heads, hidden, mlp)
-        self.heads = nn.Sequential(OrderedDict(head=nn.Linear(hidden, num_classes)))
-        nn.init.zeros_(self.heads.head.weight)
-        nn.init.zeros_(self.heads.head.bias)
+        head = nn.Linear(hidden, num_classes)
+        nn.init.zeros_(head.weight)
+        nn.init.zeros_(head.bias)
+        self.heads = nn.Sequential(OrderedDict(head=head))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         patches = self.conv_proj(x).flatten(2).transpose(1, 2)  # [B, tokens, hidden]
