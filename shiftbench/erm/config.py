@@ -45,6 +45,14 @@ MAX_DECODE_WORKERS = 256
 LOADERS = ("auto", "standard", "group_balanced", "groups")
 # shiftbench.erm.data: the mean and std of each (the robustness library's CustomImageNet's for the second)
 NORMALIZATIONS = ("imagenet", "robustness_custom_imagenet", "symmetric")
+# BREEDS Table 14's robustness interventions (shiftbench.erm.interventions) and the settings each reads.
+INTERVENTION_SETTINGS = {
+    "none": (),
+    "gaussian_noise": ("noise_std",),
+    "random_erasing": ("erasing_p", "erasing_scale", "erasing_ratio"),
+    "pgd_l2": ("pgd_eps", "pgd_step_size", "pgd_steps"),
+}
+INTERVENTIONS = tuple(INTERVENTION_SETTINGS)
 
 
 @dataclass(frozen=True)
@@ -81,6 +89,16 @@ class TrainConfig:
     decode: str = "files"
     prepared_side: int = 0
     normalization: str = "imagenet"  # a mean and std (NORMALIZATIONS) | symmetric (pixels in (-1, 1))
+    # BREEDS Table 14 (shiftbench.erm.interventions): none | gaussian_noise | random_erasing | pgd_l2, on the training
+    # batches in [0, 1] pixels; the settings default to the table's (pgd_l2's second row: pgd_eps 1, pgd_step_size 0.8).
+    intervention: str = "none"
+    noise_std: float = 0.2
+    erasing_p: float = 0.5
+    erasing_scale: tuple[float, ...] = (0.02, 0.33)  # of the image's area
+    erasing_ratio: tuple[float, ...] = (0.3, 3.3)  # height / width
+    pgd_eps: float = 0.5  # the l2 radius
+    pgd_step_size: float = 0.4
+    pgd_steps: int = 3
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
     selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
@@ -122,13 +140,7 @@ class TrainConfig:
                 raise InputError(message, parameter=parameter)
 
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
-        smallest = SMALLEST_IMAGE.get(self.model, 1)
-        need(self.image_size >= smallest, "image_size", f"{self.model} needs images of at least {smallest} pixels")
-        need(
-            self.model != "vit_b_16" or self.image_size % 16 == 0,
-            "image_size",
-            "vit_b_16 cuts 16-pixel patches: a multiple of 16",
-        )
+        self._check_model(need)
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
         need(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "weight_decay", "must be a number >= 0")
@@ -173,6 +185,7 @@ class TrainConfig:
             f"the {self.transforms} protocol feeds pixels normalised by a mean and std "
             "(imagenet or robustness_custom_imagenet)",
         )
+        self._check_intervention(need)
         need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
@@ -201,10 +214,47 @@ class TrainConfig:
         need(isinstance(self.track_every, int) and self.track_every >= 1, "track_every", "must be an integer >= 1")
         need(self.track_conflicts or self.track_every == 1, "track_every", "applies only with track_conflicts=true")
 
+    def _check_model(self, need: Any) -> None:
+        smallest = SMALLEST_IMAGE.get(self.model, 1)
+        need(self.image_size >= smallest, "image_size", f"{self.model} needs images of at least {smallest} pixels")
+        need(
+            self.model != "vit_b_16" or self.image_size % 16 == 0,
+            "image_size",
+            "vit_b_16 cuts 16-pixel patches: a multiple of 16",
+        )
+
+    def _check_intervention(self, need: Any) -> None:
+        need(self.intervention in INTERVENTIONS, "intervention", f"must be one of {', '.join(INTERVENTIONS)}")
+        need(math.isfinite(self.noise_std) and self.noise_std > 0, "noise_std", "must be a number > 0")
+        need(0 <= self.erasing_p <= 1, "erasing_p", "must be a probability in [0, 1]")
+        for name, bounds, top in (
+            ("erasing_scale", self.erasing_scale, 1.0),
+            ("erasing_ratio", self.erasing_ratio, 1e6),
+        ):
+            need(
+                len(bounds) == 2 and 0 < bounds[0] <= bounds[1] <= top,
+                name,
+                f"must be two numbers low,high with 0 < low <= high <= {top:g}",
+            )
+        need(math.isfinite(self.pgd_eps) and self.pgd_eps > 0, "pgd_eps", "must be a number > 0")
+        need(math.isfinite(self.pgd_step_size) and self.pgd_step_size > 0, "pgd_step_size", "must be a number > 0")
+        need(1 <= self.pgd_steps <= 1000, "pgd_steps", "must be an integer in [1, 1000]")
+        need(
+            self.intervention != "pgd_l2" or self.method == "erm",
+            "intervention",
+            f"pgd_l2 trains on the attack's images with the cross-entropy (method erm), not {self.method}",
+        )
+
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         values["lr_milestones"] = list(self.lr_milestones)
         values["lr_grid"] = list(self.lr_grid)
+        values["erasing_scale"], values["erasing_ratio"] = list(self.erasing_scale), list(self.erasing_ratio)
+        for name, settings in INTERVENTION_SETTINGS.items():  # recorded only when on: older runs keep their ids
+            for setting in settings if name != self.intervention else ():
+                del values[setting]
+        if self.intervention == "none":
+            del values["intervention"]
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
             del values["track_conflicts"], values["track_every"]
         if self.transforms == "square":  # the same: runs on squares (the sprites, stand-ins) keep their version ids

@@ -37,8 +37,12 @@ from shiftbench.split_table import SplitTable
 STATISTICS = {
     "imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
     "robustness_custom_imagenet": ((0.4717, 0.4499, 0.3837), (0.2600, 0.2516, 0.2575)),
+    "symmetric": ((0.5, 0.5, 0.5), (0.5, 0.5, 0.5)),  # x / 127.5 - 1: what takes a batch back to [0, 1] pixels
 }
 MEAN, STD = STATISTICS["imagenet"]
+# Normalisations whose model clips its input to [0, 1] first: the robustness library's (its AttackerModel normalises
+# every input with InputNormalize, which clamps), so lighting noise or Gaussian noise past the ends is clipped there.
+CLAMPED = frozenset({"robustness_custom_imagenet"})
 
 
 class ImageCache:
@@ -86,6 +90,22 @@ class Batches:
 
 
 @functools.cache
+def pixel_constants(kind: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and std ``[1, 3, 1, 1]`` that take a normalised batch back to [0, 1] pixels (``x * std + mean``)."""
+    return _constants(kind, device)
+
+
+def standardize(pixels: torch.Tensor, kind: str) -> torch.Tensor:
+    """Float pixels (about [0, 1]) to the model's input under ``kind``: clipped to [0, 1] first for a :data:`CLAMPED`
+    normalisation, the clip's gradient 1 inside [0, 1] and at its ends, 0 outside (torch 2.13's and the BREEDS authors'
+    torch's ``clamp``; torch 2.14 gives 0 at the ends), written out so that no torch version changes an attack."""
+    if kind in CLAMPED:
+        inside = (pixels >= 0) & (pixels <= 1)
+        pixels = torch.where(inside, pixels, pixels.detach().clamp(0, 1))
+    mean, std = _constants(kind, pixels.device)
+    return (pixels - mean) / std
+
+
 def _constants(kind: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """A normalisation's mean and std on ``device``, made once: built on the host every step they were a copy to the
     GPU per step, which also rules out capturing the step in a CUDA graph."""
@@ -100,11 +120,16 @@ def normalize(
     (``imagenet``: DomainBed, WILDS; ``robustness_custom_imagenet``: the robustness library's BREEDS datasets), or
     ``symmetric``, pixels in (-1, 1) as ConDS feeds its models (Appendix A.4). ``lighting``: each image's three PCA
     lighting draws ``[B, 3]``, whose offset is added to the [0, 1] pixels first, unclipped, as the robustness library's
-    Lighting does. The result's memory layout is fixed (channels last or not) whatever the batch's: a convolution's
-    float sums depend on it, and a batch stacked from worker processes is laid out unlike one stacked from threads."""
+    Lighting does; a :data:`CLAMPED` normalisation then clips to [0, 1], as that library's model does before it
+    normalises (``robustness/tools/helpers.py``, ``InputNormalize``, lines 98-101). The result's memory layout is
+    fixed (channels last or not) whatever the batch's: a convolution's float sums depend on it, and a batch stacked
+    from worker processes is laid out unlike one stacked from threads."""
     x = batch.float()
     if kind == "symmetric":
         x = x.div_(127.5).sub_(1.0)
+    elif lighting is not None and kind in CLAMPED:
+        offsets = lighting_offsets(lighting.to(x.device, non_blocking=True)).view(-1, 3, 1, 1)
+        x = standardize(x.mul_(1.0 / 255.0).add_(offsets), kind)
     elif lighting is not None:  # one multiply-add per pixel: (x / 255 + offset - mean) / std, a training batch's
         mean, std = _constants(kind, x.device)
         offsets = lighting_offsets(lighting.to(x.device, non_blocking=True)).view(-1, 3, 1, 1)

@@ -31,9 +31,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from shiftbench.erm import augment
+from shiftbench.erm import augment, interventions
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.data import Batches, normalize
+from shiftbench.erm.data import Batches, normalize, pixel_constants, standardize
 from shiftbench.erm.methods import Method
 from shiftbench.erm.photos import PhotoBatches
 
@@ -70,6 +70,8 @@ def choose_step(config: TrainConfig, method: Method, device: torch.device) -> tu
         return "eager", f"{method.name} decides per batch on the host"
     if config.linear_probe:
         return "eager", "linear_probe"
+    if config.intervention != "none":
+        return "eager", f"{config.intervention} draws per image on the host"
     if config.step == "auto" and device.type != "cuda":
         return "eager", f"no graphs on {device.type}"
     return "graph", "captured" if device.type == "cuda" else "static, uncaptured off a GPU"
@@ -121,6 +123,8 @@ class EagerStep:
         x = training_batch(s, index)
         y = s.labels[index].to(s.device, non_blocking=True)
         g = s.groups[index].to(s.device, non_blocking=True)
+        if s.config.intervention == "pgd_l2":
+            x = interventions.attack(s.model, x, y, s.config.normalization, intervention_of(s.config))
         s.features.clear()
         with autocast(s.device, s.precision):
             logits = s.step_model(x)
@@ -148,16 +152,33 @@ class EagerStep:
 
 def training_batch(s: StepInputs, index: torch.Tensor) -> torch.Tensor:
     """The eager step's normalised input: squares augmented on the device, or a protocol's training images (cropped
-    and jittered per image by :class:`PhotoBatches`, the lighting noise added here)."""
+    and jittered per image by :class:`PhotoBatches`, the lighting noise added here); then Gaussian noise or random
+    erasing when the run's intervention says so (pgd_l2 attacks in the step)."""
     if isinstance(s.batches, PhotoBatches):
         pixels, alphas = s.batches.train(index, s.augment_generator)
         lighting = alphas if s.batches.lighting else None
-        return normalize(pixels, channels_last=s.channels_last, kind=s.config.normalization, lighting=lighting)
-    return normalize(
-        augment.augment(s.batches(index), s.config.augment, s.augment_generator),
-        channels_last=s.channels_last,
-        kind=s.config.normalization,
-    )
+        x = normalize(pixels, channels_last=s.channels_last, kind=s.config.normalization, lighting=lighting)
+    else:
+        x = normalize(
+            augment.augment(s.batches(index), s.config.augment, s.augment_generator),
+            channels_last=s.channels_last,
+            kind=s.config.normalization,
+        )
+    if s.config.intervention in ("gaussian_noise", "random_erasing"):
+        mean, std = pixel_constants(s.config.normalization, x.device)
+        pixels = interventions.perturb(x * std + mean, intervention_of(s.config), s.augment_generator)
+        x = standardize(pixels, s.config.normalization).contiguous(
+            memory_format=torch.channels_last if s.channels_last else torch.contiguous_format
+        )
+    return x
+
+
+def intervention_of(config: TrainConfig) -> interventions.Intervention:
+    """The run's intervention and its settings."""
+    return interventions.Intervention(
+        config.intervention, config.noise_std, config.erasing_p, (config.erasing_scale[0], config.erasing_scale[1]),
+        (config.erasing_ratio[0], config.erasing_ratio[1]), config.pgd_eps, config.pgd_step_size, config.pgd_steps,
+    )  # fmt: skip
 
 
 def _load_running(step: EagerStep | GraphStep, running: list[torch.Tensor]) -> None:
