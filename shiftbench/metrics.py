@@ -13,7 +13,9 @@ Per class (:func:`class_metrics`): ``acc_class:<name>`` (recall of that class; B
 accuracy), ``acc_balanced`` (mean recall over the classes present, as scikit-learn's
 ``balanced_accuracy_score``) and ``f1_macro`` (mean F1 over the classes present in the labels or the
 predictions, as ``f1_score(average="macro")``). With class probabilities (:func:`calibration_metrics`):
-``ece``, the expected calibration error over 15 equal-width confidence bins (Guo et al., 2017).
+``ece``, the expected calibration error over 15 equal-width confidence bins (Guo et al., 2017), and
+``acc_pairwise`` (:func:`pairwise_accuracy`: BREEDS Appendix A.7.2's average-case binary task, over every pair of
+classes).
 Over any subset of a split (:func:`subset_accuracy`): ``acc_subset:<name>`` (ConDS: unseen values,
 rare values, SC counterexamples).
 
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # Every metric name this module writes: these, and the per-group, per-class and across-split families.
-METRIC_NAMES = ("count", "acc_avg", "loss_avg", "acc_wg", "acc_balanced", "f1_macro", "ece")
+METRIC_NAMES = ("count", "acc_avg", "loss_avg", "acc_wg", "acc_balanced", "f1_macro", "ece", "acc_pairwise")
 METRIC_PREFIXES = ("acc_group:", "count_group:", "acc_class:", "acc_gap:", "acc_relative:", "acc_subset:")
 # OOD split -> its ID reference, first evaluated one wins (ConDS has no id_test: test vs id_val).
 ID_REFERENCE = {"test": ("id_test", "id_val"), "val": ("id_val",)}
@@ -118,6 +120,26 @@ def calibration_metrics(eval_split: str, y_true: np.ndarray, probabilities: np.n
         if members.any():
             ece += members.sum() / n * abs(correct[members].mean() - confidence[members].mean())
     return [Metric(eval_split, "ece", None, float(ece))]
+
+
+def pairwise_accuracy(eval_split: str, y_true: np.ndarray, probabilities: np.ndarray) -> Metric:
+    """BREEDS Appendix A.7.2: on the images of a pair of classes, the prediction is the one of the two with the higher
+    probability (a tie is wrong); the mean of that accuracy over every pair with images, each pair weighing the same
+    (the paper estimates it over random pairs; here every pair is counted once). NULL with fewer than two classes."""
+    n, k = probabilities.shape if probabilities.ndim == 2 else (0, 0)
+    if n == 0 or k < 2:
+        return Metric(eval_split, "acc_pairwise", None, None)
+    own = probabilities[np.arange(n), y_true][:, None]
+    beats = (own > probabilities).astype(np.float64)  # [n, k]: this image's class beats class j
+    members = np.zeros((k, n))
+    members[y_true, np.arange(n)] = 1.0
+    wins = members @ beats  # [a, b]: images of class a whose a beats b
+    sizes = members.sum(axis=1)
+    first, second = np.triu_indices(k, 1)
+    images = sizes[first] + sizes[second]
+    kept = images > 0
+    accuracy = (wins[first, second] + wins[second, first])[kept] / images[kept]
+    return Metric(eval_split, "acc_pairwise", None, float(accuracy.mean()) if kept.any() else None)
 
 
 def subset_accuracy(eval_split: str, name: str, y_true: np.ndarray, y_pred: np.ndarray, mask: np.ndarray) -> Metric:

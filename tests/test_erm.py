@@ -467,3 +467,27 @@ def test_flip_rot90_augmentation_is_lossless_seeded_and_covers_the_square_symmet
         assert matches
         seen.add(matches[0])
     assert len(seen) == 8  # 64 draws reach all of them
+
+
+def test_pairwise_accuracy_is_breeds_average_case_binary_task_by_hand() -> None:
+    """BREEDS A.7.2: on the images of a pair, the class of the two with the higher probability; every pair once."""
+    from shiftbench.metrics import pairwise_accuracy
+
+    probabilities = np.array(
+        [
+            [0.6, 0.3, 0.1],  # class 0: beats 1 and 2
+            [0.2, 0.5, 0.3],  # class 0: loses to 1 and 2
+            [0.1, 0.7, 0.2],  # class 1: beats 0 and 2
+            [0.3, 0.3, 0.4],  # class 2: beats 0 and 1
+            [0.5, 0.25, 0.25],  # class 2: loses to 0, ties 1 (a tie is wrong)
+        ]
+    )
+    y = np.array([0, 0, 1, 2, 2])
+    # pair (0, 1): images 0, 1, 2 -> right, wrong, right = 2/3; (0, 2): images 0, 1, 3, 4 -> 1, 0, 1, 0 = 1/2;
+    # (1, 2): images 2, 3, 4 -> 1, 1, 0 = 2/3. Mean: (2/3 + 1/2 + 2/3) / 3.
+    metric = pairwise_accuracy("test", y, probabilities)
+    assert (metric.metric, metric.group) == ("acc_pairwise", None)
+    assert metric.value == pytest.approx((2 / 3 + 1 / 2 + 2 / 3) / 3)
+    assert pairwise_accuracy("test", np.array([0, 0]), probabilities[:2, :1]).value is None  # one class: no pair
+    # One image of class 0: pair (0, 1) right, (0, 2) wrong, (1, 2) has no images and does not count.
+    assert pairwise_accuracy("test", np.array([0]), np.array([[0.5, 0.4, 0.6]])).value == pytest.approx(0.5)

@@ -23,7 +23,7 @@ from shiftbench.erm.interrupt import StopRequest
 from shiftbench.erm.photos import PhotoBatches
 from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints
 from shiftbench.erm.step import autocast
-from shiftbench.metrics import Metric, calibration_metrics, class_metrics, split_metrics
+from shiftbench.metrics import Metric, calibration_metrics, class_metrics, pairwise_accuracy, split_metrics
 from shiftbench.split_table import SplitTable
 
 Log = Callable[[str], None]
@@ -74,9 +74,9 @@ def evaluate(
     if final:
         out += class_metrics(split, y_true, y_pred, table.class_names)
         k = len(table.class_names)
-        out += calibration_metrics(
-            split, y_true, torch.cat(probabilities).numpy() if probabilities else np.zeros((0, k))
-        )
+        chances = torch.cat(probabilities).numpy() if probabilities else np.zeros((0, k))
+        out += calibration_metrics(split, y_true, chances)
+        out.append(pairwise_accuracy(split, y_true, chances))
     return out
 
 
