@@ -403,7 +403,7 @@ def _describe(settings: Settings, staged: Any) -> dict[str, Any]:
         "run": staged.benchmark,
         "split": runs["benchmark"],
         "split_version": runs["split_version"],
-        "selection_split": runs["selection_split"] or "none (the last iterate)",
+        "selection_split": launch.selection_label(runs["selection_split"]),
         "best_iteration": runs["best_iteration"],
         "device": runs["device"],
         "image_source": runs["image_source"],

@@ -368,12 +368,15 @@ def test_breeds_and_metashift_splits_train_on_standins_and_the_linear_probe_retr
     assert ("test", "acc_relative:id_test") in got and ("test", "acc_gap:id_test") in got
 
     weights = source.staged.path / "files" / "model.pt"
-    probe_overrides = {**FAST, "model": "mlp", "image_size": 32, "init_checkpoint": str(weights)}
+    probe_overrides = {"max_iters": 10, "model": "mlp", "image_size": 32, "init_checkpoint": str(weights)}
     probe = launch.plan_run(
         settings, "living17", preset="breeds_linear_probe", overrides=probe_overrides, image_root="standin"
     )
     assert probe.config["train_split"] == "ood_train" and probe.n_train == 34 * 3
-    outcome, _ = launch.train_in_process(settings, probe, launch.scratch_dir(settings, probe), log=print)
+    outcome, probed = launch.train_in_process(settings, probe, launch.scratch_dir(settings, probe), log=print)
+    # The paper's 13 learning rates, the best on the target test split: a test-set choice, recorded as one.
+    assert len(probed["lr_grid_scores"]) == 13 and probed["selection_split"] == "test"
+    assert launch.selection_label(probed["selection_split"]).startswith("test (test_oracle: a test-set choice")
     before = torch.load(weights, weights_only=True)
     after = torch.load(outcome.staged.path / "files" / "model.pt", weights_only=True)
     changed = sorted(k for k in before if not torch.equal(before[k], after[k]))

@@ -75,8 +75,9 @@ def test_breeds_table_13s_architectures_take_their_learning_rates(warehouse: Set
         ({"model": "alexnet", "image_size": 32}, "parameter 'image_size': alexnet needs images of at least 63 pixels"),
         ({"model": "vit_b_16", "image_size": 200}, "parameter 'image_size': vit_b_16 cuts 16-pixel patches"),
         ({"lr_by_model": {"alexnet": 0.01}}, "parameter 'lr_by_model': a preset's key, not a training parameter"),
+        ({"selection": "oracle"}, "parameter 'selection': must be auto, val, id_val, last or test_oracle"),
     ],
-    ids=["unknown", "too-small", "patches", "preset-only-key"],
+    ids=["unknown", "too-small", "patches", "preset-only-key", "selection"],
 )
 def test_an_architecture_that_cannot_run_is_one_line(
     warehouse: Settings, overrides: dict[str, Any], message: str

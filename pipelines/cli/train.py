@@ -230,12 +230,13 @@ def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: 
 
 
 def _print_training(meta: dict[str, Any], seconds: float) -> None:
+    from shiftbench.erm.launch import selection_label
     from shiftbench.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
 
     became = "now latest" if meta["became_latest"] else "already latest"
     print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")
     print(
-        f"  selection on {meta['selection_split'] or 'none (the last iterate)'}, "
+        f"  selection on {selection_label(meta['selection_split'])}, "
         f"best iteration {meta['best_iteration']}, "
         f"{meta['device']}, {float(meta['train_images_per_s']):,.0f} training images/s"
     )

@@ -101,7 +101,9 @@ class TrainConfig:
     pgd_steps: int = 3
     lr_grid: tuple[float, ...] = ()  # train once per lr and keep the best on the selection split (ConDS)
     train_split: str = "train"
-    selection: str = "auto"  # auto (val, else id_val, else last iterate) | val | id_val | last
+    # auto (val, else id_val, else the last iterate) | val | id_val | last | test_oracle (the test split: a test-set
+    # choice, labelled so everywhere; BREEDS chose its linear probe's learning rate so)
+    selection: str = "auto"
     selection_metric: str = "acc_avg"  # or acc_wg
     init_checkpoint: str | None = None
     init_partial: bool = False  # allow a checkpoint that covers only part of the model (the run records what loaded)
@@ -186,7 +188,11 @@ class TrainConfig:
             "(imagenet or robustness_custom_imagenet)",
         )
         self._check_intervention(need)
-        need(self.selection in {"auto", "val", "id_val", "last"}, "selection", "must be auto, val, id_val or last")
+        need(
+            self.selection in {"auto", "val", "id_val", "last", "test_oracle"},
+            "selection",
+            "must be auto, val, id_val, last or test_oracle",
+        )
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
         need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")

@@ -196,6 +196,13 @@ def plan_run(
     )  # fmt: skip
 
 
+def selection_label(split: str | None) -> str:
+    """How a run's selection split reads where a user sees it: none, or the test split said to be a test-set choice."""
+    if split is None:
+        return "none (the last iterate)"
+    return "test (test_oracle: a test-set choice, not a validation)" if split == "test" else split
+
+
 def run_name(
     benchmark: str, preset: str, config: Mapping[str, Any], preset_config: Mapping[str, Any], image_source: str
 ) -> str:

@@ -84,6 +84,10 @@ def resolve_device(requested: str) -> torch.device:
 def choose_selection(config: TrainConfig, splits: Sequence[str]) -> str | None:
     if config.selection == "last":
         return None
+    if config.selection == "test_oracle":
+        if "test" not in splits:
+            raise InputError("the benchmark has no 'test' split to choose on", parameter="selection")
+        return "test"
     if config.selection != "auto":
         if config.selection not in splits:
             raise InputError(f"the benchmark has no {config.selection!r} split", parameter="selection")
