@@ -6,7 +6,8 @@ and for every group of the benchmark ``acc_group:<group>`` and ``count_group:<gr
 with no example in the split has count 0 and accuracy NULL and never counts as the worst group
 (WILDS reports groups the same way). Across splits: ``acc_gap:<id split>`` (ID accuracy minus this
 split's, positive when OOD is worse) and ``acc_relative:<id split>`` (this split's accuracy over
-the ID one: BREEDS's relative accuracy, target over source). ``test`` is compared with ``id_test``,
+the ID one: BREEDS's relative accuracy, target over source), with its 95 % bootstrap interval
+(``acc_relative_low:<id split>``, ``acc_relative_high:<id split>``). ``test`` is compared with ``id_test``,
 or with ``id_val`` when the benchmark has no ``id_test`` (ConDS); ``val`` with ``id_val``.
 
 Per class (:func:`class_metrics`): ``acc_class:<name>`` (recall of that class; BREEDS: per-superclass
@@ -34,6 +35,8 @@ import numpy as np
 # Every metric name this module writes: these, and the per-group, per-class and across-split families.
 METRIC_NAMES = ("count", "acc_avg", "loss_avg", "acc_wg", "acc_balanced", "f1_macro", "ece", "acc_pairwise")
 METRIC_PREFIXES = ("acc_group:", "count_group:", "acc_class:", "acc_gap:", "acc_relative:", "acc_subset:")
+METRIC_PREFIXES += ("acc_relative_low:", "acc_relative_high:")  # the relative accuracy's 95 % bootstrap interval
+BOOTSTRAP_DRAWS, BOOTSTRAP_SEED = 10_000, 0
 # OOD split -> its ID reference, first evaluated one wins (ConDS has no id_test: test vs id_val).
 ID_REFERENCE = {"test": ("id_test", "id_val"), "val": ("id_val",)}
 
@@ -152,6 +155,7 @@ def subset_accuracy(eval_split: str, name: str, y_true: np.ndarray, y_pred: np.n
 def gap_metrics(metrics: Sequence[Metric]) -> list[Metric]:
     """ID-vs-OOD comparisons for every OOD split whose ID reference was evaluated too."""
     accuracy = {m.eval_split: m.value for m in metrics if m.metric == "acc_avg"}
+    count = {m.eval_split: m.value or 0.0 for m in metrics if m.metric == "count"}
     out = []
     for ood, references in ID_REFERENCE.items():
         reference = next((r for r in references if accuracy.get(r) is not None), None)
@@ -162,7 +166,30 @@ def gap_metrics(metrics: Sequence[Metric]) -> list[Metric]:
         assert id_acc is not None
         out.append(Metric(ood, f"acc_gap:{reference}", None, id_acc - ood_acc))
         out.append(Metric(ood, f"acc_relative:{reference}", None, ood_acc / id_acc if id_acc > 0 else None))
+        low, high = relative_accuracy_interval(count.get(reference, 0), id_acc, count.get(ood, 0), ood_acc)
+        out.append(Metric(ood, f"acc_relative_low:{reference}", None, low))
+        out.append(Metric(ood, f"acc_relative_high:{reference}", None, high))
     return out
+
+
+def relative_accuracy_interval(
+    n_id: float, id_acc: float, n_ood: float, ood_acc: float, draws: int = BOOTSTRAP_DRAWS
+) -> tuple[float | None, float | None]:
+    """The 95 % bootstrap interval of OOD over ID accuracy (BREEDS Figure 6 and Tables 22-23), the two test sets
+    resampled independently: resampling a split's examples with replacement draws its correct count from
+    Binomial(n, accuracy), so the counts are drawn so (the same distribution, without the predictions); percentiles
+    2.5 and 97.5 of the ratio, from a fixed seed (the same bytes every run). None without examples on either side."""
+    n_id, n_ood = int(n_id), int(n_ood)
+    if n_id < 1 or n_ood < 1:
+        return None, None
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    id_draws = rng.binomial(n_id, min(max(id_acc, 0.0), 1.0), draws) / n_id
+    ood_draws = rng.binomial(n_ood, min(max(ood_acc, 0.0), 1.0), draws) / n_ood
+    kept = id_draws > 0
+    if not kept.any():
+        return None, None
+    low, high = np.percentile(ood_draws[kept] / id_draws[kept], [2.5, 97.5])
+    return float(low), float(high)
 
 
 def value_of(metrics: Sequence[Metric], eval_split: str, metric: str) -> float | None:

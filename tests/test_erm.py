@@ -494,3 +494,25 @@ def test_pairwise_accuracy_is_breeds_average_case_binary_task_by_hand() -> None:
     assert pairwise_accuracy("test", np.array([0, 0]), probabilities[:2, :1]).value is None  # one class: no pair
     # One image of class 0: pair (0, 1) right, (0, 2) wrong, (1, 2) has no images and does not count.
     assert pairwise_accuracy("test", np.array([0]), np.array([[0.5, 0.4, 0.6]])).value == pytest.approx(0.5)
+
+
+def test_the_relative_accuracy_interval_is_the_bootstrap_over_examples() -> None:
+    """BREEDS reports relative accuracy with 95 % bootstrap intervals. Drawing each split's correct count from
+    Binomial(n, accuracy) is resampling its examples with replacement: checked against that resampling itself."""
+    from shiftbench.metrics import Metric, relative_accuracy_interval
+
+    low, high = relative_accuracy_interval(1000, 0.9, 800, 0.6)
+    assert low is not None and high is not None and low < 0.6 / 0.9 < high
+    rng = np.random.default_rng(7)
+    source = np.r_[np.ones(900), np.zeros(100)]
+    target = np.r_[np.ones(480), np.zeros(320)]
+    ratios = [rng.choice(target, 800).mean() / rng.choice(source, 1000).mean() for _ in range(4000)]
+    by_examples = np.percentile(ratios, [2.5, 97.5])
+    assert abs(low - by_examples[0]) < 0.01 and abs(high - by_examples[1]) < 0.01
+    narrower = relative_accuracy_interval(100_000, 0.9, 80_000, 0.6)
+    assert narrower[1] - narrower[0] < (high - low) / 5  # sqrt(100) = 10 times narrower, give or take
+    assert relative_accuracy_interval(0, 0.9, 800, 0.6) == (None, None)
+    metrics = [Metric("id_test", "acc_avg", None, 0.9), Metric("id_test", "count", None, 1000.0),
+               Metric("test", "acc_avg", None, 0.6), Metric("test", "count", None, 800.0)]  # fmt: skip
+    got = {m.metric: m.value for m in gap_metrics(metrics)}
+    assert (got["acc_relative_low:id_test"], got["acc_relative_high:id_test"]) == (low, high)  # seeded: same bytes
