@@ -34,8 +34,10 @@ import numpy as np
 
 # Every metric name this module writes: these, and the per-group, per-class and across-split families.
 METRIC_NAMES = ("count", "acc_avg", "loss_avg", "acc_wg", "acc_balanced", "f1_macro", "ece", "acc_pairwise")
-METRIC_PREFIXES = ("acc_group:", "count_group:", "acc_class:", "acc_gap:", "acc_relative:", "acc_subset:")
-METRIC_PREFIXES += ("acc_relative_low:", "acc_relative_high:")  # the relative accuracy's 95 % bootstrap interval
+METRIC_PREFIXES = (
+    *("acc_group:", "count_group:", "acc_class:", "acc_gap:", "acc_relative:", "acc_subset:"),
+    *("acc_relative_low:", "acc_relative_high:"),  # the relative accuracy's 95 % bootstrap interval
+)
 BOOTSTRAP_DRAWS, BOOTSTRAP_SEED = 10_000, 0
 # OOD split -> its ID reference, first evaluated one wins (ConDS has no id_test: test vs id_val).
 ID_REFERENCE = {"test": ("id_test", "id_val"), "val": ("id_val",)}
