@@ -90,12 +90,23 @@ def test_breeds_source_vs_target_prefers_id_test_and_divides() -> None:
             ("sprites", "erm", "s", "test", 1, 0.3, None),
         ]
     )
+    bounds = _board([("living17", "erm", "breeds.resnet18", "test", 2, v, 0.0) for v in (0.45, 0.56, 0.3, 0.9)])
+    metrics = [
+        "acc_relative_low:id_test",
+        "acc_relative_high:id_test",
+        "acc_relative_low:id_val",
+        "acc_relative_high:id_val",
+    ]
+    board = pl.concat([board, bounds.with_columns(metric=pl.Series(metrics))])
     tables = {"leaderboard_with_standins": board, "benchmarks": benchmarks}
     got = _run(analyses()["breeds-source-vs-target"].sql(), tables)
     rows = {r["task"]: r for r in got.iter_rows(named=True)}
     assert set(rows) == {"living17", "entity13"}
     assert rows["living17"]["source_split"] == "id_test" and rows["living17"]["relative_acc"] == pytest.approx(0.5)
     assert rows["entity13"]["source_split"] == "id_val" and rows["entity13"]["relative_acc"] == pytest.approx(0.9)
+    # The interval of the source split the ratio used (id_test's, not id_val's); none where the runs measured none.
+    assert (rows["living17"]["relative_low"], rows["living17"]["relative_high"]) == (0.45, 0.56)
+    assert rows["entity13"]["relative_low"] is None
     assert source_vs_target(got, "t")[:8] == PNG
 
 

@@ -50,7 +50,7 @@ def subclasses_per_superclass(subpopulations: pl.DataFrame, title: str) -> bytes
 
 def source_vs_target(table: pl.DataFrame, title: str) -> bytes:
     """BREEDS: target against source accuracy per task and method (the diagonal is no shift), and the
-    relative accuracy target / source."""
+    relative accuracy target / source with its 95 % bootstrap interval (BREEDS Figure 6's)."""
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(8.5, 3.4))
     for row in table.iter_rows(named=True):
@@ -62,10 +62,15 @@ def source_vs_target(table: pl.DataFrame, title: str) -> bytes:
     left.set_xlim(0, 1.02)
     left.set_ylim(0, 1.02)
     labels = [f"{r['task']}\n{method_label(r)}" for r in table.iter_rows(named=True)]
-    right.bar(range(table.height), table["relative_acc"].fill_null(0).to_list(), color="#4C72B0")
+    relative = table["relative_acc"].fill_null(0).to_list()
+    right.bar(range(table.height), relative, color="#4C72B0")
+    if "relative_low" in table.columns:  # the 95 % bootstrap intervals the runs measured, where they did
+        for k, row in enumerate(table.iter_rows(named=True)):
+            if row["relative_low"] is not None and row["relative_high"] is not None:
+                right.plot([k, k], [row["relative_low"], row["relative_high"]], color="black", linewidth=0.8)
     right.set_xticks(range(table.height), labels, fontsize=5, rotation=60, ha="right")
     right.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    right.set_ylabel("relative accuracy (target / source)")
+    right.set_ylabel("relative accuracy (target / source, 95 % interval)")
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return png_bytes(fig)
