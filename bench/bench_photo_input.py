@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -58,7 +57,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
@@ -71,7 +69,7 @@ from shiftbench.erm.config import TrainConfig  # noqa: E402
 from shiftbench.erm.data import normalize  # noqa: E402
 from shiftbench.erm.photos import PhotoBatches, Prepare  # noqa: E402
 from shiftbench.erm.protocols import PCA_EIGVAL, PCA_EIGVEC  # noqa: E402
-from tests.real_photos import make_photos  # noqa: E402
+from tests.real_photos import make_photos, write_variants  # noqa: E402
 
 CLIENTS_PYTHON = PROJECT / ".venv-clients" / "bin" / "python"
 BASELINE = r"""
@@ -242,20 +240,9 @@ def _loader(name: str, root: Path, work: Path, batch: int, epochs: int, cores: i
 
 def _images(photos: list[Path], root: Path, n: int) -> list[Path]:
     """``n`` JPEGs at ImageNet's sizes in two class folders, each a different crop (every other one flipped)."""
-    rng, written = random.Random(0), []
-    for k in range(n):
-        with Image.open(photos[k % len(photos)]) as opened:
-            image = opened.convert("RGB")
-        w, h = image.size
-        box = (rng.randrange(w // 8), rng.randrange(h // 8), w - rng.randrange(w // 8), h - rng.randrange(h // 8))
-        image = image.crop(box)
-        if k % 2:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        path = root / f"class{k % 2}" / f"{k:05d}.JPEG"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        image.save(path, "JPEG", quality=90)
-        written.append(path)
-    return written
+    paths = [root / f"class{k % 2}" / f"{k:05d}.JPEG" for k in range(n)]
+    write_variants(photos, paths, quality=90)
+    return paths
 
 
 def _ours(

@@ -219,6 +219,20 @@ def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dic
     return chosen.stage(settings, target, inputs)
 
 
+def sprites_split(home: Path, case: str) -> tuple[Any, list[Path], dict[str, Any]]:
+    """A published sprites case's split table, its image paths and the smoke preset's config: what ``train`` takes,
+    for the tests that call the training loop without the launcher."""
+    from shiftbench.erm import launch
+    from shiftbench.erm.job import image_paths
+    from shiftbench.split_table import read_split
+
+    settings = small_sprites_home(home, case)
+    plan = launch.plan_run(settings, case, preset="smoke", seed=0)
+    job = plan.job(home / "job")
+    table = read_split(Path(job["split_dir"]))
+    return table, image_paths(table.example_ids, Path(job["image_root"]), job["path_template"]), plan.config
+
+
 def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a

@@ -11,6 +11,7 @@ Deterministic: the same files every time.
 
 from __future__ import annotations
 
+import random
 import subprocess
 from pathlib import Path
 
@@ -55,6 +56,22 @@ def make_photos(clients_python: Path, out: Path, *, per_source: int = 2) -> list
             written.append(path)
     written += _oddities(sources, out)
     return written
+
+
+def write_variants(photos: list[Path], targets: list[Path], quality: int) -> None:
+    """Each target a JPEG of another photograph in turn, a different crop of it (up to an eighth off each side), every
+    other one flipped: many files from a few photographs, none the same (a seeded draw: the same files every time)."""
+    rng = random.Random(0)
+    for k, target in enumerate(targets):
+        with Image.open(photos[k % len(photos)]) as opened:
+            image = opened.convert("RGB")
+        w, h = image.size
+        box = (rng.randrange(w // 8), rng.randrange(h // 8), w - rng.randrange(w // 8), h - rng.randrange(h // 8))
+        image = image.crop(box)
+        if k % 2:
+            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        image.save(target, "JPEG", quality=quality)
 
 
 def _oddities(sources: list[Path], out: Path) -> list[Path]:

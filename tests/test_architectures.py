@@ -11,15 +11,12 @@ from typing import Any
 import pytest
 import torch
 
-from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.job import image_paths
 from shiftbench.erm.models import build_model, head_name
 from shiftbench.erm.train import train
 from shiftbench.seeding import seed_for
-from shiftbench.split_table import read_split
 
-from .conftest import small_sprites_home
+from .conftest import sprites_split
 
 CASE = "sprites-uniform"
 NEW = ["resnet34", "alexnet", "vgg11", "densenet121", "vit_b_16"]
@@ -29,12 +26,7 @@ HEADS = {"resnet34": "fc", "alexnet": "classifier.6", "vgg11": "classifier.6", "
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[Path], dict[str, Any]]:
-    home = tmp_path_factory.mktemp("architectures_home")
-    settings = small_sprites_home(home, CASE)
-    plan = launch.plan_run(settings, CASE, preset="smoke", seed=0)
-    job = plan.job(home / "job")
-    table = read_split(Path(job["split_dir"]))
-    return table, image_paths(table.example_ids, Path(job["image_root"]), job["path_template"]), plan.config
+    return sprites_split(tmp_path_factory.mktemp("architectures_home"), CASE)
 
 
 def _train(split: Any, out: Path, **values: Any) -> tuple[Any, dict[str, torch.Tensor]]:

@@ -10,17 +10,15 @@ two-superclass task of the user's (turtle, lizard; one source and one target sub
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import polars as pl
 import pytest
-from PIL import Image
 
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .real_photos import make_photos
+from .real_photos import make_photos, write_variants
 
 pytestmark = [pytest.mark.slow, pytest.mark.clients]
 SPEC = "family: breeds\nbenchmarks:\n  photos-mini:\n    superclasses: [n01662784, n01674464]\n    n_subclasses: 2\n"
@@ -29,19 +27,9 @@ TRAIN_PER_CLASS = 6
 
 def _lay_out(root: Path, photos: list[Path], example_ids: list[str], wnids: list[str]) -> None:
     """ImageNet's layout from the photographs: each file a different crop (and every other one flipped) of one."""
-    rng = random.Random(0)
     targets = [root / e for e in example_ids]
     targets += [root / "train" / w / f"{w}_{n}.JPEG" for w in wnids for n in range(TRAIN_PER_CLASS)]
-    for k, target in enumerate(targets):
-        with Image.open(photos[k % len(photos)]) as opened:
-            image = opened.convert("RGB")
-        w, h = image.size
-        box = (rng.randrange(w // 8), rng.randrange(h // 8), w - rng.randrange(w // 8), h - rng.randrange(h // 8))
-        image = image.crop(box)
-        if k % 2:
-            image = image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        image.save(target, "JPEG", quality=85)
+    write_variants(photos, targets, quality=85)
 
 
 @pytest.fixture(scope="module")

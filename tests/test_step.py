@@ -12,15 +12,12 @@ import pytest
 import torch
 
 from shiftbench.conds.specs import load_specs
-from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
-from shiftbench.erm.job import image_paths
 from shiftbench.erm.methods import build_method
 from shiftbench.erm.step import choose_step
 from shiftbench.erm.train import TrainResult, train
-from shiftbench.split_table import read_split
 
-from .conftest import small_sprites_home
+from .conftest import sprites_split
 
 SPECS = load_specs()
 CASE = "sprites-sc-object_color"
@@ -28,12 +25,7 @@ CASE = "sprites-sc-object_color"
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, list[Path], dict[str, Any]]:
-    home = tmp_path_factory.mktemp("step_home")
-    settings = small_sprites_home(home, CASE)
-    plan = launch.plan_run(settings, CASE, preset="smoke", seed=0)
-    job = plan.job(home / "job")
-    table = read_split(Path(job["split_dir"]))
-    return table, image_paths(table.example_ids, Path(job["image_root"]), job["path_template"]), plan.config
+    return sprites_split(tmp_path_factory.mktemp("step_home"), CASE)
 
 
 def _train(split: tuple[Any, list[Path], dict[str, Any]], tmp: Path, **values: Any) -> tuple[TrainResult, dict]:
