@@ -66,6 +66,16 @@ class TrainConfig:
     irm_lambda: float = 100.0  # IRM penalty weight after the anneal (DomainBed)
     irm_anneal_iters: int = 500  # iterations at penalty weight 1 (DomainBed)
     coral_lambda: float = 1.0  # CORAL penalty weight (DomainBed's mmd_gamma)
+    # CDANN (shiftbench.erm.methods.CDANN), DomainBed's defaults: the adversarial weight, discriminator steps per
+    # generator step, gradient penalty, Adam's beta1 (both optimizers; beta2 0.9), the discriminator MLP, its decay.
+    cdann_lambda: float = 1.0
+    cdann_d_steps_per_g: int = 1
+    cdann_grad_penalty: float = 0.0
+    cdann_beta1: float = 0.5
+    cdann_mlp_width: int = 256
+    cdann_mlp_depth: int = 3
+    cdann_mlp_dropout: float = 0.0
+    cdann_weight_decay_d: float = 0.0
     n_groups_per_batch: int = 2  # loader "groups": groups drawn per batch (WILDS)
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-3
@@ -143,6 +153,7 @@ class TrainConfig:
 
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         self._check_model(need)
+        self._check_cdann(need)
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
         need(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "weight_decay", "must be a number >= 0")
@@ -229,6 +240,21 @@ class TrainConfig:
             "vit_b_16 cuts 16-pixel patches: a multiple of 16",
         )
 
+    def _check_cdann(self, need: Any) -> None:
+        need(self.method != "cdann" or self.optimizer == "adam", "optimizer", "cdann trains with Adam (DomainBed's)")
+        need(math.isfinite(self.cdann_lambda) and self.cdann_lambda >= 0, "cdann_lambda", "must be a number >= 0")
+        need(1 <= self.cdann_d_steps_per_g <= 100, "cdann_d_steps_per_g", "must be an integer in [1, 100]")
+        need(
+            math.isfinite(self.cdann_grad_penalty) and self.cdann_grad_penalty >= 0,
+            "cdann_grad_penalty",
+            "must be a number >= 0",
+        )
+        need(0 <= self.cdann_beta1 < 1, "cdann_beta1", "must be a number in [0, 1)")
+        need(1 <= self.cdann_mlp_width <= 65536, "cdann_mlp_width", "must be an integer in [1, 65536]")
+        need(2 <= self.cdann_mlp_depth <= 64, "cdann_mlp_depth", "must be an integer in [2, 64]")
+        need(0 <= self.cdann_mlp_dropout < 1, "cdann_mlp_dropout", "must be a number in [0, 1)")
+        need(self.cdann_weight_decay_d >= 0, "cdann_weight_decay_d", "must be a number >= 0")
+
     def _check_intervention(self, need: Any) -> None:
         need(self.intervention in INTERVENTIONS, "intervention", f"must be one of {', '.join(INTERVENTIONS)}")
         need(math.isfinite(self.noise_std) and self.noise_std > 0, "noise_std", "must be a number > 0")
@@ -261,6 +287,9 @@ class TrainConfig:
                 del values[setting]
         if self.intervention == "none":
             del values["intervention"]
+        if self.method != "cdann":  # the same: runs of the other methods keep their ids
+            for name in [k for k in values if k.startswith("cdann_")]:
+                del values[name]
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
             del values["track_conflicts"], values["track_every"]
         if self.transforms == "square":  # the same: runs on squares (the sprites, stand-ins) keep their version ids

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -143,8 +143,10 @@ def training_step(
 ) -> tuple[EagerStep | GraphStep, BatchStream, Method]:
     """The method's training step and the stream of batches it takes, each seeded from the run's seed."""
     config, table, groups = run.config, run.table, run.grouping[0]
+    head = model.get_submodule(head_name(model))
+    shapes = {"features": float(getattr(head, "in_features", 0)), "classes": float(run.table.num_classes)}
     method = build_method(
-        config.method, groups[run.train_rows], int(groups.max()) + 1, method_params(config), run.device
+        config.method, groups[run.train_rows], int(groups.max()) + 1, {**method_params(config), **shapes}, run.device
     )
     captured: list[torch.Tensor] = []
     if method.needs_features:  # the input of the last layer
@@ -176,5 +178,6 @@ def batch_stream(
 
 def method_params(config: TrainConfig) -> dict[str, float]:
     """The hyperparameters of the training objectives, by name (shiftbench.erm.methods)."""
-    names = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda")
+    names: tuple[str, ...] = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda", "lr")
+    names += tuple(f.name for f in fields(config) if f.name.startswith("cdann_"))
     return {name: float(getattr(config, name)) for name in names}

@@ -15,6 +15,9 @@ DomainBed's and WILDS' hyperparameter defaults:
   ``irm_lambda``, when the optimizer is reset (its moments were fitted to a different objective).
 - ``coral``: Deep CORAL (Sun and Saenko 2016): squared differences of feature means and covariances
   between every pair of groups in the batch, averaged over pairs, weighted by ``coral_lambda``.
+- ``cdann``: conditional domain-adversarial training (Li et al. 2018) as DomainBed defines it (``domainbed/
+  algorithms.py`` at b93c22a, ``AbstractDANN`` with ``conditional`` and ``class_balance``, lines 477-562;
+  ``networks.MLP``; its default hyperparameters, ``hparams_registry.py`` lines 49-57 and 235-248): :class:`CDANN`.
 
 Group-based methods need several groups in a batch: their default loader (``loader: auto``) is
 ``group_balanced`` for GroupDRO (WILDS ``uniform_over_groups``) and ``groups`` for IRM and
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import itertools
 from abc import ABC, abstractmethod
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -53,6 +56,10 @@ class Method(ABC):
     def loss(
         self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
     ) -> torch.Tensor: ...
+
+    def after_backward(self) -> None:  # noqa: B027 (a hook: most methods have nothing to do)
+        """After the step's backward pass, before the model's optimizer steps: a method with parameters of its own
+        steps them here."""
 
     def reset_optimizer(self, iteration: int) -> bool:
         """Whether the optimizer's state must start afresh before this iteration's step."""
@@ -190,7 +197,99 @@ class CORAL(Method):
         return nll + self.params["coral_lambda"] * penalty
 
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL)}
+class DomainMLP(nn.Module):
+    """DomainBed's ``networks.MLP``: a linear layer to ``width``, ``depth - 2`` more, each followed by dropout and a
+    ReLU, and a linear output."""
+
+    def __init__(self, inputs: int, outputs: int, width: int, depth: int, dropout: float) -> None:
+        super().__init__()
+        self.input = nn.Linear(inputs, width)
+        self.dropout = nn.Dropout(dropout)
+        self.hiddens = nn.ModuleList([nn.Linear(width, width) for _ in range(depth - 2)])
+        self.output = nn.Linear(width, outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.relu(self.dropout(self.input(x)))
+        for hidden in self.hiddens:
+            x = nn.functional.relu(self.dropout(hidden(x)))
+        out: torch.Tensor = self.output(x)
+        return out
+
+
+class CDANN(Method):
+    """A discriminator (:class:`DomainMLP` on the features plus a learned embedding of the label) guesses each
+    example's training domain (its group). Steps alternate: ``cdann_d_steps_per_g`` discriminator steps (its class-
+    balanced cross-entropy, plus ``cdann_grad_penalty`` times the squared gradient of the summed cross-entropy with
+    respect to its input; its own Adam) then one generator step (the model: cross-entropy minus ``cdann_lambda``
+    times that loss), as DomainBed's ``update`` counts them (a step is the discriminator's when
+    ``iteration % (1 + d) < d``). The features are detached on the discriminator's steps, so the model's optimizer
+    finds no gradient there and skips it, as DomainBed steps only ``disc_opt``."""
+
+    name = "cdann"
+    default_loader = "groups"
+    needs_features = True
+
+    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
+        super().__init__(train_groups, n_groups, params, device)
+        present = np.unique(train_groups)  # the training domains, in code order: the discriminator's classes
+        self.domain_of = torch.full((n_groups,), -1, dtype=torch.long)
+        self.domain_of[torch.from_numpy(present)] = torch.arange(len(present))
+        self.domain_of = self.domain_of.to(device)
+        features, width = int(params["features"]), int(params["cdann_mlp_width"])
+        self.discriminator = DomainMLP(
+            features, len(present), width, int(params["cdann_mlp_depth"]), params["cdann_mlp_dropout"]
+        ).to(device)
+        self.class_embeddings = nn.Embedding(int(params["classes"]), features).to(device)
+        self.optimizer = torch.optim.Adam(
+            [*self.discriminator.parameters(), *self.class_embeddings.parameters()], lr=params["lr"],
+            weight_decay=params["cdann_weight_decay_d"], betas=(params["cdann_beta1"], 0.9),
+        )  # fmt: skip
+        self.discriminating = False
+
+    def discriminator_loss(self, features: torch.Tensor, y: torch.Tensor, domains: torch.Tensor) -> torch.Tensor:
+        """DomainBed's ``disc_loss``: the class-balanced cross-entropy of the domain guesses, plus the penalty."""
+        disc_input = features + self.class_embeddings(y)
+        disc_out = self.discriminator(disc_input)
+        y_counts = nn.functional.one_hot(y).sum(dim=0)
+        weights = 1.0 / (y_counts[y] * y_counts.shape[0]).float()
+        loss = (weights * nn.functional.cross_entropy(disc_out, domains, reduction="none")).sum()
+        if self.params["cdann_grad_penalty"]:
+            summed = nn.functional.cross_entropy(disc_out, domains, reduction="sum")
+            (input_grad,) = torch.autograd.grad(summed, [disc_input], create_graph=True)
+            loss = loss + self.params["cdann_grad_penalty"] * input_grad.pow(2).sum(dim=1).mean(dim=0)
+        return loss
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        assert features is not None
+        d = int(self.params["cdann_d_steps_per_g"])
+        self.discriminating = iteration % (1 + d) < d
+        self.optimizer.zero_grad(set_to_none=True)
+        domains = self.domain_of[g]
+        if self.discriminating:
+            return self.discriminator_loss(features.detach(), y, domains)
+        disc_loss = self.discriminator_loss(features, y, domains)
+        return nn.functional.cross_entropy(logits, y) - self.params["cdann_lambda"] * disc_loss
+
+    def after_backward(self) -> None:
+        if self.discriminating:
+            self.optimizer.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "discriminator": self.discriminator.state_dict(),
+            "class_embeddings": self.class_embeddings.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.discriminator.load_state_dict(state["discriminator"])
+        self.class_embeddings.load_state_dict(state["class_embeddings"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN)}
 assert tuple(METHODS) == METHOD_NAMES, "shiftbench.method_names.METHODS must list the methods"
 
 

@@ -58,7 +58,8 @@ def make_optimizer(model: nn.Module, config: TrainConfig, *, lr: float | torch.T
         return torch.optim.SGD(
             params, lr=lr, momentum=config.momentum, weight_decay=config.weight_decay, fused=fused or None
         )
-    return torch.optim.Adam(params, lr=lr, weight_decay=config.weight_decay, fused=fused or None)
+    betas = (config.cdann_beta1, 0.9) if config.method == "cdann" else (0.9, 0.999)  # DomainBed's gen_opt for CDANN
+    return torch.optim.Adam(params, lr=lr, betas=betas, weight_decay=config.weight_decay, fused=fused or None)
 
 
 def choose_step(config: TrainConfig, method: Method, device: torch.device) -> tuple[str, str]:
@@ -131,6 +132,7 @@ class EagerStep:
             loss = s.method.loss(logits.float(), s.features[0] if s.features else None, y, g, iteration)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
+        s.method.after_backward()
         self.optimizer.step()
         self.scheduler.step()
         self.running_loss += loss.detach() * len(index)
