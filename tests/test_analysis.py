@@ -16,7 +16,7 @@ from shiftbench.pipelines.cli import main
 
 from shiftbench.breeds.figures import source_vs_target
 from shiftbench.conds.figures import conds_grid_vs_paper
-from shiftbench.metashift.figures import accuracy_vs_distance
+from shiftbench.metashift.figures import accuracy_vs_distance, subpopulation_table
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -219,3 +219,36 @@ def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
     assert event.metadata["version"].value == latest.version
     assert str(event.metadata["plot"].value).startswith("![")
     assert event.metadata["rows"].value == 2
+
+
+def test_metashift_table_2_puts_each_learner_beside_the_papers_row() -> None:
+    """Ours (test acc_avg and acc_wg over the split's own groups) joined to the paper's Table 2 by method and p; a
+    paper method with no run keeps its row, a method the paper did not run gets NULL paper columns."""
+    board = _board(
+        [
+            ("cat-dog-indoor-outdoor-p12", "erm", "domainbed.resnet18", "test", 2, 0.8, 0.01),
+            ("cat-dog-indoor-outdoor-p01", "erm", "domainbed.resnet18", "test", 2, 0.7, 0.02),
+            ("cat-dog-indoor-outdoor-p01", "mine", None, "test", 1, 0.75, None),
+            ("cat-dog-indoor-outdoor-p01", "erm", "domainbed.resnet18", "id_val", 2, 0.9, 0.0),  # not the test split
+            ("cat-dog-dg-x", "erm", "domainbed.resnet18", "test", 1, 0.5, None),  # another task
+        ]
+    )
+    worst = board.filter(pl.col("eval_split") == "test").with_columns(
+        metric=pl.lit("acc_wg"), mean=pl.col("mean") - 0.2
+    )
+    by_object = worst.with_columns(grouping=pl.lit("by-object"), mean=pl.lit(0.0))  # another grouping: left out
+    tables = {"leaderboard_with_standins": pl.concat([board, worst]).with_columns(grouping=pl.lit("group"))}
+    tables["leaderboard_with_standins"] = pl.concat([tables["leaderboard_with_standins"], by_object])
+    got = _run(analyses()["metashift-subpopulation-table"].sql(), tables)
+    rows = {(r["minority_percent"], r["method"], r["setting"]): r for r in got.iter_rows(named=True)}
+    mine = rows[(12, "erm", "domainbed.resnet18")]
+    assert (mine["acc_avg"], mine["acc_wg"], mine["paper_acc_avg"], mine["paper_acc_wg"]) == pytest.approx(
+        (0.8, 0.6, 0.840, 0.715)
+    )
+    assert rows[(1, "erm", "domainbed.resnet18")]["paper_acc_wg"] == pytest.approx(0.562)
+    assert rows[(1, "mine", "")]["paper_acc_avg"] is None and rows[(1, "mine", "")]["acc_avg"] == pytest.approx(0.75)
+    cdann = rows[(6, "cdann", "")]  # the paper's, no run here
+    assert cdann["acc_avg"] is None and cdann["paper_acc_avg"] == pytest.approx(0.810)
+    assert cdann["task"] == "cat-dog-indoor-outdoor-p06"
+    assert len(got) == 15 + 1  # the paper's 15 cells, one of them without a run of ours in it... plus mine
+    assert subpopulation_table(got, "t")[:8] == PNG

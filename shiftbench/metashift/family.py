@@ -26,7 +26,7 @@ from shiftbench.metashift.annotations import (
 )
 from shiftbench.metashift.cards import describe_collection, describe_task
 from shiftbench.metashift.fanout import build_collection_unit, plan_collection, stage_collection_units
-from shiftbench.metashift.figures import accuracy_vs_distance, training_conflicts
+from shiftbench.metashift.figures import accuracy_vs_distance, subpopulation_table, training_conflicts
 from shiftbench.metashift.scenes import RELEASED, SCENES, scenes_needed
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
@@ -125,6 +125,17 @@ ANALYSES = (
         "Liang and Zou, MetaShift (ICLR 2022), Section 4.3, Figure 4 and Appendix B.3",
         training_conflicts,
         "training_conflicts.png",
+        SQL_DIR / "metashift",
+    ),
+    Analysis(
+        "metashift-subpopulation-table",
+        "metashift",
+        "analysis_metashift_subpopulation",
+        "metashift_subpopulation_table.sql",
+        "MetaShift: average and worst-group accuracy under subpopulation shift, beside the paper's Table 2",
+        "Liang and Zou, MetaShift (ICLR 2022), Section 4.2 and Table 2",
+        subpopulation_table,
+        "subpopulation_table.png",
         SQL_DIR / "metashift",
     ),
 )

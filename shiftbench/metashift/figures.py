@@ -234,3 +234,31 @@ def training_conflicts(table: pl.DataFrame, title: str) -> bytes:
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return png_bytes(fig)
+
+
+def subpopulation_table(table: pl.DataFrame, title: str) -> bytes:
+    """MetaShift Table 2: per minority share p, each method's average and worst-group accuracy, the paper's bars
+    hatched beside ours (one bar per run setting and image source; none where no run exists)."""
+    plt = pyplot()
+    shares = sorted(set(table["minority_percent"].to_list()), reverse=True)
+    fig, axes = plt.subplots(2, len(shares), figsize=(3.4 * len(shares) + 0.6, 5.2), squeeze=False)
+    for column, share in enumerate(shares):
+        part = table.filter(pl.col("minority_percent") == share)
+        methods = sorted(set(part["method"].to_list()))
+        pairs = (("acc_avg", "paper_acc_avg", "average"), ("acc_wg", "paper_acc_wg", "worst group"))
+        for row, (ours, paper, name) in enumerate(pairs):
+            axis = axes[row][column]
+            for k, method in enumerate(methods):
+                rows = part.filter(pl.col("method") == method)
+                published = next((v for v in rows[paper].to_list() if v is not None), None)
+                if published is not None:
+                    axis.bar(k - 0.2, published, width=0.38, color="#DDDDDD", hatch="//", edgecolor="grey")
+                measured = [v for v in rows[ours].to_list() if v is not None]
+                if measured:
+                    axis.bar(k + 0.2, sum(measured) / len(measured), width=0.38, color="#4C72B0")
+            axis.set_xticks(range(len(methods)), methods, fontsize=6, rotation=45)
+            axis.set_ylim(0, 1.02)
+            axis.set_title(f"p = {share} %: {name} (hatched: the paper's)", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return png_bytes(fig)
