@@ -29,7 +29,7 @@ from shiftbench.erm.models import build_model
 PARAMS = {"groupdro_eta": 0.01, "irm_lambda": 100.0, "irm_anneal_iters": 500, "coral_lambda": 1.0, "lr": 1e-3}
 PARAMS |= {"cdann_lambda": 1.0, "cdann_d_steps_per_g": 1, "cdann_grad_penalty": 0.0, "cdann_beta1": 0.5}
 PARAMS |= {"cdann_mlp_width": 256, "cdann_mlp_depth": 3, "cdann_mlp_dropout": 0.0, "cdann_weight_decay_d": 0.0}
-PARAMS |= {"features": 256, "classes": 3}  # the small CNN's features, the batch's classes
+PARAMS |= {"features": 256, "classes": 3, "causirl_mmd_gamma": 1.0}  # the small CNN's features, the classes
 
 
 def median_seconds(step: object, repeats: int) -> float:

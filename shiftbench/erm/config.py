@@ -76,6 +76,7 @@ class TrainConfig:
     cdann_mlp_depth: int = 3
     cdann_mlp_dropout: float = 0.0
     cdann_weight_decay_d: float = 0.0
+    causirl_mmd_gamma: float = 1.0  # CausIRL's penalty weight (DomainBed's mmd_gamma), causirl_coral and causirl_mmd
     n_groups_per_batch: int = 2  # loader "groups": groups drawn per batch (WILDS)
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-3
@@ -254,6 +255,11 @@ class TrainConfig:
         need(2 <= self.cdann_mlp_depth <= 64, "cdann_mlp_depth", "must be an integer in [2, 64]")
         need(0 <= self.cdann_mlp_dropout < 1, "cdann_mlp_dropout", "must be a number in [0, 1)")
         need(self.cdann_weight_decay_d >= 0, "cdann_weight_decay_d", "must be a number >= 0")
+        need(
+            math.isfinite(self.causirl_mmd_gamma) and self.causirl_mmd_gamma >= 0,
+            "causirl_mmd_gamma",
+            "must be a number >= 0",
+        )
 
     def _check_intervention(self, need: Any) -> None:
         need(self.intervention in INTERVENTIONS, "intervention", f"must be one of {', '.join(INTERVENTIONS)}")
@@ -287,8 +293,8 @@ class TrainConfig:
                 del values[setting]
         if self.intervention == "none":
             del values["intervention"]
-        if self.method != "cdann":  # the same: runs of the other methods keep their ids
-            for name in [k for k in values if k.startswith("cdann_")]:
+        for prefix in ("cdann", "causirl"):  # the same: runs of the other methods keep their ids
+            for name in [k for k in values if k.startswith(prefix + "_") and not self.method.startswith(prefix)]:
                 del values[name]
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids
             del values["track_conflicts"], values["track_every"]

@@ -145,6 +145,7 @@ def training_step(
     config, table, groups = run.config, run.table, run.grouping[0]
     head = model.get_submodule(head_name(model))
     shapes = {"features": float(getattr(head, "in_features", 0)), "classes": float(run.table.num_classes)}
+    shapes["method_seed"] = float(seed_for(config.seed, run.table.benchmark, "method") % 2**31)
     method = build_method(
         config.method, groups[run.train_rows], int(groups.max()) + 1, {**method_params(config), **shapes}, run.device
     )
@@ -179,5 +180,5 @@ def batch_stream(
 def method_params(config: TrainConfig) -> dict[str, float]:
     """The hyperparameters of the training objectives, by name (shiftbench.erm.methods)."""
     names: tuple[str, ...] = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda", "lr")
-    names += tuple(f.name for f in fields(config) if f.name.startswith("cdann_"))
+    names += tuple(f.name for f in fields(config) if f.name.startswith(("cdann_", "causirl_")))
     return {name: float(getattr(config, name)) for name in names}

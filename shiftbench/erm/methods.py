@@ -18,6 +18,10 @@ DomainBed's and WILDS' hyperparameter defaults:
 - ``cdann``: conditional domain-adversarial training (Li et al. 2018) as DomainBed defines it (``domainbed/
   algorithms.py`` at b93c22a, ``AbstractDANN`` with ``conditional`` and ``class_balance``, lines 477-562;
   ``networks.MLP``; its default hyperparameters, ``hparams_registry.py`` lines 49-57 and 235-248): :class:`CDANN`.
+- ``causirl_coral``, ``causirl_mmd``: CausIRL (Chevalley et al. 2022) as DomainBed defines it (``algorithms.py``
+  ``AbstractCausIRL``, lines 2272-2350; ``mmd_gamma`` 1): the mean over the batch's groups of their cross-entropy,
+  plus ``causirl_mmd_gamma`` times the distance between two halves of the batch (each group's features cut at a
+  random point, the firsts against the seconds): CORAL's means and covariances, or a Gaussian-kernel MMD.
 
 Group-based methods need several groups in a batch: their default loader (``loader: auto``) is
 ``group_balanced`` for GroupDRO (WILDS ``uniform_over_groups``) and ``groups`` for IRM and
@@ -197,6 +201,66 @@ class CORAL(Method):
         return nll + self.params["coral_lambda"] * penalty
 
 
+class CausIRL(Method):
+    """DomainBed's ``AbstractCausIRL``: its random cut points drawn from this run's own generator (DomainBed draws
+    them from numpy's global one), kept in checkpoints."""
+
+    default_loader = "groups"
+    needs_features = True
+    kernel: ClassVar[str]
+    GAMMAS = (0.001, 0.01, 0.1, 1, 10, 100, 1000)
+
+    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
+        super().__init__(train_groups, n_groups, params, device)
+        self.generator = torch.Generator().manual_seed(int(params.get("method_seed", 0)))
+
+    def distance(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        if self.kernel == "gaussian":
+            return self._gram(x, x).mean() + self._gram(y, y).mean() - 2 * self._gram(x, y).mean()
+        mean_x, mean_y = x.mean(0, keepdim=True), y.mean(0, keepdim=True)
+        cov_x = (x - mean_x).t() @ (x - mean_x) / (len(x) - 1)
+        cov_y = (y - mean_y).t() @ (y - mean_y) / (len(y) - 1)
+        return (mean_x - mean_y).pow(2).mean() + (cov_x - cov_y).pow(2).mean()
+
+    def _gram(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        squared = (x.pow(2).sum(-1, keepdim=True) - 2 * x @ y.t() + y.pow(2).sum(-1, keepdim=True).t()).clamp_min(1e-30)
+        return sum((torch.exp(-gamma * squared) for gamma in self.GAMMAS), torch.zeros_like(squared))
+
+    def loss(
+        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
+    ) -> torch.Tensor:
+        assert features is not None
+        objectives, firsts, seconds = [], [], []
+        for group in torch.unique(g).tolist():
+            members = g == group
+            objectives.append(nn.functional.cross_entropy(logits[members], y[members]))
+            part = features[members]
+            cut = int(torch.randint(0, len(part), (1,), generator=self.generator).item())
+            firsts.append(part[:cut])
+            seconds.append(part[cut:])
+        first, second = torch.cat(firsts), torch.cat(seconds)
+        penalty = torch.zeros((), device=logits.device)
+        if len(first) > 1 and len(second) > 1:
+            penalty = torch.nan_to_num(self.distance(first, second))
+        return torch.stack(objectives).mean() + self.params["causirl_mmd_gamma"] * penalty
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.set_state(state["generator"])
+
+
+class CausIRLCORAL(CausIRL):
+    name = "causirl_coral"
+    kernel = "mean_cov"
+
+
+class CausIRLMMD(CausIRL):
+    name = "causirl_mmd"
+    kernel = "gaussian"
+
+
 class DomainMLP(nn.Module):
     """DomainBed's ``networks.MLP``: a linear layer to ``width``, ``depth - 2`` more, each followed by dropout and a
     ReLU, and a linear output."""
@@ -289,7 +353,9 @@ class CDANN(Method):
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-METHODS: dict[str, type[Method]] = {m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN)}
+METHODS: dict[str, type[Method]] = {
+    m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN, CausIRLCORAL, CausIRLMMD)
+}
 assert tuple(METHODS) == METHOD_NAMES, "shiftbench.method_names.METHODS must list the methods"
 
 
