@@ -49,6 +49,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         *erm,
         "analysis_metashift_distance",
         "analysis_metashift_conflicts",
+        "analysis_metashift_subpopulation",
         "analysis_breeds_source_target",
         "analysis_conds_shifts",
         "analysis_conds_grid",

@@ -200,12 +200,7 @@ class TrainConfig:
             "(imagenet or robustness_custom_imagenet)",
         )
         self._check_intervention(need)
-        need(
-            self.selection in {"auto", "val", "id_val", "last", "test_oracle"},
-            "selection",
-            "must be auto, val, id_val, last or test_oracle",
-        )
-        need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
+        self._check_selection(need)
         need(self.precision in {"auto", "bf16", "fp32"}, "precision", "must be auto, bf16 or fp32")
         need(self.cache in {"auto", "on", "off"}, "cache", "must be auto, on or off")
         need(self.step in {"auto", "graph", "eager"}, "step", "must be auto, graph or eager")
@@ -231,6 +226,14 @@ class TrainConfig:
         )
         need(isinstance(self.track_every, int) and self.track_every >= 1, "track_every", "must be an integer >= 1")
         need(self.track_conflicts or self.track_every == 1, "track_every", "applies only with track_conflicts=true")
+
+    def _check_selection(self, need: Any) -> None:
+        need(
+            self.selection in {"auto", "val", "id_val", "last", "test_oracle"},
+            "selection",
+            "must be auto, val, id_val, last or test_oracle",
+        )
+        need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
 
     def _check_model(self, need: Any) -> None:
         smallest = SMALLEST_IMAGE.get(self.model, 1)

@@ -182,7 +182,9 @@ def _scenes(path: Path, data: bytes, part: int, parts: int) -> tuple[list[str], 
             return list(whole), list(whole.values())
     try:
         scenes = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-    except msgspec.DecodeError:
+    except msgspec.DecodeError as exc:
+        if "UTF-8" in str(exc):  # msgspec >= 0.23 says so itself (before: UnicodeDecodeError)
+            raise _not_utf8(path, data) from None
         line, message = _json_error_location(path)
         raise InputError(f"invalid scene-graph JSON: {message}", path=path, line=line) from None
     except UnicodeDecodeError:
@@ -203,6 +205,10 @@ def _scenes(path: Path, data: bytes, part: int, parts: int) -> tuple[list[str], 
         pass
     except UnicodeDecodeError:
         raise _not_utf8(path, data) from None
+    except msgspec.DecodeError as exc:  # msgspec >= 0.23: invalid UTF-8 inside an image's raw slice
+        if "UTF-8" in str(exc):
+            raise _not_utf8(path, data) from None
+        raise
     for image_id in keys:  # slow path: which image
         try:
             _DECODE_SCENE(scenes[image_id])
