@@ -233,6 +233,29 @@ def sprites_split(home: Path, case: str) -> tuple[Any, list[Path], dict[str, Any
     return table, image_paths(table.example_ids, Path(job["image_root"]), job["path_template"]), plan.config
 
 
+def assert_resumes_bit_for_bit(plan: Any, out: Path, monkeypatch: Any, stop_after: int) -> None:
+    """A run stopped after iteration ``stop_after`` (the test hook's SIGINT) and resumed gives the uninterrupted run's
+    weights and metrics."""
+    import json
+
+    import polars as pl
+
+    from shiftbench.erm.interrupt import TEST_HOOK, Interrupted
+    from shiftbench.erm.job import run_job
+
+    def outputs(folder: Path) -> tuple[str, list[dict[str, Any]]]:
+        summary = json.loads((folder / "run.json").read_text())
+        return summary["weights"]["sha256"], pl.read_parquet(folder / "metrics.parquet").to_dicts()
+
+    run_job(plan.job(out / "whole"), log=lambda _: None)
+    monkeypatch.setenv(TEST_HOOK, str(stop_after))
+    with pytest.raises(Interrupted):
+        run_job(plan.job(out / "stopped"), log=lambda _: None)
+    monkeypatch.delenv(TEST_HOOK)
+    run_job(plan.job(out / "stopped"), log=lambda _: None)
+    assert outputs(out / "stopped") == outputs(out / "whole")
+
+
 def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a

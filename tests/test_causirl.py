@@ -5,7 +5,6 @@ covariances, or a sum of seven Gaussian kernels); then through the job, resumed 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -76,27 +75,14 @@ def test_causirl_settings_are_recorded_only_for_causirl() -> None:
 def test_causirl_trains_through_the_job_and_resumes_bit_for_bit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import polars as pl
 
     from shiftbench.erm import launch
-    from shiftbench.erm.interrupt import TEST_HOOK, Interrupted
-    from shiftbench.erm.job import run_job
 
-    from .conftest import small_sprites_home
+    from .conftest import assert_resumes_bit_for_bit, small_sprites_home
 
     settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
     overrides = {"method": "causirl_mmd", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
                  "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1}  # fmt: skip
     plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
 
-    def outputs(folder: Path) -> tuple[str, list[dict[str, Any]]]:
-        summary = json.loads((folder / "run.json").read_text())
-        return summary["weights"]["sha256"], pl.read_parquet(folder / "metrics.parquet").to_dicts()
-
-    run_job(plan.job(tmp_path / "whole"), log=lambda _: None)
-    monkeypatch.setenv(TEST_HOOK, "4")
-    with pytest.raises(Interrupted):
-        run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
-    monkeypatch.delenv(TEST_HOOK)
-    run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
-    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
+    assert_resumes_bit_for_bit(plan, tmp_path, monkeypatch, stop_after=4)

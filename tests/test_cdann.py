@@ -6,7 +6,6 @@ discriminator's, which parameters each step moves; then through the training job
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -163,29 +162,17 @@ def test_cdann_settings_are_recorded_only_for_cdann() -> None:
 
 def test_cdann_trains_through_the_job_and_resumes_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from shiftbench.erm import launch
-    from shiftbench.erm.interrupt import TEST_HOOK, Interrupted
     from shiftbench.erm.job import run_job
 
-    from .conftest import small_sprites_home
+    from .conftest import assert_resumes_bit_for_bit, small_sprites_home
 
     settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
     overrides = {"method": "cdann", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
                  "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1}  # fmt: skip
 
-    def outputs(folder: Path) -> tuple[str, str]:
-        summary = json.loads((folder / "run.json").read_text())
-        return summary["weights"]["sha256"], (folder / "metrics.parquet").read_bytes().hex()[:0] + str(
-            summary["iterations"]
-        )
-
     plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
     assert plan.run.endswith(".small_cnn.cdann.seed0") and plan.config["cdann_lambda"] == 1.0
     lines: list[str] = []
-    run_job(plan.job(tmp_path / "whole"), log=lines.append)
+    run_job(plan.job(tmp_path / "once"), log=lines.append)
     assert "training step: eager (cdann decides per batch on the host)" in lines, lines
-    monkeypatch.setenv(TEST_HOOK, "4")
-    with pytest.raises(Interrupted):
-        run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
-    monkeypatch.delenv(TEST_HOOK)
-    run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
-    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
+    assert_resumes_bit_for_bit(plan, tmp_path, monkeypatch, stop_after=4)
