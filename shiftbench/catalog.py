@@ -58,6 +58,7 @@ from shiftbench.catalog_files import (
 from shiftbench.contracts import Contract, contracts, empty_relation
 from shiftbench.errors import InputError, StoreError, disk_full
 from shiftbench.package_files import SQL_DIR
+from shiftbench.selection import methods_view_sql
 
 LOCK_TIMEOUT_S = 120.0
 # The storage format the catalog is written in: DuckDB 1.4 and every later version open it (DuckDB 2.x writes
@@ -145,6 +146,7 @@ def render_catalog_sql(contents: StoreContents) -> list[str]:
             .replace("{{source}}", _table_source(contents, contract))
         )
     statements += derived
+    statements.append(methods_view_sql())  # the selection methods a search's results are picked by
     statements.append((SQL_DIR / "catalog" / "create_union_views.sql").read_text("utf-8"))
     return statements
 

@@ -64,19 +64,19 @@ def leaderboard_table(
     digits: int = 3,
     include_standin: bool = False,
 ) -> pl.DataFrame:
-    """Rows (benchmark, method, setting[, grouping], images), columns ``<split>/<metric>``, cells
+    """Rows (benchmark, method, setting, selection[, grouping], images), columns ``<split>/<metric>``, cells
     ``mean ± half (n)``; ``grouping`` (the groups acc_wg is over) when acc_wg is asked for; with
     ``include_standin`` the stand-in rows too. Two rows that differ only by their image source (never in the
     latest results of one run name) get a column ``image_source``."""
     where, params = _where(benchmarks, metrics, splits)
     view = "leaderboard_with_standins" if include_standin else "leaderboard"
     query = (
-        "SELECT benchmark, method, coalesce(setting, '') AS setting, grouping, images, "
+        "SELECT benchmark, method, coalesce(setting, '') AS setting, selection, grouping, images, "
         "coalesce(image_source, '') AS image_source, eval_split, metric, n_seeds, mean, "
         f"(ci_high - ci_low) / 2 AS half FROM {view} WHERE {where}"
     )
     rows = con.sql(query, params=params).pl()
-    index = ["benchmark", "method", "setting", *(["grouping"] if "acc_wg" in metrics else []), "images"]
+    index = ["benchmark", "method", "setting", "selection", *(["grouping"] if "acc_wg" in metrics else []), "images"]
     if rows.is_empty():
         return pl.DataFrame(schema=dict.fromkeys(index, pl.String))
     cell = pl.format("{} ({})", pl.col("mean").round(digits), pl.col("n_seeds"))

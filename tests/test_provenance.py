@@ -116,9 +116,9 @@ def test_the_leaderboard_command_hides_standins_unless_asked_and_labels_them(
     assert main(["leaderboard", CASE]) == 0
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
-    header = ["benchmark", "method", "setting", "grouping", "images", "test/acc_avg", "test/acc_wg"]
+    header = ["benchmark", "method", "setting", "selection", "grouping", "images", "test/acc_avg", "test/acc_wg"]
     assert lines[0].split() == header
-    assert lines[1].split()[:5] == [CASE, "erm", setting, "group", "generated"] and "(2)" in lines[1]
+    assert lines[1].split()[:6] == [CASE, "erm", setting, "none", "group", "generated"] and "(2)" in lines[1]
     assert lines[2:] == ["", f"images 'generated': {provenance.MEANINGS['generated']}"]  # the sprites' own images
     assert "standin" not in captured.out
     assert captured.err.strip() == "1 row(s) on stand-in images left out: --include-standin shows them, labelled"
@@ -127,13 +127,13 @@ def test_the_leaderboard_command_hides_standins_unless_asked_and_labels_them(
     captured = capsys.readouterr()
     lines = captured.out.splitlines()
     assert lines[0].split() == header
-    assert [line.split()[4] for line in lines[1:3]] == ["generated", "standin"]
+    assert [line.split()[5] for line in lines[1:3]] == ["generated", "standin"]
     assert lines[-1].startswith("images 'standin': generated stand-in images") and captured.err == ""
 
     assert main(["leaderboard", CASE, "--include-standin", "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert "| benchmark | method | setting | grouping | images | test/acc_avg | test/acc_wg |" in out
-    assert f"| {CASE} | erm | {setting} | group | standin |" in out and "_images 'standin': generated" in out
+    assert "| benchmark | method | setting | selection | grouping | images | test/acc_avg | test/acc_wg |" in out
+    assert f"| {CASE} | erm | {setting} | none | group | standin |" in out and "_images 'standin': generated" in out
 
 
 @pytest.mark.slow

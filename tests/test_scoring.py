@@ -161,11 +161,13 @@ def test_eval_scores_a_spurious_predictor_and_fills_results_and_leaderboard(
     assert [g for (g,) in groups] == ["object_color=blue", "object_color=red", "object_color=yellow"]
     assert main(["leaderboard", CASE, "--format", "markdown"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "| benchmark | method | setting | grouping | images | test/acc_avg | test/acc_wg |"
+    assert lines[0] == "| benchmark | method | setting | selection | grouping | images | test/acc_avg | test/acc_wg |"
     oracle = next(line for line in lines if "| oracle |" in line)
-    assert oracle.startswith(f"| {CASE} | oracle | by-object_color | object_color | generated |")
+    assert oracle.startswith(f"| {CASE} | oracle | by-object_color | none | object_color | generated |")
     assert f"| {round(mean, 3)} ± {round(half, 3)} (2) |" in oracle
-    assert any(line.startswith(f"| {CASE} | colour |  | group | generated | 0.333 (1) | 0.0 (1) |") for line in lines)
+    assert any(
+        line.startswith(f"| {CASE} | colour |  | none | group | generated | 0.333 (1) | 0.0 (1) |") for line in lines
+    )
     assert lines[-1].startswith("_images 'generated': the split's own images are generated")
     assert ece is not None and ece[0] == pytest.approx(abs((1 - accuracies[0]) - 0.2), abs=1e-9)
 
@@ -280,11 +282,20 @@ def test_a_second_grouping_is_a_result_beside_the_first(
     assert rows[0][3] == "object_color=red" and rows[1][3].startswith("shape=")
     assert main(["leaderboard", CASE]) == 0
     table = [line.split() for line in capsys.readouterr().out.splitlines()]
-    assert table[0] == ["benchmark", "method", "setting", "grouping", "images", "test/acc_avg", "test/acc_wg"]
+    assert table[0] == [
+        "benchmark",
+        "method",
+        "setting",
+        "selection",
+        "grouping",
+        "images",
+        "test/acc_avg",
+        "test/acc_wg",
+    ]
     # Two rows (the own grouping's setting is empty), one accuracy, each worst-group figure beside its grouping.
-    assert table[1][:4] == [CASE, "mine", "group", "generated"] and table[1][4:6] == table[2][5:7]
-    assert table[2][:5] == [CASE, "mine", "by-object_color", "object_color", "generated"]
-    assert table[1][6:] == table[2][7:] == ["0.0", "(1)"]
+    assert table[1][:5] == [CASE, "mine", "none", "group", "generated"] and table[1][5:7] == table[2][6:8]
+    assert table[2][:6] == [CASE, "mine", "by-object_color", "none", "object_color", "generated"]
+    assert table[1][7:] == table[2][8:] == ["0.0", "(1)"]
 
 
 @pytest.mark.slow

@@ -99,7 +99,7 @@ def test_the_default_leaderboard_leaves_standins_out_and_says_so(
     assert main(["leaderboard"]) == 0
     captured = capsys.readouterr()
     assert _rows(captured.out)[0] == [
-        "benchmark", "method", "setting", "grouping", "images", "test/acc_avg", "test/acc_wg",
+        "benchmark", "method", "setting", "selection", "grouping", "images", "test/acc_avg", "test/acc_wg",
     ]  # fmt: skip
     assert _labelled(captured.out) == {(CASE, "erm", "generated"), (CASE, "oracle", "generated")}
     assert TASK not in captured.out and "standin" not in captured.out and "real" not in captured.out.split()

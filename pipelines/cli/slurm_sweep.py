@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shiftbench.pipelines.cli.sweep import _Bar, _summary
+from shiftbench.pipelines.cli.sweep import _Bar, _summary, checked_selections, report_search, sweep_shape
 
 from shiftbench.erm import backends
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.erm.stops import take_stop
-from shiftbench.erm.sweep import parse_seeds, plan_sweep
+from shiftbench.erm.sweep import plan_sweep
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings
 
@@ -47,9 +47,7 @@ def cmd_slurm_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     settings = Settings.from_env()
     settings_file: Path | None = args.slurm_settings or settings.slurm_settings
     cluster = load_cluster_settings(settings_file)  # a bad value: one line, nothing planned or submitted
-    if args.seed is not None and args.seeds is not None:
-        raise InputError("give --seed or --seeds, not both", parameter="--seeds")
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed or 0]
+    seeds, search = sweep_shape(args)
     for benchmark in args.benchmarks:
         trainable_kind(settings, benchmark)
     on_cpu = not str(overrides.get("device") or args.device or "auto").startswith("cuda") and not cluster.gres
@@ -57,8 +55,9 @@ def cmd_slurm_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         overrides = {**overrides, "threads": cluster.cpus_per_task}
     plans = plan_sweep(
         settings, args.benchmarks, seeds, preset=args.preset, overrides=overrides, version=args.version,
-        image_root=args.image_root, path_template=args.path_template,
+        image_root=args.image_root, path_template=args.path_template, search=search,
     )  # fmt: skip
+    selections = checked_selections(settings, args) if search else []
     parallel = backends.default_parallelism(cluster, args.parallel, len(plans))
     started = time.monotonic()
     with _Bar(len(plans)) as bar:
@@ -84,7 +83,8 @@ def cmd_slurm_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
         except backends.SweepStopped as stopped:
             print(f"[sweep] {stopped}", file=sys.stderr, flush=True)
             return stopped.exit_code
-    return _summary(outcomes, parallel, time.monotonic() - started)
+    code = _summary(outcomes, parallel, time.monotonic() - started)
+    return report_search(settings, args, selections) if search and code == 0 else code
 
 
 def _say(bar: _Bar, line: str) -> None:

@@ -17,6 +17,7 @@ from shiftbench.pipelines.cli.common import shiftbench_command
 from shiftbench.erm.launch import RunPlan
 from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import (
+    SEEDS,
     RunOutcome,
     SweepInterrupted,
     parse_seeds,
@@ -36,24 +37,25 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
     from shiftbench.plans import trainable_kind
 
     settings = Settings.from_env()
-    if args.seed is not None and args.seeds is not None:
-        raise InputError("give --seed or --seeds, not both", parameter="--seeds")
-    seeds = parse_seeds(args.seeds) if args.seeds is not None else [args.seed or 0]
+    seeds, search = sweep_shape(args)
     for benchmark in args.benchmarks:
         trainable_kind(settings, benchmark)
     plans = plan_sweep(
         settings, args.benchmarks, seeds, preset=args.preset, overrides=overrides, version=args.version,
-        image_root=args.image_root, path_template=args.path_template,
+        image_root=args.image_root, path_template=args.path_template, search=search,
     )  # fmt: skip
+    selections = checked_selections(settings, args) if search else []
     parallel = slots(args.parallel, len(plans), overrides.get("device") or args.device)
     on_cpu = not _gpu_will_train(args, overrides)
     threads = threads_per_run(parallel) if on_cpu and "threads" not in overrides else None
+    plans = _unfinished(settings, plans, threads) if search else plans
     _register_partitions(settings, args.benchmarks)
     sweep_dir = settings.runs_dir / "sweeps" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     n = len(args.benchmarks)
     each = f", {threads} CPU thread{'s' * (threads > 1)} each" if threads else ""
+    shape = f"x {search[1]} draws x trials" if search else "x seeds"
     print(
-        f"[sweep] {_runs(len(plans))} ({n} benchmark{'s' * (n > 1)} x seeds {','.join(map(str, seeds))}), "
+        f"[sweep] {_runs(len(plans))} ({n} benchmark{'s' * (n > 1)} {shape} {','.join(map(str, seeds))}), "
         f"{parallel} at a time{each}; logs in {sweep_dir}",
         flush=True,
     )
@@ -65,7 +67,80 @@ def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
             )
         except SweepInterrupted as stopped:
             return _stopped(stopped, time.monotonic() - started)
-    return _summary(outcomes, parallel, time.monotonic() - started)
+    code = _summary(outcomes, parallel, time.monotonic() - started)
+    return report_search(settings, args, selections) if search and code == 0 else code
+
+
+def sweep_shape(args: argparse.Namespace) -> tuple[list[int], tuple[str, int] | None]:
+    """The seeds of a sweep and its search (space, draws), or None: ``--search N --trials K`` trains draws 0..N-1,
+    each with seeds 0..K-1 (its trials); ``--seed``/``--seeds`` otherwise."""
+    if args.seed is not None and args.seeds is not None:
+        raise InputError("give --seed or --seeds, not both", parameter="--seeds")
+    if args.search is None:
+        for flag, value in (("--trials", args.trials), ("--select", args.select)):
+            if value is not None:
+                raise InputError("belongs to a search: add --search N", parameter=flag)
+        if args.search_space != "auto":
+            raise InputError("belongs to a search: add --search N", parameter="--search-space")
+        return (parse_seeds(args.seeds) if args.seeds is not None else [args.seed or 0]), None
+    if args.seed is not None or args.seeds is not None:
+        raise InputError("a search's seeds are its trials: give --trials K, not seeds", parameter="--seeds")
+    if args.search < 1:
+        raise InputError(f"draws must be at least 1, got {args.search}", parameter="--search")
+    trials = 1 if args.trials is None else args.trials
+    if not 1 <= trials <= len(SEEDS):
+        raise InputError(f"trials are seeds 0..{len(SEEDS) - 1}: 1 to {len(SEEDS)}, got {trials}", parameter="--trials")
+    return list(range(trials)), (args.search_space, args.search)
+
+
+def checked_selections(settings: Settings, args: argparse.Namespace) -> list[str]:
+    """The selection methods asked for, each checked against every benchmark's split before anything trains (the
+    default: every method each benchmark's split allows)."""
+    from shiftbench.selection import SELECTIONS, check_selections, parse_selections
+    from shiftbench.splits import published_split
+
+    names = parse_selections(args.select)
+    for benchmark in args.benchmarks:
+        examples = published_split(settings, benchmark, args.version).examples
+        splits = set(examples["split"].unique().to_list())
+        if args.select is None:  # the default: the methods this split allows
+            names = [n for n in names if n in SELECTIONS and SELECTIONS[n].eval_split in splits]
+            continue
+        domains = (
+            examples.filter(examples["split"] == "train")["group"].n_unique() if "group" in examples.columns else 1
+        )
+        check_selections(benchmark, names, splits, domains)
+    return names
+
+
+def _unfinished(settings: Settings, plans: list[RunPlan], threads: int | None) -> list[RunPlan]:
+    """A search's runs that are not yet published as planned (with the threads each will be given): a search
+    started again trains only what it lacks."""
+    from dataclasses import replace
+
+    from shiftbench.erm.backends import published_version
+
+    left = []
+    for plan in plans:
+        given = plan if threads is None else replace(plan, config={**plan.config, "threads": threads})
+        version = published_version(settings, given)
+        if version is None:
+            left.append(plan)
+        else:
+            print(f"[sweep] {plan.run}: published (version {version}), not retrained", flush=True)
+    return left
+
+
+def report_search(settings: Settings, args: argparse.Namespace, selections: list[str]) -> int:
+    """DomainBed's ``collect_results`` for this search: per selection method, each learner's test accuracy as the mean
+    ± standard error over trials of the runs it picked."""
+    from shiftbench.catalog import open_catalog
+    from shiftbench.selection import selection_report
+
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)
+    with con:
+        print("\n" + selection_report(con, args.benchmarks, selections), flush=True)
+    return 0
 
 
 def _stopped(stopped: SweepInterrupted, seconds: float) -> int:
@@ -110,6 +185,8 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
             command += [f"--{name.replace('_', '-')}", str(value)]
     for item in args.set or []:
         command += ["--set", item]
+    if plan.config.get("search"):  # the draw: the run derives its values from the space, as every backend does
+        command += ["--set", f"search={plan.config['search']}", "--set", f"search_draw={plan.config['search_draw']}"]
     if threads is not None:
         command += ["--set", f"threads={threads}"]
     if args.in_process:
@@ -203,5 +280,6 @@ def _runs(n: int) -> str:
 
 
 def wants_sweep(args: argparse.Namespace) -> bool:
-    """A sweep when more than one benchmark, ``--seeds`` or ``--parallel`` is given."""
-    return len(args.benchmarks) > 1 or args.seeds is not None or args.parallel is not None
+    """A sweep when more than one benchmark, ``--seeds``, ``--parallel`` or a search's option is given."""
+    searching = args.search is not None or args.trials is not None or args.select is not None
+    return len(args.benchmarks) > 1 or args.seeds is not None or args.parallel is not None or searching

@@ -25,6 +25,20 @@ def add_train(sub: Subcommands) -> None:
     train.add_argument("--model", help="resnet18, resnet50, small_cnn or mlp (default: the preset's)")
     train.add_argument("--seed", type=int, help="the seed, 0..9 (default: 0)")
     train.add_argument("--seeds", help="a sweep over seeds: 0,1,2 or 0-2")
+    train.add_argument(
+        "--search", type=int, metavar="N", help="a random hyperparameter search of N draws (docs/erm.md)"
+    )
+    train.add_argument("--trials", type=int, metavar="K", help="with --search: K trials of every draw, seeds 0..K-1")
+    train.add_argument(
+        "--search-space",
+        default="auto",
+        help="with --search: a space of shiftbench/specs/search.yaml (default: by model)",
+    )
+    train.add_argument(
+        "--select",
+        metavar="M,...",
+        help="with --search: the selection methods reported (default: all the split allows)",
+    )
     train.add_argument("--parallel", type=int, help="runs at a time in a sweep (default: one per core; 4 on a GPU)")
     train.add_argument("--device", help="auto, cpu, cuda or cuda:N (default: auto)")
     train.add_argument("--preset", help="a preset of shiftbench/specs/erm.yaml (default: the family's)")

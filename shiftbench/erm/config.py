@@ -135,6 +135,10 @@ class TrainConfig:
     # (MetaShift §4.3; a split that carries subsets only: shiftbench.erm.conflicts). The weights do not change.
     track_conflicts: bool = False
     track_every: int = 1  # steps between two tracked evaluations (1: after every step, the paper's)
+    # A hyperparameter search's run (shiftbench.erm.search): the space its values were drawn from ("" for a run that
+    # is no search's) and the draw's index (0: the preset's own values, as DomainBed's hparams_seed 0 is its defaults).
+    search: str = ""
+    search_draw: int = 0
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any]) -> TrainConfig:
@@ -155,6 +159,7 @@ class TrainConfig:
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         self._check_model(need)
         self._check_cdann(need)
+        self._check_search(need)
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
         need(self.weight_decay >= 0 and math.isfinite(self.weight_decay), "weight_decay", "must be a number >= 0")
@@ -235,6 +240,10 @@ class TrainConfig:
         )
         need(self.selection_metric in {"acc_avg", "acc_wg"}, "selection_metric", "must be acc_avg or acc_wg")
 
+    def _check_search(self, need: Any) -> None:
+        need(isinstance(self.search_draw, int) and self.search_draw >= 0, "search_draw", "must be an integer >= 0")
+        need(bool(self.search) or self.search_draw == 0, "search_draw", "belongs to a search: set search (a space)")
+
     def _check_model(self, need: Any) -> None:
         smallest = SMALLEST_IMAGE.get(self.model, 1)
         need(self.image_size >= smallest, "image_size", f"{self.model} needs images of at least {smallest} pixels")
@@ -305,6 +314,8 @@ class TrainConfig:
             del values["transforms"], values["decode"]
         if not self.prepared_side:
             del values["prepared_side"]
+        if not self.search:  # recorded only for a search's runs: the others keep their ids
+            del values["search"], values["search_draw"]
         return values
 
 

@@ -35,6 +35,7 @@ from shiftbench.cards import CardInfo
 from shiftbench.contracts import RuleResult
 from shiftbench.erm import checkpoints, run_folder
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
+from shiftbench.erm.search import SEARCH_KEYS, searched_config
 from shiftbench.errors import InputError, ShiftbenchError
 from shiftbench.fingerprint import sha256_json
 from shiftbench.images import STANDIN, ImageSource
@@ -176,7 +177,10 @@ def plan_run(
             f"{benchmark} version {split.version} has no {train_split!r} examples to train on{hint}",
             parameter="benchmark",
         )
-    config = resolve_config(values, n_train, given=set(overrides or {}))
+    values, drawn = searched_config(values, {k: v for k, v in (overrides or {}).items() if k not in SEARCH_KEYS})
+    if "batch_size" in drawn:  # a drawn batch larger than the split trains on the whole split, as a preset's would
+        values["batch_size"] = min(int(values["batch_size"]), n_train)
+    config = resolve_config(values, n_train, given=set(overrides or {}) | drawn)
     if config.get("track_conflicts"):  # refused before anything trains: the subsets, and enough steps to separate them
         training = subset_descriptor(split.manifest, benchmark).training
         check_intervals(tracked_intervals(config["max_iters"], config["track_every"]), len(training))

@@ -70,17 +70,23 @@ def plan_sweep(
     version: str | None = None,
     image_root: str | None = None,
     path_template: str | None = None,
+    search: tuple[str, int] | None = None,
 ) -> list[RunPlan]:
-    """Every run of the sweep, benchmark-major; fails on the first bad benchmark before any run starts."""
+    """Every run of the sweep, benchmark-major (then draw-major for a ``search`` of (space, draws): each draw's trials
+    are its seeds); fails on the first bad benchmark, parameter or pinned value before any run starts."""
     repeated = sorted({b for b in benchmarks if list(benchmarks).count(b) > 1})
     if repeated:
         raise InputError(f"{repeated[0]} is named twice", parameter="benchmarks")
     if version is not None and len(benchmarks) > 1:
         raise InputError("a split version belongs to one benchmark: name one benchmark", parameter="--version")
     options = {"version": version, "preset": preset, "image_root": image_root, "path_template": path_template}
+    variants: list[dict[str, object]] = (
+        [{}] if search is None else [{"search": search[0], "search_draw": draw} for draw in range(search[1])]
+    )
     return [
-        plan_run(settings, benchmark, seed=seed, overrides=dict(overrides or {}), **options)
+        plan_run(settings, benchmark, seed=seed, overrides={**(overrides or {}), **variant}, **options)
         for benchmark in benchmarks
+        for variant in variants
         for seed in seeds
     ]
 

@@ -57,6 +57,35 @@ FROM results_history AS h
 SEMI JOIN latest_versions AS l ON l.benchmark = h.run AND l.version = h.version
 WHERE h.is_current;
 
+-- A hyperparameter search's picks (shiftbench/erm/search.py, shiftbench/selection.py): the runs whose config names a
+-- search space, one per (benchmark, split version, learner, preset, space, images, selection method, trial = seed):
+-- the draw scoring highest on the method's split and metric (selection_methods), ties to the lowest draw. n_draws:
+-- the draws of that trial the method chose among (a draw without the method's split is not counted).
+CREATE OR REPLACE VIEW search_selection AS
+WITH runs AS (
+    SELECT DISTINCT r.benchmark, r.data_tag, r.split_version, r.method, r.grouping, r.image_source, r.images,
+           r.seed AS trial, r.run, r.version, u.model, u.preset, json_extract_string(u.config, '$.search') AS search,
+           CAST(json_extract_string(u.config, '$.search_draw') AS BIGINT) AS draw
+    FROM results AS r
+    JOIN erm_runs_history AS u ON u.run = r.run AND u.version = r.version
+    WHERE json_extract_string(u.config, '$.search') IS NOT NULL
+),
+scored AS (
+    SELECT runs.*, m.selection, m.label AS selection_label, m.eval_split AS selection_split,
+           m.metric AS selection_metric, v.value AS selection_value
+    FROM runs
+    CROSS JOIN selection_methods AS m
+    JOIN results AS v ON v.run = runs.run AND v.version = runs.version AND v.eval_split = m.eval_split
+        AND v.metric = m.metric
+)
+SELECT benchmark, data_tag, split_version, method, model, preset, search, grouping, image_source, images, selection,
+       selection_label, selection_split, selection_metric, trial, draw, run, version, selection_value,
+       count(*) OVER w AS n_draws
+FROM scored
+WINDOW w AS (PARTITION BY benchmark, split_version, method, model, preset, search, grouping, image_source, selection,
+             trial)
+QUALIFY row_number() OVER (w ORDER BY selection_value DESC, draw) = 1;
+
 -- Per (benchmark, method, setting, grouping, image_source, eval_split, metric) over the seeds of the latest split
 -- version: mean, sample standard deviation (ddof 1) and a 95 % Student t interval over seeds
 -- (mean ± t(0.975, n-1) · s / √n; NULL below two seeds). Every metric but the per-group ones
@@ -68,9 +97,18 @@ WHERE h.is_current;
 CREATE OR REPLACE VIEW leaderboard_with_standins AS
 WITH per_seed AS (
     SELECT benchmark, data_tag, split_version, method, setting, grouping, image_source, images, eval_split, metric,
-           seed, value
+           seed, value, 'none' AS selection
     FROM results
     WHERE metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'
+    UNION ALL
+    -- a search's picks: one row per trial (its seed), the setting naming the preset, the space and the learner
+    SELECT p.benchmark, p.data_tag, p.split_version, p.method,
+           p.preset || '.search-' || p.search || '.' || p.model || CASE WHEN p.method = 'erm' THEN '' ELSE '.' || p.method END
+               AS setting,
+           p.grouping, p.image_source, p.images, r.eval_split, r.metric, p.trial AS seed, r.value, p.selection
+    FROM search_selection AS p
+    JOIN results AS r ON r.run = p.run AND r.version = p.version
+    WHERE r.metric NOT LIKE 'acc_group:%' AND r.metric NOT LIKE 'count_group:%'
 ),
 t AS (
     SELECT * FROM (VALUES (1, 12.706), (2, 4.303), (3, 3.182), (4, 2.776), (5, 2.571), (6, 2.447), (7, 2.365),
@@ -80,14 +118,15 @@ t AS (
 ),
 stats AS (
     SELECT benchmark, data_tag, split_version, method, setting, grouping, image_source, images, eval_split, metric,
-           count(value) AS n_seeds, avg(value) AS mean, stddev_samp(value) AS std
+           selection, count(value) AS n_seeds, avg(value) AS mean, stddev_samp(value) AS std
     FROM per_seed
     GROUP BY ALL
 )
 SELECT s.benchmark, s.data_tag, s.split_version, s.method, s.setting, s.grouping, s.image_source, s.images,
        s.eval_split, s.metric, s.n_seeds, s.mean, s.std,
        s.mean - q.t975 * s.std / sqrt(s.n_seeds) AS ci_low,
-       s.mean + q.t975 * s.std / sqrt(s.n_seeds) AS ci_high
+       s.mean + q.t975 * s.std / sqrt(s.n_seeds) AS ci_high,
+       s.selection
 FROM stats AS s
 -- t(0.975, n-1) from the table, at the largest tabulated df <= n-1 (conservative between rows).
 LEFT JOIN (SELECT df, t975, lead(df, 1, 1000000) OVER (ORDER BY df) AS next_df FROM t) AS q
