@@ -12,6 +12,8 @@
   ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes; job ``analyses``
   (what ``shiftbench analyse`` runs).
 - ``observe_sources``: observe the raw source files now (the automation does it nightly).
+- ``erm_search``: a random hyperparameter search (its draws x trials planned and requested); the sensor
+  ``erm_search_runs`` asks for its runs of the ERM jobs (pipelines/search.py).
 - Sensors: ``shiftbench_partitions`` (benchmark partitions = buildable specs and named variants;
   observes spec changes) and ``shiftbench_automation`` (the declarative automation conditions of
   ``assets/automation.py``), both running by default.
@@ -35,6 +37,7 @@ from shiftbench.assets.erm import STOP_GRACE_S, baseline_assets, trainable_kinds
 from shiftbench.assets.factory import family_assets  # noqa: E402
 from shiftbench.assets.fanout import fanout_job  # noqa: E402
 from shiftbench.assets.resources import settings_from_environment  # noqa: E402
+from shiftbench.pipelines.search import search_job, search_sensor  # noqa: E402
 from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
 
 from shiftbench import registry  # noqa: E402
@@ -110,8 +113,9 @@ def build_definitions() -> dg.Definitions:
             *[job for _, job in erm],
             analyses_job(),
             observe_sources_job,
+            *([search_job] if erm else []),
         ],
-        sensors=[partitions_sensor, automation_sensor],
+        sensors=[partitions_sensor, automation_sensor, *([search_sensor([job for _, job in erm])] if erm else [])],
         resources={
             "settings": settings_from_environment(),
             # The training job as a local subprocess; bind dagster_k8s.PipesK8sClient here for GPU pods. A stopped

@@ -295,3 +295,59 @@ def test_a_search_through_slurm_publishes_the_draws_and_again_submits_nothing(
     assert main(command) == 0
     again = capsys.readouterr().out
     assert "Slurm job array" not in again and "[search] selection" in again and _published_erm(home) == runs
+
+
+def test_a_search_from_dagster_is_planned_by_its_job_and_trained_by_its_sensor(home: Path) -> None:
+    """Job erm_search plans 2 draws x 1 trial and writes the request; one tick of erm_search_runs asks for both runs
+    (ERM job, partition (benchmark, trial), the draw in the config), which then train and publish the runs the CLI
+    plans; the next tick asks for nothing and closes the request; the selection is in the catalog. A bad value fails
+    the job with its one line and requests nothing."""
+    import dagster as dg
+    from shiftbench.assets.resources import resource_class
+    from shiftbench.pipelines import runs
+    from shiftbench.pipelines.cli.common import dagster_instance
+    from shiftbench.pipelines.definitions import build_definitions
+    from shiftbench.pipelines.search import RUN_TAG
+
+    from shiftbench.erm.sweep import plan_sweep
+
+    settings = Settings.from_env()
+    instance = dagster_instance(settings)
+    parameters = ["max_iters=10", "eval_every=5", "device=cpu"]
+    config = {"benchmarks": [CASE], "draws": 2, "preset": "quick", "parameters": parameters}
+    bad = runs.run_job(
+        instance, "erm_search", config={"ops": {"request_search": {"config": {**config, "select": "x"}}}}
+    )
+    assert not bad.is_success and "unknown selection method 'x'" in runs.run_error(instance, bad)[0]
+    assert not (home / "runs" / "searches").exists()
+    assert runs.run_job(instance, "erm_search", config={"ops": {"request_search": {"config": config}}}).is_success
+    sensor = next(s for s in build_definitions().sensors or [] if s.name == "erm_search_runs")
+
+    def tick() -> dg.SensorResult:
+        result = sensor(dg.build_sensor_context(instance=instance, resources={"settings": resource_class()()}))
+        assert isinstance(result, dg.SensorResult)
+        return result
+
+    first = tick()
+    overrides = {"max_iters": 10, "eval_every": 5, "device": "cpu"}
+    planned = plan_sweep(settings, [CASE], [0], preset="quick", overrides=overrides, search=("auto", 2))
+    assert [r.tags[RUN_TAG] for r in first.run_requests or []] == [p.run for p in planned]
+    for request in first.dynamic_partitions_requests or []:
+        assert isinstance(request, dg.AddDynamicPartitionsRequest)
+        instance.add_dynamic_partitions(request.partitions_def_name, list(request.partition_keys))
+    for request in first.run_requests or []:
+        assert request.job_name is not None
+        config = request.run_config
+        done = runs.run_job(
+            instance, request.job_name, partition_key=request.partition_key, config=config, tags=request.tags
+        )
+        assert done.is_success
+    assert sorted(_published_erm(home)) == sorted(p.run for p in planned)
+    second = tick()
+    assert not second.run_requests and second.skip_reason is not None
+    assert "all 2 runs published" in str(second.skip_reason.skip_message)
+    assert [p.suffix for p in (home / "runs" / "searches").iterdir()] == [".done"]
+    con, _ = open_catalog(settings.catalog_path, settings.store_dir)
+    with con:
+        picks = con.sql("SELECT selection, n_draws FROM search_selection ORDER BY 1").fetchall()
+    assert picks == [("test_oracle", 2), ("training_domain", 2), ("worst_group", 2)]

@@ -96,21 +96,9 @@ def sweep_shape(args: argparse.Namespace) -> tuple[list[int], tuple[str, int] | 
 def checked_selections(settings: Settings, args: argparse.Namespace) -> list[str]:
     """The selection methods asked for, each checked against every benchmark's split before anything trains (the
     default: every method each benchmark's split allows)."""
-    from shiftbench.selection import SELECTIONS, check_selections, parse_selections
-    from shiftbench.splits import published_split
+    from shiftbench.erm.search_requests import selections_for
 
-    names = parse_selections(args.select)
-    for benchmark in args.benchmarks:
-        examples = published_split(settings, benchmark, args.version).examples
-        splits = set(examples["split"].unique().to_list())
-        if args.select is None:  # the default: the methods this split allows
-            names = [n for n in names if n in SELECTIONS and SELECTIONS[n].eval_split in splits]
-            continue
-        domains = (
-            examples.filter(examples["split"] == "train")["group"].n_unique() if "group" in examples.columns else 1
-        )
-        check_selections(benchmark, names, splits, domains)
-    return names
+    return selections_for(settings, list(args.benchmarks), args.select, args.version)
 
 
 def _unfinished(settings: Settings, plans: list[RunPlan], threads: int | None) -> list[RunPlan]:

@@ -80,12 +80,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
     if chosen_backend(args, settings) == "slurm":  # one run or a sweep: one job array
-        _typed_training(overrides)
+        typed_training(overrides)
         return cmd_slurm_sweep(args, overrides)
     if settings.train_backend == "slurm":  # --backend local over the setting: the ERM asset reads it too
         os.environ["SHIFTBENCH_TRAIN_BACKEND"] = "local"
     if wants_sweep(args):
-        _typed_training(overrides)  # every value checked before any run is planned
+        typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)
     if args.in_process:  # the job unblocks the held signals in this process (shiftbench.erm.interrupt)
         return _train_one(args, settings, overrides, None)
@@ -143,7 +143,7 @@ def _train_in_dagster(
 
     config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
     config["preset"] = plan.preset  # the run planned above, never the last run's settings
-    config.update(_typed_training(overrides))
+    config.update(typed_training(overrides))
     instance = dagster_instance(settings)
     known = set(instance.get_dynamic_partitions(kind.qualified))
     if args.benchmark not in known:
@@ -182,7 +182,7 @@ def _train_in_dagster(
     return 0
 
 
-def _typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
+def typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     """``--set`` values as the typed launchpad config of the ERM asset (nullable ones as YAML text)."""
     from dataclasses import fields
 
