@@ -20,6 +20,7 @@ from shiftbench.settings import Settings
 
 SEARCH_TAG = "shiftbench/search"
 RUN_TAG = "shiftbench/run"
+MAX_FAILURES = 2  # a run that failed this often is not asked for again (its runs in the UI say why)
 UNDER_WAY = [
     dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED, dg.DagsterRunStatus.STARTING,
     dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING,
@@ -81,16 +82,21 @@ def run_requests(settings: Settings, instance: dg.DagsterInstance) -> tuple[list
             close_request(path)
             lines.append(f"search {request.id}: all {len(plans)} runs published")
             continue
-        new = [plan for plan in waiting if not _under_way(instance, plan.run)]
+        failed = [plan.run for plan in waiting if _failures(instance, plan.run) >= MAX_FAILURES]
+        new = [plan for plan in waiting if plan.run not in failed and not _under_way(instance, plan.run)]
         for plan in new:
             kind = registry.kind_of(settings, plan.benchmark)
             requests.append(_run_request(request, plan, kind))
             partitions.setdefault(kind.qualified, set()).add(plan.benchmark)
-        lines.append(
-            f"search {request.id}: {len(plans) - len(waiting)} of {len(plans)} published, {len(new)} asked for"
-        )
+        done = len(plans) - len(waiting)
+        gave_up = f"; failed {MAX_FAILURES} times, not asked for again: {', '.join(failed)}" if failed else ""
+        lines.append(f"search {request.id}: {done} of {len(plans)} published, {len(new)} asked for{gave_up}")
     adds = [dg.DynamicPartitionsDefinition(name=q).build_add_request(sorted(b)) for q, b in partitions.items()]
     return requests, lines, adds
+
+
+def _failures(instance: dg.DagsterInstance, run: str) -> int:
+    return len(instance.get_run_ids(dg.RunsFilter(tags={RUN_TAG: run}, statuses=[dg.DagsterRunStatus.FAILURE])))
 
 
 def _under_way(instance: dg.DagsterInstance, run: str) -> bool:
