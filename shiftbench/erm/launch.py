@@ -177,9 +177,8 @@ def plan_run(
             f"{benchmark} version {split.version} has no {train_split!r} examples to train on{hint}",
             parameter="benchmark",
         )
-    values, drawn = searched_config(values, {k: v for k, v in (overrides or {}).items() if k not in SEARCH_KEYS})
-    if "batch_size" in drawn:  # a drawn batch larger than the split trains on the whole split, as a preset's would
-        values["batch_size"] = min(int(values["batch_size"]), n_train)
+    pinned = {k: v for k, v in (overrides or {}).items() if k not in SEARCH_KEYS}
+    values, drawn = searched_config(values, pinned, n_train)
     config = resolve_config(values, n_train, given=set(overrides or {}) | drawn)
     if config.get("track_conflicts"):  # refused before anything trains: the subsets, and enough steps to separate them
         training = subset_descriptor(split.manifest, benchmark).training

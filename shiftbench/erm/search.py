@@ -173,10 +173,13 @@ def draw_values(space_name: str, space: Space, method: str, draw: int) -> dict[s
     }
 
 
-def searched_config(values: Mapping[str, Any], pinned: Mapping[str, Any]) -> tuple[dict[str, Any], set[str]]:
+def searched_config(
+    values: Mapping[str, Any], pinned: Mapping[str, Any], n_train: int
+) -> tuple[dict[str, Any], set[str]]:
     """A run's values with its draw applied: ``values`` (preset and the user's ``pinned`` overrides, with ``search``
     and ``search_draw``) gain the draw's values for every parameter the user did not pin. A pinned searched parameter
-    must lie in its distribution's support (one line naming it otherwise). Returns the values and the drawn names."""
+    must lie in its distribution's support (one line naming it otherwise); a drawn batch larger than the ``n_train``
+    training examples trains on all of them, as a preset's does. Returns the values and the drawn names."""
     name = str(values.get("search") or "")
     if not name:
         return dict(values), set()
@@ -192,6 +195,8 @@ def searched_config(values: Mapping[str, Any], pinned: Mapping[str, Any]) -> tup
             )
     draw = int(values.get("search_draw", 0))
     drawn = {k: v for k, v in draw_values(name, space, method, draw).items() if k not in pinned}
+    if "batch_size" in drawn:
+        drawn["batch_size"] = min(int(drawn["batch_size"]), n_train)
     return {**values, **drawn, "search": name}, set(drawn)
 
 
