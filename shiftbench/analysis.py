@@ -1,10 +1,12 @@
 """The papers' analyses over the results: versioned tables with a plot each, rebuilt when results change.
 
 Each analysis is a SQL query over the catalog's ``leaderboard_with_standins`` (means over seeds on the latest
-split versions) joined with the split tables that say what shifted (``metashift_tasks``, ``conds_cases``,
-``benchmarks``), published as a store entry of family ``analysis`` (stage, contract check, publish,
-like every version) with its figure attached. A family declares its analyses (``Family.analyses``: a query
-file, a contract and a plot function in its package); ``shiftbench.registry.analyses`` lists them all.
+split versions), or over the per-run ``results`` and ``erm_runs`` where it needs each run's config (BREEDS Figures 5
+and 6: architecture and intervention; it averages the seeds itself), joined with the split tables that say what
+shifted (``metashift_tasks``, ``conds_cases``, ``benchmarks``), published as a store entry of family ``analysis``
+(stage, contract check, publish, like every version) with its figure attached. A family declares its analyses
+(``Family.analyses``: a query file, a contract and a plot function in its package); ``shiftbench.registry.analyses``
+lists them all.
 
 Provenance travels with every analysis: its table carries each row's ``image_source`` and ``data_tag``, a
 learner on stand-in images is marked in the figure (:data:`shiftbench.plots.STANDIN_MARK`), and the figure's

@@ -4,8 +4,11 @@ plot and view) and through its Dagster asset, whose materialization carries the 
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 import duckdb
@@ -252,3 +255,244 @@ def test_metashift_table_2_puts_each_learner_beside_the_papers_row() -> None:
     assert cdann["task"] == "cat-dog-indoor-outdoor-p06"
     assert len(got) == 15 + 1  # the paper's 15 cells, one of them without a run of ours in it... plus mine
     assert subpopulation_table(got, "t")[:8] == PNG
+
+
+def _breeds_runs(runs: list[tuple[str, dict[str, Any], dict[str, float]]]) -> dict[str, pl.DataFrame]:
+    """The ``results`` (a row per run, split and metric, as the view gives them) and ``erm_runs`` of trained BREEDS runs
+    named ``<task>.<setting>.seed<N>[@standin]`` with their config; values keyed ``'<split> <metric>'``. Beside them,
+    the first run's results as scored predictions (no erm_runs row) and as a ConDS run's."""
+    results, erm_runs = [], []
+    for run, config, values in runs:
+        task, rest = run.split(".", 1)
+        setting = re.sub(r"\.seed[0-9]+(@standin)?$", "", rest)
+        image_source = "standin" if run.endswith("@standin") else "imagenet"
+        erm_runs.append(
+            {"run": run, "version": "r1", "family": "breeds", "model": config["model"], "config": json.dumps(config)}
+        )
+        for key, value in values.items():
+            split, metric = key.split(" ")
+            results.append(
+                {"benchmark": task, "data_tag": None, "split_version": "v1", "family": "breeds", "method": "erm",
+                 "setting": setting, "image_source": image_source, "seed": config["seed"], "run": run, "version": "r1",
+                 "eval_split": split, "metric": metric, "value": value}
+            )  # fmt: skip
+    frame = pl.DataFrame(results, schema_overrides={"data_tag": pl.String, "setting": pl.String})
+    first = frame.filter(pl.col("run") == runs[0][0])  # and two results of no trained BREEDS run:
+    scored = first.with_columns(method=pl.lit("mine"), setting=pl.lit(None), run=pl.lit(f"{runs[0][0]}.scored"))
+    conds = first.with_columns(family=pl.lit("conds"), benchmark=pl.lit("sprites-uniform"), run=pl.lit("conds-run"))
+    erm_runs.append({**erm_runs[0], "run": "conds-run", "family": "conds"})
+    return {"results": pl.concat([frame, scored, conds]), "erm_runs": pl.DataFrame(erm_runs)}
+
+
+def _figure_strings(monkeypatch: pytest.MonkeyPatch, draw: Callable[[], bytes]) -> str:
+    """Every string of the figure ``draw`` makes (title, labels, legend): what a reader of the PNG reads."""
+    from matplotlib.text import Text
+
+    import shiftbench.breeds.figures as figures
+    from shiftbench.plots import png_bytes
+
+    texts: list[str] = []
+
+    def keep(fig: Any) -> bytes:
+        texts.extend(t.get_text() for t in fig.findobj(Text))
+        return png_bytes(fig)
+
+    monkeypatch.setattr(figures, "png_bytes", keep)
+    assert draw()[:8] == PNG
+    return "\n".join(texts)
+
+
+PLAIN = {"linear_probe": False}
+# Trained BREEDS runs (name, config, 'split metric' -> value): ResNet-18 with two seeds, ResNet-50 on stand-ins with no
+# id_test, ResNet-18 under three interventions, and two runs neither figure shows.
+BREEDS_LEARNERS: list[tuple[str, dict[str, Any], dict[str, float]]] = [
+    ("living17.breeds.resnet18.seed0", {"model": "resnet18", "seed": 0, **PLAIN},
+     {"id_val acc_avg": 0.95, "id_test acc_avg": 0.8, "test acc_avg": 0.4,
+      "test acc_relative_low:id_test": 0.4, "test acc_relative_high:id_test": 0.6}),
+    ("living17.breeds.resnet18.seed1", {"model": "resnet18", "seed": 1, **PLAIN},
+     {"id_val acc_avg": 0.97, "id_test acc_avg": 0.9, "test acc_avg": 0.5,
+      "test acc_relative_low:id_test": 0.5, "test acc_relative_high:id_test": 0.7,
+      "test acc_relative_low:id_val": 0.0, "test acc_relative_high:id_val": 0.1}),
+    ("living17.breeds.resnet50.seed0@standin", {"model": "resnet50", "seed": 0, **PLAIN},
+     {"id_val acc_avg": 0.7, "test acc_avg": 0.56, "test acc_relative_low:id_val": 0.7,
+      "test acc_relative_high:id_val": 0.9}),
+    ("living17.breeds-aaaa1111.resnet18.seed0",
+     {"model": "resnet18", "seed": 0, "intervention": "gaussian_noise", "noise_std": 0.1, **PLAIN},
+     {"id_test acc_avg": 0.7, "test acc_avg": 0.42}),
+    ("living17.breeds-bbbb2222.resnet18.seed0",
+     {"model": "resnet18", "seed": 0, "intervention": "pgd_l2", "pgd_eps": 1.0, "pgd_step_size": 0.8,
+      "pgd_steps": 3, **PLAIN},
+     {"id_test acc_avg": 0.6, "test acc_avg": 0.39}),
+    ("living17.breeds-cccc3333.resnet18.seed0",
+     {"model": "resnet18", "seed": 0, "intervention": "random_erasing", "erasing_p": 0.5,
+      "erasing_scale": [0.02, 0.33], "erasing_ratio": [0.3, 3.3], **PLAIN},
+     {"id_test acc_avg": 0.5, "test acc_avg": 0.4}),
+    ("living17.breeds_linear_probe.resnet18.seed0", {"model": "resnet18", "seed": 0, "linear_probe": True},
+     {"id_test acc_avg": 0.8, "test acc_avg": 0.7}),  # retrained on the target: not Figure 5's or 6's
+    ("living17.breeds-dddd4444.resnet18.seed0",
+     {"model": "resnet18", "seed": 0, "search": "breeds", "search_draw": 3, **PLAIN},
+     {"id_test acc_avg": 0.99, "test acc_avg": 0.98}),  # a search's run: not an ordinary run
+]  # fmt: skip
+
+
+def test_breeds_figures_5_and_6_average_each_learners_seeds_and_keep_only_ordinary_source_trained_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per learner: source accuracy from id_test (else id_val), target from test, each the mean over seeds, relative
+    accuracy their ratio, the interval the mean of the runs' ends against that source split; the architecture from
+    erm_runs.model, the intervention and its settings from the config. Left out: linear probes, a search's runs,
+    scored predictions (no erm_runs row) and other families' runs; Figure 5 has standard training only."""
+    tables = _breeds_runs(BREEDS_LEARNERS)
+    figure5 = _run(analyses()["breeds-architectures"].sql(), tables)
+    rows = {r["model"]: r for r in figure5.iter_rows(named=True)}
+    assert figure5.height == 2 and set(rows) == {"resnet18", "resnet50"} and set(figure5["task"]) == {"living17"}
+    mine = rows["resnet18"]
+    assert (mine["setting"], mine["n_seeds"], mine["source_split"], mine["image_source"]) == (
+        "breeds.resnet18", 2, "id_test", "imagenet"
+    )  # fmt: skip
+    assert (mine["source_acc"], mine["target_acc"], mine["relative_acc"]) == pytest.approx((0.85, 0.45, 0.45 / 0.85))
+    assert (mine["relative_low"], mine["relative_high"]) == pytest.approx((0.45, 0.65))  # id_test's ends, not id_val's
+    standin = rows["resnet50"]
+    assert (standin["source_split"], standin["image_source"], standin["n_seeds"]) == ("id_val", "standin", 1)
+    assert (standin["relative_acc"], standin["relative_low"], standin["relative_high"]) == pytest.approx(
+        (0.8, 0.7, 0.9)
+    )
+    text = _figure_strings(monkeypatch, lambda: analyses()["breeds-architectures"].figure(figure5, "t"))
+    assert "erm breeds.resnet50 [stand-in images]" in text and "erm breeds.resnet18 [imagenet images]" in text
+
+    figure6 = _run(analyses()["breeds-interventions"].sql(), tables)
+    got = {(r["model"], r["intervention_settings"]): r for r in figure6.iter_rows(named=True)}
+    assert figure6.height == len(got) == 5 and set(figure6["task"]) == {"living17"}
+    assert set(got) == {
+        ("resnet18", "none"),
+        ("resnet50", "none"),
+        ("resnet18", "gaussian_noise std 0.1"),
+        ("resnet18", "pgd_l2 eps 1.0 step 0.8 steps 3"),
+        ("resnet18", "random_erasing p 0.5 scale 0.02-0.33 ratio 0.3-3.3"),
+    }
+    assert {r["intervention"] for r in got.values()} == {"none", "gaussian_noise", "pgd_l2", "random_erasing"}
+    assert got[("resnet18", "none")]["relative_acc"] == pytest.approx(mine["relative_acc"])  # Figure 5's learner
+    noise = got[("resnet18", "gaussian_noise std 0.1")]
+    assert (noise["relative_acc"], noise["relative_low"], noise["setting"]) == (
+        pytest.approx(0.6),
+        None,
+        "breeds-aaaa1111.resnet18",
+    )
+    assert got[("resnet18", "pgd_l2 eps 1.0 step 0.8 steps 3")]["relative_acc"] == pytest.approx(0.65)
+    text = _figure_strings(monkeypatch, lambda: analyses()["breeds-interventions"].figure(figure6, "t"))
+    assert "resnet18: pgd_l2 eps 1.0 step 0.8 steps 3 (source 0.60)" in text and "[stand-in images]" in text
+
+
+RELATIVE_ENDS = [("test", "acc_relative_low:id_test"), ("test", "acc_relative_high:id_test")]
+# (--set overrides, seed): two architectures trained in the standard way, the MLP with two seeds and under two
+# interventions (a one-step attack: the cheapest).
+BREEDS_RUNS: tuple[tuple[dict[str, Any], int], ...] = (
+    ({}, 0),
+    ({}, 1),
+    ({"model": "small_cnn"}, 0),
+    ({"intervention": "gaussian_noise", "noise_std": 0.1}, 0),
+    ({"intervention": "pgd_l2", "pgd_steps": 1}, 0),
+)
+
+
+def _train_breeds_standins(
+    cli_env: Callable[..., Settings], tmp_path: Path
+) -> tuple[Settings, dict[str, list[dict[tuple[str, str], float]]]]:
+    """Living-17 built from the BREEDS fixture over an ImageNet-style root of empty files (listed, never opened), and
+    :data:`BREEDS_RUNS` trained on stand-in images and published; each run's published results by setting."""
+    from shiftbench.contracts import failures
+    from shiftbench.erm import launch
+    from shiftbench.publishing import check_version, publish_staged
+    from shiftbench.sources.imagenet import imagenet_classes
+
+    from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, stage_one
+
+    root = tmp_path / "imagenet"  # listed, never opened: the runs train on stand-ins
+    for wnid in imagenet_classes()["wnid"].to_list():
+        (root / "train" / wnid).mkdir(parents=True)
+        for k in range(3):
+            (root / "train" / wnid / f"{wnid}_{k}.JPEG").touch()
+    settings = cli_env(
+        SHIFTBENCH_IMAGENET_DIR=str(root),
+        SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE),
+        SHIFTBENCH_IMAGENET_HIERARCHY_DIR=str(IMAGENET_WORDNET_FIXTURE),
+    )
+    staged = stage_one(settings, "breeds/benchmark", "living17")
+    assert not failures(check_version(Store(settings.store_dir), staged))
+    publish_staged(settings, staged)
+    by_setting: dict[str, list[dict[tuple[str, str], float]]] = {}
+    for overrides, seed in BREEDS_RUNS:
+        values = {"max_iters": 10, "eval_every": 10, **overrides}
+        plan = launch.plan_run(settings, "living17", preset="smoke", seed=seed, overrides=values, image_root="standin")
+        outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=lambda _: None)
+        published = pl.read_parquet(outcome.staged.table_path("erm_results"))
+        setting = re.sub(r"\.seed[0-9]+@standin$", "", plan.run.removeprefix("living17."))
+        by_setting.setdefault(setting, []).append(
+            {(r["eval_split"], r["metric"]): r["value"] for r in published.to_dicts()}
+        )
+    return settings, by_setting
+
+
+@pytest.mark.slow
+def test_breeds_figures_5_and_6_over_published_standin_runs_match_their_results_by_hand(
+    cli_env: Callable[..., Settings],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Tiny runs on stand-in images, published (:func:`_train_breeds_standins`); ``shiftbench analyse`` publishes both
+    analyses, whose numbers are the published runs' results averaged by hand and whose tables, figures and cards say
+    the images are stand-ins."""
+    from matplotlib.text import Text
+
+    import shiftbench.breeds.figures as figures
+    from shiftbench.plots import png_bytes
+
+    settings, by_setting = _train_breeds_standins(cli_env, tmp_path)
+    titles: list[str] = []
+    labels: list[str] = []
+
+    def keep(fig: Any) -> bytes:
+        titles.append(fig._suptitle.get_text())
+        labels.extend(t.get_text() for ax in fig.axes for t in ax.findobj(Text))
+        return png_bytes(fig)
+
+    monkeypatch.setattr(figures, "png_bytes", keep)
+    capsys.readouterr()
+    assert main(["analyse", "breeds-architectures", "breeds-interventions"]) == 0
+    out = capsys.readouterr().out
+    assert "breeds-architectures: version" in out and "breeds-interventions: version" in out
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        figure5 = con.sql("SELECT * FROM analysis_breeds_architectures").pl()
+        figure6 = con.sql("SELECT * FROM analysis_breeds_interventions").pl()
+    for table in (figure5, figure6):
+        assert set(table["image_source"]) == {"standin"} and set(table["source_split"]) == {"id_test"}
+        for row in table.iter_rows(named=True):
+            runs = by_setting[row["setting"]]
+            source, target, low, high = (
+                float(np.mean([run[key] for run in runs]))
+                for key in [("id_test", "acc_avg"), ("test", "acc_avg"), *RELATIVE_ENDS]
+            )
+            assert row["n_seeds"] == len(runs)
+            got = (row["source_acc"], row["target_acc"], row["relative_acc"], row["relative_low"], row["relative_high"])
+            assert got == pytest.approx((source, target, target / source, low, high))
+    assert sorted(figure5.select("model", "n_seeds").rows()) == [("mlp", 2), ("small_cnn", 1)]
+    assert sorted(figure6.select("model", "intervention_settings").rows()) == [
+        ("mlp", "gaussian_noise std 0.1"),
+        ("mlp", "none"),
+        ("mlp", "pgd_l2 eps 0.5 step 0.4 steps 1"),
+        ("small_cnn", "none"),
+    ]
+    # Stand-ins said everywhere: each figure's title (the provenance note and the marks' key), the cards.
+    assert len(titles) == 2 and all("stand-in images only: not results on the datasets' images" in t for t in titles)
+    assert "(hollow: stand-in images)" in titles[0] and "(hatched: stand-in images)" in titles[1]
+    setting = figure5.filter(pl.col("model") == "small_cnn")["setting"][0]
+    assert any(label.startswith(f"erm {setting} [stand-in images]") for label in labels)  # Figure 5's point
+    assert any(label.endswith(f"erm {setting} [stand-in images]") for label in labels)  # Figure 6's bar
+    store = Store(settings.store_dir)
+    for name, figure in (("breeds-architectures", "architectures.png"), ("breeds-interventions", "interventions.png")):
+        latest = store.log.latest(name)
+        assert latest is not None
+        files = store.layout.staged("analysis", name, latest.version).path / "files"
+        assert (files / figure).read_bytes()[:8] == PNG
+        assert "Provenance: stand-in images only" in (files / "card.md").read_text("utf-8")

@@ -51,6 +51,8 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "analysis_metashift_conflicts",
         "analysis_metashift_subpopulation",
         "analysis_breeds_source_target",
+        "analysis_breeds_architectures",
+        "analysis_breeds_interventions",
         "analysis_conds_shifts",
         "analysis_conds_grid",
     }

@@ -599,6 +599,8 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
         staged_erm.to_user_string(): [key],
         publish_erm.to_user_string(): [key],
         "analysis/breeds_source_vs_target": None,
+        "analysis/breeds_architectures": None,
+        "analysis/breeds_interventions": None,
     }
     # The retrain the automation launches has no config: it reuses the last run's settings (stand-in
     # images, the smoke preset, 20 iterations), so it succeeds and publishes under the same run name.

@@ -22,7 +22,7 @@ from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds import imagenet21k as in21k
 from shiftbench.breeds import staging
 from shiftbench.breeds.build import FAMILY, MEASURES
-from shiftbench.breeds.figures import source_vs_target
+from shiftbench.breeds.figures import architectures, interventions, source_vs_target
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.breeds.staging import CODE_VERSION, FIGURE, needs, stage_benchmark
@@ -385,6 +385,28 @@ ANALYSES = (
         "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5 and Figure 4",
         source_vs_target,
         "source_vs_target.png",
+        SQL_DIR / "breeds",
+    ),
+    Analysis(
+        "breeds-architectures",
+        "breeds",
+        "analysis_breeds_architectures",
+        "breeds_architectures.sql",
+        "BREEDS: source against target accuracy of each architecture under standard training",
+        "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5.1 and Figure 5",
+        architectures,
+        "architectures.png",
+        SQL_DIR / "breeds",
+    ),
+    Analysis(
+        "breeds-interventions",
+        "breeds",
+        "analysis_breeds_interventions",
+        "breeds_interventions.sql",
+        "BREEDS: relative accuracy under train-time robustness interventions",
+        "Santurkar, Tsipras and Madry, BREEDS (ICLR 2021), Section 5.2 and Figure 6",
+        interventions,
+        "interventions.png",
         SQL_DIR / "breeds",
     ),
 )
