@@ -20,7 +20,7 @@ import math
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -59,7 +59,8 @@ class Distribution(BaseModel):
 
     @property
     def form(self) -> Form:
-        return next(name for name in self.model_fields_set if getattr(self, name) is not None)  # type: ignore[return-value]
+        name = next(name for name in self.model_fields_set if getattr(self, name) is not None)
+        return cast(Form, name)
 
     def draw(self, state: np.random.RandomState) -> Any:
         """One value from ``state`` (DomainBed's ``10**r.uniform(a, b)``, ``int(2**r.uniform(a, b))``, ...)."""
@@ -71,12 +72,11 @@ class Distribution(BaseModel):
             return self.choice[int(state.randint(len(self.choice)))]
         low, high = getattr(self, form)
         u = float(state.uniform(low, high))
-        return {
-            "log_uniform": lambda: 10.0**u,
-            "log_uniform_int": lambda: int(10.0**u),
-            "log2_uniform_int": lambda: int(2.0**u),
-            "uniform": lambda: u,
-        }[form]()
+        if form == "log_uniform":
+            return 10.0**u
+        if form == "uniform":
+            return u
+        return int((2.0 if form == "log2_uniform_int" else 10.0) ** u)
 
     def holds(self, value: Any) -> bool:
         """Whether ``value`` lies in the distribution's support (a pinned value must)."""
