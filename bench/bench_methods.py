@@ -11,6 +11,7 @@ against the plain per-image Python loop over the same transforms as the simple b
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -25,11 +26,13 @@ from shiftbench.erm.augment import augment
 from shiftbench.erm.data import normalize
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
+from shiftbench.erm.objective import Batch, update
 
 PARAMS = {"groupdro_eta": 0.01, "irm_lambda": 100.0, "irm_anneal_iters": 500, "coral_lambda": 1.0, "lr": 1e-3}
 PARAMS |= {"cdann_lambda": 1.0, "cdann_d_steps_per_g": 1, "cdann_grad_penalty": 0.0, "cdann_beta1": 0.5}
 PARAMS |= {"cdann_mlp_width": 256, "cdann_mlp_depth": 3, "cdann_mlp_dropout": 0.0, "cdann_weight_decay_d": 0.0}
 PARAMS |= {"features": 256, "classes": 3, "causirl_mmd_gamma": 1.0}  # the small CNN's features, the classes
+PARAMS |= {"mixup_alpha": 0.2, "sagnet_w_adv": 0.1, "weight_decay": 0.0}
 
 
 def median_seconds(step: object, repeats: int) -> float:
@@ -44,22 +47,19 @@ def median_seconds(step: object, repeats: int) -> float:
 
 
 def training_step(name: str, x: torch.Tensor, y: torch.Tensor, g: torch.Tensor) -> Callable[[], None]:
-    """One optimisation step of the small CNN with method ``name`` (features captured for CORAL)."""
+    """One optimisation step of the small CNN with method ``name`` (features captured for CORAL), as the training
+    step makes it (shiftbench.erm.objective.update; Mixup's pairs and SagNet's three updates included)."""
     model = build_model("small_cnn", 3, 32)
     optimizer = torch.optim.Adam(model.parameters(), 1e-3)
     method = build_method(name, np.arange(9).repeat(10), 9, PARAMS, torch.device("cpu"))
     captured: list[torch.Tensor] = []
+    head = model.get_submodule("fc")
     if method.needs_features:
-        model.get_submodule("fc").register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
+        head.register_forward_hook(lambda _m, inputs, _o: captured.append(inputs[0]))
 
     def step() -> None:
-        captured.clear()
-        logits = model(normalize(x, channels_last=False))
-        loss = method.loss(logits, captured[0] if captured else None, y, g, 1)
-        optimizer.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        method.after_backward()
-        optimizer.step()
+        x_normal = normalize(x, channels_last=False)
+        update(method, Batch(model, head, x_normal, y, g, 1, captured, contextlib.nullcontext), optimizer)
 
     return step
 

@@ -5,4 +5,4 @@ take one (:func:`shiftbench.scored_predictions.check_method`), so a method name 
 the same thing. Plain data: the training job imports it.
 """
 
-METHODS = ("erm", "reweight", "groupdro", "irm", "coral", "cdann", "causirl_coral", "causirl_mmd")
+METHODS = ("erm", "reweight", "groupdro", "irm", "coral", "cdann", "causirl_coral", "causirl_mmd", "mixup", "sagnet")

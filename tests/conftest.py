@@ -235,7 +235,8 @@ def sprites_split(home: Path, case: str) -> tuple[Any, list[Path], dict[str, Any
 
 def assert_resumes_bit_for_bit(plan: Any, out: Path, monkeypatch: Any, stop_after: int) -> None:
     """A run stopped after iteration ``stop_after`` (the test hook's SIGINT) and resumed gives the uninterrupted run's
-    weights and metrics."""
+    weights and metrics. The run must select its last iterate: the weights compared are then those the resumed
+    iterations made (a best iteration before the stop would hide a resume that restored nothing)."""
     import json
 
     import polars as pl
@@ -247,6 +248,7 @@ def assert_resumes_bit_for_bit(plan: Any, out: Path, monkeypatch: Any, stop_afte
         summary = json.loads((folder / "run.json").read_text())
         return summary["weights"]["sha256"], pl.read_parquet(folder / "metrics.parquet").to_dicts()
 
+    assert plan.config["selection"] == "last" and plan.config["max_iters"] > stop_after
     run_job(plan.job(out / "whole"), log=lambda _: None)
     monkeypatch.setenv(TEST_HOOK, str(stop_after))
     with pytest.raises(Interrupted):

@@ -82,7 +82,7 @@ def test_causirl_trains_through_the_job_and_resumes_bit_for_bit(
 
     settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
     overrides = {"method": "causirl_mmd", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
-                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1}  # fmt: skip
+                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1, "selection": "last"}  # fmt: skip
     plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
 
     assert_resumes_bit_for_bit(plan, tmp_path, monkeypatch, stop_after=4)

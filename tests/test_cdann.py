@@ -168,7 +168,7 @@ def test_cdann_trains_through_the_job_and_resumes_bit_for_bit(tmp_path: Path, mo
 
     settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
     overrides = {"method": "cdann", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
-                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1}  # fmt: skip
+                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1, "selection": "last"}  # fmt: skip
 
     plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
     assert plan.run.endswith(".small_cnn.cdann.seed0") and plan.config["cdann_lambda"] == 1.0

@@ -107,7 +107,9 @@ def test_unknown_methods_and_fields_are_named() -> None:
     with pytest.raises(InputError, match="lr_grid"):
         TrainConfig.from_mapping({"lr_grid": "1e-3,-1"})
     assert TrainConfig.from_mapping({"lr_grid": "1e-2,1e-3"}).lr_grid == (1e-2, 1e-3)
-    assert set(METHODS) == {"erm", "reweight", "groupdro", "irm", "coral", "cdann", "causirl_coral", "causirl_mmd"}
+    assert set(METHODS) == {
+        "erm", "reweight", "groupdro", "irm", "coral", "cdann", "causirl_coral", "causirl_mmd", "mixup", "sagnet"
+    }  # fmt: skip
 
 
 def _table(metadata: np.ndarray, fields: list[str]) -> SplitTable:

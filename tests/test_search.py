@@ -44,6 +44,8 @@ DOMAINBED = {
     "coral": {"coral_lambda": ("log_uniform", (-1, 1))},
     "causirl_coral": {"causirl_mmd_gamma": ("log_uniform", (-1, 1))},
     "causirl_mmd": {"causirl_mmd_gamma": ("log_uniform", (-1, 1))},
+    "mixup": {"mixup_alpha": ("log_uniform", (-1, 1))},
+    "sagnet": {"sagnet_w_adv": ("log_uniform", (-2, 1))},
     "cdann": {
         "cdann_lambda": ("log_uniform", (-2, 2)),
         "cdann_weight_decay_d": ("log_uniform", (-6, -2)),
@@ -245,6 +247,7 @@ def test_a_search_selects_as_computed_by_hand_resumes_without_retraining_and_fil
         assert (line[1], line[2]) == (f"{100 * np.mean(chosen):.1f}", f"{100 * se:.1f}")
         rows = board.filter(pl.col("selection") == name)
         assert rows["n_seeds"].to_list() == [2] and rows["mean"][0] == pytest.approx(np.mean(chosen))
+        assert rows["setting"].to_list() == [f"quick.search-domainbed_small_images.small_cnn.groupdro:{name}"]
     assert board.filter(pl.col("selection") == "none").height == 3  # the draws, each a setting of its own
     assert main(command) == 0
     again = capsys.readouterr().out

@@ -55,6 +55,7 @@ INTERVENTION_SETTINGS = {
 INTERVENTIONS = tuple(INTERVENTION_SETTINGS)
 
 
+# long: one field per knob of a run, each documented where it is declared; the checks are split into helpers
 @dataclass(frozen=True)
 class TrainConfig:
     """Every knob of a run; ``specs/erm.yaml`` presets fill it, ``--set``/Dagster config override it."""
@@ -77,6 +78,8 @@ class TrainConfig:
     cdann_mlp_dropout: float = 0.0
     cdann_weight_decay_d: float = 0.0
     causirl_mmd_gamma: float = 1.0  # CausIRL's penalty weight (DomainBed's mmd_gamma), causirl_coral and causirl_mmd
+    mixup_alpha: float = 0.2  # Mixup's mixing weights ~ Beta(mixup_alpha, mixup_alpha) (DomainBed's default)
+    sagnet_w_adv: float = 0.1  # SagNet's adversarial (style) loss weight (DomainBed's sag_w_adv and default)
     n_groups_per_batch: int = 2  # loader "groups": groups drawn per batch (WILDS)
     optimizer: str = "adam"  # adam | sgd
     lr: float = 1e-3
@@ -158,7 +161,7 @@ class TrainConfig:
 
         need(self.model in MODELS, "model", f"unknown model {self.model!r}; known: {', '.join(MODELS)}")
         self._check_model(need)
-        self._check_cdann(need)
+        self._check_methods(need)
         self._check_search(need)
         need(self.optimizer in {"adam", "sgd"}, "optimizer", "must be adam or sgd")
         need(self.lr > 0 and math.isfinite(self.lr), "lr", "must be a positive number")
@@ -253,6 +256,19 @@ class TrainConfig:
             "vit_b_16 cuts 16-pixel patches: a multiple of 16",
         )
 
+    def _check_methods(self, need: Any) -> None:
+        self._check_cdann(need)
+        self._check_mixup(need)
+        self._check_sagnet(need)
+
+    def _check_mixup(self, need: Any) -> None:
+        alpha = self.mixup_alpha
+        need(math.isfinite(alpha) and alpha > 0, "mixup_alpha", "must be a number > 0 (Beta(alpha, alpha)'s)")
+
+    def _check_sagnet(self, need: Any) -> None:
+        need(self.method != "sagnet" or self.optimizer == "adam", "optimizer", "sagnet trains with Adam (DomainBed's)")
+        need(math.isfinite(self.sagnet_w_adv) and self.sagnet_w_adv >= 0, "sagnet_w_adv", "must be a number >= 0")
+
     def _check_cdann(self, need: Any) -> None:
         need(self.method != "cdann" or self.optimizer == "adam", "optimizer", "cdann trains with Adam (DomainBed's)")
         need(math.isfinite(self.cdann_lambda) and self.cdann_lambda >= 0, "cdann_lambda", "must be a number >= 0")
@@ -305,7 +321,7 @@ class TrainConfig:
                 del values[setting]
         if self.intervention == "none":
             del values["intervention"]
-        for prefix in ("cdann", "causirl"):  # the same: runs of the other methods keep their ids
+        for prefix in ("cdann", "causirl", "mixup", "sagnet"):  # the same: runs of the other methods keep their ids
             for name in [k for k in values if k.startswith(prefix + "_") and not self.method.startswith(prefix)]:
                 del values[name]
         if not self.track_conflicts:  # recorded only when on: runs from before the option keep their bytes and ids

@@ -17,8 +17,9 @@ from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream, group_balanced_batches, group_batches, standard_batches
 from shiftbench.erm.loop import Grid, Loop, Selected
-from shiftbench.erm.methods import Method, build_method
+from shiftbench.erm.methods import build_method
 from shiftbench.erm.models import build_model, head_name, load_checkpoint
+from shiftbench.erm.objective import Method
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, build_step
 from shiftbench.seeding import seed_for
@@ -179,6 +180,6 @@ def batch_stream(
 
 def method_params(config: TrainConfig) -> dict[str, float]:
     """The hyperparameters of the training objectives, by name (shiftbench.erm.methods)."""
-    names: tuple[str, ...] = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda", "lr")
-    names += tuple(f.name for f in fields(config) if f.name.startswith(("cdann_", "causirl_")))
+    names: tuple[str, ...] = ("groupdro_eta", "irm_lambda", "irm_anneal_iters", "coral_lambda", "lr", "weight_decay")
+    names += tuple(f.name for f in fields(config) if f.name.startswith(("cdann_", "causirl_", "mixup_", "sagnet_")))
     return {name: float(getattr(config, name)) for name in names}

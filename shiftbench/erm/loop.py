@@ -18,7 +18,7 @@ from shiftbench import progress
 from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream
 from shiftbench.erm.interrupt import Interrupted
-from shiftbench.erm.methods import Method
+from shiftbench.erm.objective import Method
 from shiftbench.erm.resume import DISCARD, random_states, restore_random_states
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep

@@ -22,6 +22,10 @@ DomainBed's and WILDS' hyperparameter defaults:
   ``AbstractCausIRL``, lines 2272-2350; ``mmd_gamma`` 1): the mean over the batch's groups of their cross-entropy,
   plus ``causirl_mmd_gamma`` times the distance between two halves of the batch (each group's features cut at a
   random point, the firsts against the seconds): CORAL's means and covariances, or a Gaussian-kernel MMD.
+- ``mixup``, ``sagnet``: DomainBed's Mixup and SagNet, which run the model themselves (on mixed inputs; three
+  passes a step): :mod:`shiftbench.erm.mixing`.
+
+What a method is, and the updates of a step, are :mod:`shiftbench.erm.objective`.
 
 Group-based methods need several groups in a batch: their default loader (``loader: auto``) is
 ``group_balanced`` for GroupDRO (WILDS ``uniform_over_groups``) and ``groups`` for IRM and
@@ -31,52 +35,16 @@ CORAL (``n_groups_per_batch`` groups per batch, equal examples each; WILDS' Grou
 from __future__ import annotations
 
 import itertools
-from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from torch import nn
 
+from shiftbench.erm.mixing import Mixup, SagNet
+from shiftbench.erm.objective import Method
 from shiftbench.errors import InputError
 from shiftbench.method_names import METHODS as METHOD_NAMES
-
-
-class Method(ABC):
-    """One training objective; ``loss`` is called once per step with the batch's groups."""
-
-    name: ClassVar[str]
-    default_loader: ClassVar[str] = "standard"
-    needs_features: ClassVar[bool] = False
-    # The loss has fixed shapes, no host synchronisation and no dependence on the iteration, and keeps
-    # its state in tensors it updates in place: the training step can be captured in a CUDA graph.
-    graphable: ClassVar[bool] = False
-
-    def __init__(self, train_groups: np.ndarray, n_groups: int, params: dict[str, float], device: torch.device):
-        self.n_groups, self.params, self.device = n_groups, params, device
-        self.counts = torch.from_numpy(np.bincount(train_groups, minlength=n_groups)).to(device)
-
-    @abstractmethod
-    def loss(
-        self, logits: torch.Tensor, features: torch.Tensor | None, y: torch.Tensor, g: torch.Tensor, iteration: int
-    ) -> torch.Tensor: ...
-
-    def after_backward(self) -> None:  # noqa: B027 (a hook: most methods have nothing to do)
-        """After the step's backward pass, before the model's optimizer steps: a method with parameters of its own
-        steps them here."""
-
-    def reset_optimizer(self, iteration: int) -> bool:
-        """Whether the optimizer's state must start afresh before this iteration's step."""
-        return False
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """The tensors the method changes while training (a checkpoint keeps them; shiftbench.erm.resume)."""
-        return {}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Back to a checkpoint's state, in place (a captured step reads the same tensors)."""
-        for name, value in state.items():
-            getattr(self, name).copy_(value)
 
 
 class ERM(Method):
@@ -354,7 +322,7 @@ class CDANN(Method):
 
 
 METHODS: dict[str, type[Method]] = {
-    m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN, CausIRLCORAL, CausIRLMMD)
+    m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN, CausIRLCORAL, CausIRLMMD, Mixup, SagNet)
 }
 assert tuple(METHODS) == METHOD_NAMES, "shiftbench.method_names.METHODS must list the methods"
 

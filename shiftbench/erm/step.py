@@ -34,7 +34,8 @@ from torch import nn
 from shiftbench.erm import augment, interventions
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.data import Batches, normalize, pixel_constants, standardize
-from shiftbench.erm.methods import Method
+from shiftbench.erm.models import head_name
+from shiftbench.erm.objective import Batch, Method, update
 from shiftbench.erm.photos import PhotoBatches
 
 WARMUP = 3  # eager iterations before capture (the PyTorch recipe warms up on a side stream)
@@ -103,6 +104,7 @@ class EagerStep:
 
     def __init__(self, inputs: StepInputs) -> None:
         self.inputs = inputs
+        self.head = inputs.model.get_submodule(head_name(inputs.model))
         self.running_loss = torch.zeros((), device=inputs.device)
         self.running_correct = torch.zeros((), device=inputs.device, dtype=torch.long)
         self._reset(1)
@@ -126,17 +128,11 @@ class EagerStep:
         g = s.groups[index].to(s.device, non_blocking=True)
         if s.config.intervention == "pgd_l2":
             x = interventions.attack(s.model, x, y, s.config.normalization, intervention_of(s.config))
-        s.features.clear()
-        with autocast(s.device, s.precision):
-            logits = s.step_model(x)
-            loss = s.method.loss(logits.float(), s.features[0] if s.features else None, y, g, iteration)
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # type: ignore[no-untyped-call]
-        s.method.after_backward()
-        self.optimizer.step()
+        batch = Batch(s.step_model, self.head, x, y, g, iteration, s.features, lambda: autocast(s.device, s.precision))
+        logits, scored, loss = update(s.method, batch, self.optimizer)
         self.scheduler.step()
         self.running_loss += loss.detach() * len(index)
-        self.running_correct += (logits.detach().argmax(1) == y).sum()
+        self.running_correct += (logits.detach().argmax(1) == scored).sum()
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint keeps of the step: the optimizer, the schedule and the running sums."""
