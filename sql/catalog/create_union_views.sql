@@ -101,10 +101,11 @@ WITH per_seed AS (
     FROM results
     WHERE metric NOT LIKE 'acc_group:%' AND metric NOT LIKE 'count_group:%'
     UNION ALL
-    -- a search's picks: one row per trial (its seed), the setting naming the preset, the space and the learner
+    -- a search's picks: one row per trial (its seed), the setting naming the preset, the space, the learner and the
+    -- selection method (so that a query keyed on the setting, as the analyses are, never mixes two methods)
     SELECT p.benchmark, p.data_tag, p.split_version, p.method,
            p.preset || '.search-' || p.search || '.' || p.model || CASE WHEN p.method = 'erm' THEN '' ELSE '.' || p.method END
-               AS setting,
+               || ':' || p.selection AS setting,
            p.grouping, p.image_source, p.images, r.eval_split, r.metric, p.trial AS seed, r.value, p.selection
     FROM search_selection AS p
     JOIN results AS r ON r.run = p.run AND r.version = p.version
