@@ -24,6 +24,13 @@ def tagged(name: str, tag: str | None) -> str:
     return f"{name}{TAG_SEPARATOR}{tag}" if tag else name
 
 
+def with_source_tag(name: str, tag: str) -> str:
+    """``NAME@TAG``; a name that carries a tag of its own (``animals10-dg-cabinet-bed@whole-class``: what its spec
+    chose) keeps one '@', the source tag joined with '-' (``...@whole-class-gqa-files``), as BREEDS joins its
+    (``@breeds-files-edits``)."""
+    return f"{name}-{tag}" if TAG_SEPARATOR in name else tagged(name, tag)
+
+
 def paper_name(name: str) -> str:
     """The paper's name a (possibly tagged) benchmark name starts with."""
     return name.split(TAG_SEPARATOR, 1)[0]
@@ -37,7 +44,7 @@ def tag_paper_names(
     for name, spec in specs.items():
         spec_tag = tag(spec) if callable(tag) else tag
         if name in shipped and spec_tag:
-            spec = spec.model_copy(update={"name": tagged(name, spec_tag)})
+            spec = spec.model_copy(update={"name": with_source_tag(name, spec_tag)})
         renamed[spec.name] = spec
     return renamed
 

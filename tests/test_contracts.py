@@ -50,6 +50,7 @@ def test_every_published_table_has_a_valid_odcs_contract() -> None:
         "analysis_metashift_distance",
         "analysis_metashift_conflicts",
         "analysis_metashift_subpopulation",
+        "analysis_metashift_multiclass",
         "analysis_breeds_source_target",
         "analysis_breeds_architectures",
         "analysis_breeds_interventions",

@@ -1,4 +1,5 @@
-"""MetaShift figures: meta-graphs of a collection's subsets, a task's community distances, accuracy against d."""
+"""MetaShift figures: meta-graphs of a collection's subsets, a task's community distances, accuracy against d, and the
+paper's tables beside ours."""
 
 from __future__ import annotations
 
@@ -259,6 +260,45 @@ def subpopulation_table(table: pl.DataFrame, title: str) -> bytes:
             axis.set_xticks(range(len(methods)), methods, fontsize=6, rotation=45)
             axis.set_ylim(0, 1.02)
             axis.set_title(f"p = {share} %: {name} (hatched: the paper's)", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    return png_bytes(fig)
+
+
+def multiclass_table(table: pl.DataFrame, title: str) -> bytes:
+    """MetaShift Table 3: accuracy against the paper's d of the dog training data, one solid line per learner
+    (method, setting, the tasks' @TAG; marked when on stand-in images) beside the paper's method (dashed, same
+    colour); ours on the test split (task 1's: dog(shelf) and cat(shelf)) and on dog(shelf) alone, the paper's OOD
+    accuracy in both."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10.5, 4.0), squeeze=False)
+    methods = sorted(set(table["method"].to_list()))
+    colours = {method: plt.get_cmap("tab10")(k % 10) for k, method in enumerate(methods)}
+    paper = table.drop_nulls("paper_acc_ood").select("method", "paper_distance", "paper_acc_ood").unique()
+    ours = table.filter(pl.col("image_source") != "").with_columns(learner_label())  # '': the paper's row only
+    panels = (("acc_ood", "the test split (dog(shelf) + cat(shelf))"), ("acc_dog_shelf", "dog(shelf)"))
+    for axis, (column, evaluated) in zip(axes[0], panels, strict=True):
+        for method in sorted(set(paper["method"].to_list())):
+            rows = paper.filter(pl.col("method") == method).sort("paper_distance")
+            axis.plot(
+                rows["paper_distance"].to_list(), rows["paper_acc_ood"].to_list(), linestyle="--", marker="s",
+                markersize=3, linewidth=1, color=colours[method], label=f"{method} (paper)",
+            )  # fmt: skip
+        for learner, tag in sorted(set(ours.select("learner", pl.col("data_tag").fill_null("")).iter_rows())):
+            same = (pl.col("learner") == learner) & (pl.col("data_tag").fill_null("") == tag)  # one line per data
+            rows = ours.filter(same).drop_nulls(column).sort("paper_distance")
+            if rows.is_empty():
+                continue
+            axis.plot(
+                rows["paper_distance"].to_list(), rows[column].to_list(), marker="o", markersize=4, linewidth=1.4,
+                color=colours[rows["method"][0]], label=f"{learner} (@{tag})" if tag else learner,
+            )  # fmt: skip
+        axis.set_xticks(sorted(set(table["paper_distance"].to_list())))
+        axis.set_xlabel("the paper's d of the dog training data to dog(shelf)", fontsize=7)
+        axis.set_ylabel("accuracy")
+        axis.set_ylim(0, 1.02)
+        axis.set_title(f"ours on {evaluated}; dashed: the paper's OOD accuracy", fontsize=7)
+        axis.legend(fontsize=5)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     return png_bytes(fig)

@@ -24,7 +24,9 @@ from shiftbench.metashift.metagraph import (
     SUBSET_GRAPH_EDGE_THRESHOLD,
     check_edge_threshold,
 )
-from shiftbench.metashift.subsets import check_context_kinds, parse_subset_name
+from shiftbench.metashift.subsets import check_context_kinds
+from shiftbench.metashift.task_rules import check_communities, split_key
+from shiftbench.naming import tagged
 from shiftbench.spec_model import (
     Spec,
     as_float,
@@ -265,39 +267,7 @@ def validate_task(spec: TaskSpec, source: str) -> TaskSpec:
     at_least(spec.train_size, "train_size", len(spec.classes), where)
     if spec.test_size is not None:
         at_least(spec.test_size, "test_size", 1, where)
-    names = [c.name for c in spec.communities]
-    if len(set(names)) != len(names):
-        raise InputError(f"{where}: a community name is used twice", parameter="communities")
-    for community in spec.communities:
-        if community.class_name not in spec.classes:
-            raise InputError(
-                f"{where}: community {community.name} is of class {community.class_name!r}, "
-                f"not one of {', '.join(spec.classes)}",
-                parameter="communities",
-            )
-        if not community.members:
-            raise InputError(f"{where}: community {community.name} has no member subsets", parameter="communities")
-        for member in community.members:
-            try:
-                member_class, _ = parse_subset_name(member)
-            except ValueError as exc:
-                raise InputError(f"{where}: {exc}", parameter="communities") from None
-            if member_class != community.class_name:
-                raise InputError(
-                    f"{where}: community {community.name} of class {community.class_name} lists {member}",
-                    parameter="communities",
-                )
-    for subset in spec.exclude_images_in:
-        try:
-            parse_subset_name(subset)
-        except ValueError as exc:
-            raise InputError(f"{where}: {exc}", parameter="exclude_images_in") from None
-    if spec.kind == "domain_generalization":
-        for cls in spec.classes:
-            roles = {c.role for c in spec.communities if c.class_name == cls}
-            for role in ("train", "test"):
-                if role not in roles:
-                    raise InputError(f"{where}: class {cls} has no {role} community", parameter=role)
+    check_communities(spec, where)
     if spec.kind == "subpopulation":
         if spec.minority_fraction is None:
             raise InputError(f"{where}: needs minority_fraction", parameter="minority_fraction")
@@ -387,6 +357,7 @@ def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], sourc
     if not isinstance(variants, dict) or not all(v is None or isinstance(v, dict) for v in variants.values()):
         raise InputError(f"{where}: variants must map names to mappings", path=source, line=line)
     kind = entry.get("kind")
+    own_name, tag = split_key(str(name), source, line)  # NAME@TAG: the task's own tag (task_rules)
 
     def communities_of(block: Any, role: str) -> list[Community]:
         return _communities(block, role, where, source, line)
@@ -411,7 +382,7 @@ def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], sourc
                 communities.append(c.model_copy(update={"role": "minority" if c.name in minority else "majority"}))
         values = {
             **{k: merged[k] for k in TASK_PARAMS + _CONFLICTS_ONLY if k in merged},
-            "name": f"{name}-{suffix}" if suffix else str(name),
+            "name": f"{own_name}-{suffix}" if suffix else own_name,
             "base": str(name),
             "kind": str(kind),
             "classes": tuple(entry.get("classes") or ()),
@@ -429,7 +400,8 @@ def _task_specs(name: str, data: dict[str, Any], defaults: dict[str, Any], sourc
                 or line
             )
 
-        specs.append(build(TaskSpec, values, source, lines))
+        spec = build(TaskSpec, values, source, lines)  # validated under its name, then given its tag
+        specs.append(spec.model_copy(update={"name": tagged(spec.name, tag)}) if tag else spec)
     return specs
 
 

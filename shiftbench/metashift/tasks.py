@@ -2,6 +2,8 @@
 
 Pools follow the released task scripts:
 
+- a community's images: the union of its members', a member ``class(*)`` being every image of the class
+  (:mod:`shiftbench.metashift.task_rules`);
 - excluded images: those of the ``exclude_images_in`` subsets (``cat(dog)``) and any image that
   shows two of the task's classes;
 - domain generalization: test pools = community images - excluded; train pools (every variant's)
@@ -33,7 +35,8 @@ from shiftbench.errors import InputError
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import Community, TaskSpec
-from shiftbench.metashift.subsets import Memberships
+from shiftbench.metashift.subsets import Memberships, parse_subset_name
+from shiftbench.metashift.task_rules import is_whole_class
 from shiftbench.seeding import rng_for
 
 EXAMPLE_SCHEMA = {"image_id": pl.String, "split": pl.String, "y": pl.Int32, "y_name": pl.String, "group": pl.String}
@@ -80,6 +83,13 @@ class TaskData:
     subset_images: Mapping[str, frozenset[str]]
     class_images: Mapping[str, frozenset[str]]
 
+    def member_images(self, member: str) -> frozenset[str] | None:
+        """A community member's images: a candidate subset's, or every image of a class for ``class(*)``
+        (:mod:`shiftbench.metashift.task_rules`); None when the data have none."""
+        if is_whole_class(member):
+            return self.class_images.get(parse_subset_name(member)[0])
+        return self.subset_images.get(member)
+
 
 @dataclass
 class TaskResult:
@@ -107,7 +117,7 @@ class _Builder:
         images: set[str] = set()
         missing = []
         for member in community.members:
-            found = self.data.subset_images.get(member)
+            found = self.data.member_images(member)
             if found is None:
                 missing.append(member)
             else:
@@ -320,11 +330,10 @@ def community_distances(
     for cls in spec.classes:
         reference = _reference(spec, cls)
         mine = [c for c in spec.communities if c.class_name == cls]
-        if reference is None:
+        if reference is None:  # a class trained on, never tested on (task_rules): nothing to measure
+            result.update({c.name: (None, None, "not_applicable") for c in mine})
             continue
-        sets = {
-            c.name: set().union(*(data.subset_images.get(m, frozenset()) for m in c.members)) - excluded for c in mine
-        }
+        sets = {c.name: set().union(*(data.member_images(m) or () for m in c.members)) - excluded for c in mine}
         if spec.community_embedding == "community_graph":
             # Released order: sorted train (all variants), sorted test, sorted additional test.
             groups = [("train", "other_train", "majority"), ("test", "minority"), ("val",)]
