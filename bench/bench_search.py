@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,16 @@ def cli(env: dict[str, str], *args: str) -> str:
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done.stdout
+
+
+def picked(report: str, learner: str) -> list[tuple[str, str]]:
+    """(selection method, the draws it picked per trial) for ``learner``'s line of each block of a search's report."""
+    found = []
+    for block in report.split("[search] selection: ")[1:]:
+        label, *lines = block.strip().splitlines()
+        line = next(x for x in lines if x.split()[1] == learner)
+        found.append((label, line.rsplit("picked draws ", 1)[1].strip()))
+    return found
 
 
 def home_env(work: Path, name: str) -> dict[str, str]:
@@ -83,7 +92,7 @@ def main() -> None:
                     "--set", f"search_draw={draw}", "--seed", str(trial))  # fmt: skip
                 n_runs += 1
     single_s = time.perf_counter() - started
-    picks = {m: re.findall(r"selection: (.+)\n  .* picked draws (\S+)", r) for m, r in reports.items()}
+    picks = {m: picked(r, "small_cnn" if m == "erm" else f"small_cnn.{m}") for m, r in reports.items()}
     print(f"{n_runs} runs ({args.draws} draws x {args.trials} trials x {', '.join(METHODS)}), {os.cpu_count()} CPUs")
     print(f"search through Slurm ({args.parallel} at a time): {search_s:.1f}s; one by one: {single_s:.1f}s")
     print(f"one by one / search: {single_s / search_s:.2f}x")
@@ -93,13 +102,19 @@ def main() -> None:
     figures = {
         "search": {"what": "the search through Slurm", "figure": f"{search_s:.1f} s", "value": search_s},
         "one_by_one": {"what": "the same runs one by one", "figure": f"{single_s:.1f} s", "value": single_s},
-        "speedup": {"what": "one by one / search", "figure": f"{single_s / search_s:.2f}\u00d7",
-                    "value": single_s / search_s},  # fmt: skip
+        "speedup": {
+            "what": "one by one / search",
+            "figure": f"{single_s / search_s:.2f}\u00d7",
+            "value": single_s / search_s,
+        },
         **{
-            f"picked_{method}": {"what": f"{method}: draws picked per trial, by selection method",
-                                 "figure": "; ".join(f"{label}: {draws}" for label, draws in found), "value": found}
+            f"picked_{method}": {
+                "what": f"{method}: draws picked per trial, by selection method",
+                "figure": "; ".join(f"{label}: {draws}" for label, draws in found),
+                "value": found,
+            }
             for method, found in picks.items()
-        },  # fmt: skip
+        },
     }
     recording.save(f"{n_runs} quick runs of {CASE}, search through local Slurm vs one by one", figures)
 
