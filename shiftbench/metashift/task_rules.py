@@ -15,15 +15,12 @@ class needs, and a task's own tag.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 from shiftbench.errors import InputError
 from shiftbench.metashift.subsets import parse_subset_name
 from shiftbench.naming import TAG_SEPARATOR
 from shiftbench.store import benchmark_name_problem
-
-if TYPE_CHECKING:
-    from shiftbench.metashift.specs import TaskSpec
 
 WHOLE_CLASS = "*"  # the context of a member that stands for every image of its class: cat(*)
 # Tags shiftbench gives to names (shiftbench.metashift.annotations.NAME_TAGS, shiftbench.sources.gqa_release.TAG,
@@ -56,8 +53,9 @@ def split_key(key: str, source: str, line: int | None) -> tuple[str, str | None]
     return name, tag or None
 
 
-def check_communities(spec: TaskSpec, where: str) -> None:
-    """Each community is of a class of the task and lists members of that class; the roles each kind needs."""
+def check_communities(spec: Any, where: str) -> None:
+    """Each community of ``spec`` (a metashift TaskSpec: typed Any, the spec module imports this one) is of a class of
+    the task and lists members of that class; the roles each kind needs."""
     names = [c.name for c in spec.communities]
     if len(set(names)) != len(names):
         raise InputError(f"{where}: a community name is used twice", parameter="communities")
@@ -91,7 +89,7 @@ def check_communities(spec: TaskSpec, where: str) -> None:
         _check_domain_generalization(spec, where)
 
 
-def _check_domain_generalization(spec: TaskSpec, where: str) -> None:
+def _check_domain_generalization(spec: Any, where: str) -> None:
     for cls in spec.classes:
         if not any(c.class_name == cls and c.role == "train" for c in spec.communities):
             raise InputError(f"{where}: class {cls} has no train community", parameter="train")
