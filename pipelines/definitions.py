@@ -8,8 +8,8 @@
   (buckets of classes), on the multiprocess executor (or dagster-k8s' executor): the version one piece gives.
 - ``erm_<family>_<kinds>``: one ERM baseline per (benchmark, seed), under its split in the lineage,
   the job launched through Dagster Pipes; only for families whose images are configured.
-- ``analysis/<name>``: the papers' analyses (MetaShift accuracy vs distance, BREEDS source vs target,
-  ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes; job ``analyses``
+- ``analysis/<name>``: the papers' analyses (MetaShift accuracy vs distance and Tables 2-3, BREEDS source vs target
+  and Figures 5-6, ConDS accuracy by shift), rebuilt whenever a split or baseline they read publishes; job ``analyses``
   (what ``shiftbench analyse`` runs).
 - ``observe_sources``: observe the raw source files now (the automation does it nightly).
 - ``erm_search``: a random hyperparameter search (its draws x trials planned and requested); the sensor
