@@ -258,6 +258,22 @@ def assert_resumes_bit_for_bit(plan: Any, out: Path, monkeypatch: Any, stop_afte
     assert outputs(out / "stopped") == outputs(out / "whole")
 
 
+def copied_home(split_home: Path, tmp_path: Path, monkeypatch: Any) -> Path:
+    """A test's own warehouse, a copy of ``split_home``, set in the environment (and nothing else of SHIFTBENCH_*) as
+    the CLI reads it, with a Dagster home of its own."""
+    import os
+    import shutil
+
+    target = tmp_path / "home"
+    shutil.copytree(split_home, target, symlinks=True)
+    for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("SHIFTBENCH_HOME", str(target))
+    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "40")
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    return target
+
+
 def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a

@@ -11,9 +11,7 @@ search on the local Slurm cluster.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +30,7 @@ from shiftbench.selection import SELECTIONS, check_selections
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import small_sprites_home
+from .conftest import copied_home, small_sprites_home
 
 CASE = "sprites-uniform"
 QUICK = ["--preset", "quick", "--set", "max_iters=10", "--set", "eval_every=5", "--device", "cpu"]
@@ -150,14 +148,7 @@ def split_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def home(split_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    target = tmp_path / "home"
-    shutil.copytree(split_home, target, symlinks=True)
-    for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("SHIFTBENCH_HOME", str(target))
-    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "40")
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    return target
+    return copied_home(split_home, tmp_path, monkeypatch)
 
 
 def test_each_draw_is_a_run_of_its_own_with_its_values_recorded(home: Path) -> None:

@@ -31,7 +31,7 @@ from shiftbench.erm.sweep import plan_sweep
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
-from .conftest import PROJECT, small_sprites_home, terminal_ctrl_c
+from .conftest import PROJECT, copied_home, small_sprites_home, terminal_ctrl_c
 
 CASE = "sprites-uniform"
 # The smoke preset, shortened: long enough to interrupt mid-training, short enough for CI.
@@ -64,14 +64,7 @@ def local_runs(split_home: Path, tmp_path_factory: pytest.TempPathFactory) -> di
 @pytest.fixture
 def home(split_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, slurm_cluster: str) -> Path:
     """This test's warehouse (a copy of the split's), set in the environment as the CLI reads it."""
-    target = tmp_path / "home"
-    shutil.copytree(split_home, target, symlinks=True)
-    for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
-        monkeypatch.delenv(key)
-    monkeypatch.setenv("SHIFTBENCH_HOME", str(target))
-    monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "40")
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    return target
+    return copied_home(split_home, tmp_path, monkeypatch)
 
 
 def published(home: Path) -> dict[str, tuple[str, str, dict[str, object]]]:
