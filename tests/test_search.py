@@ -261,6 +261,7 @@ def test_a_search_selects_as_computed_by_hand_resumes_without_retraining_and_fil
         (["--search", "2", "--seeds", "0-1"], "--seeds", "a search's seeds are its trials"),
         (["--trials", "2"], "--trials", "belongs to a search"),
         (["--select", "test_oracle"], "--select", "belongs to a search"),
+        (["--search-space", "domainbed"], "--search-space", "belongs to a search"),
         (["--set", "search_draw=2"], "search_draw", "belongs to a search"),
     ],
 )

@@ -270,4 +270,5 @@ def _runs(n: int) -> str:
 def wants_sweep(args: argparse.Namespace) -> bool:
     """A sweep when more than one benchmark, ``--seeds``, ``--parallel`` or a search's option is given."""
     searching = args.search is not None or args.trials is not None or args.select is not None
+    searching = searching or args.search_space != "auto"
     return len(args.benchmarks) > 1 or args.seeds is not None or args.parallel is not None or searching
