@@ -194,7 +194,7 @@ def test_scored_predictions_carry_their_splits_images_and_are_shown_by_default(
     assert _query(settings, query) == [("sprites", "generated", None, "group", None)]
     assert main(["leaderboard", CASE]) == 0
     oracle = [line.split() for line in capsys.readouterr().out.splitlines() if " oracle " in line]
-    assert oracle == [[CASE, "oracle", "group", "generated", "1.0", "(1)", "1.0", "(1)"]]
+    assert oracle == [[CASE, "oracle", "none", "group", "generated", "1.0", "(1)", "1.0", "(1)"]]
 
 
 def _figure_text(module: ModuleType, monkeypatch: pytest.MonkeyPatch, draw: Callable[[], bytes]) -> dict[str, str]:
