@@ -12,14 +12,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
-from shiftbench.assets.automation import reanalyse
-from shiftbench.assets.erm import baseline_keys
-from shiftbench.assets.metadata import metadata_table
-from shiftbench.assets.resources import ShiftbenchSettings
 
 from shiftbench import registry
 from shiftbench.analysis import Analysis
 from shiftbench.analysis import publish as publish_analysis
+from shiftbench.assets.automation import reanalyse
+from shiftbench.assets.erm import baseline_keys
+from shiftbench.assets.metadata import metadata_table
+from shiftbench.assets.resources import ShiftbenchSettings
 from shiftbench.family import Kind
 from shiftbench.plots import png_markdown
 

@@ -21,12 +21,12 @@ from typing import Any
 
 import dagster as dg
 from pydantic import Field, create_model
+
+from shiftbench import cards, publishing, worst_group
 from shiftbench.assets.automation import publish, retrain
 from shiftbench.assets.factory import partitions_of
 from shiftbench.assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from shiftbench.assets.resources import ShiftbenchSettings
-
-from shiftbench import cards, publishing, worst_group
 from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped

@@ -33,6 +33,8 @@ from dagster._core.definitions.data_version import (
     get_input_event_pointer_tag,
 )
 from pydantic import Field, create_model
+
+from shiftbench import benchmark_builds, progress, publishing, registry, variants
 from shiftbench.assets.automation import observe_nightly, publish, rebuild
 from shiftbench.assets.metadata import (
     ARTIFACT_RECORD,
@@ -45,8 +47,6 @@ from shiftbench.assets.metadata import (
     staged_metadata,
 )
 from shiftbench.assets.resources import ShiftbenchSettings
-
-from shiftbench import benchmark_builds, progress, publishing, registry, variants
 from shiftbench.cache import CachedArtifact, find_cached
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Input, Kind, RawSource, Target

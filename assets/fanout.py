@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import dagster as dg
+
+from shiftbench import benchmark_builds, publishing, variants
 from shiftbench.assets.factory import load_input
 from shiftbench.assets.metadata import data_version_tags, published_metadata, render, staged_metadata
 from shiftbench.assets.resources import ShiftbenchSettings
-
-from shiftbench import benchmark_builds, publishing, variants
 from shiftbench.errors import InputError
 from shiftbench.family import Family, Kind
 from shiftbench.settings import Settings

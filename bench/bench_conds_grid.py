@@ -41,9 +41,9 @@ def prepare(out: Path, preset: str, seeds: list[int], per_combination: int) -> N
     import shutil
 
     import pyarrow.parquet as pq
-    from shiftbench.pipelines.cli import main
 
     from shiftbench.erm.launch import plan_run
+    from shiftbench.pipelines.cli import main
     from shiftbench.settings import Settings
 
     with tempfile.TemporaryDirectory() as home:

@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import dagster as dg
-from shiftbench.assets.erm import baseline_job_name
-from shiftbench.assets.resources import ShiftbenchSettings
 
 from shiftbench import registry
+from shiftbench.assets.erm import baseline_job_name
+from shiftbench.assets.resources import ShiftbenchSettings
 from shiftbench.errors import ShiftbenchError
 from shiftbench.settings import Settings
 

@@ -15,11 +15,11 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.breeds.figures import source_vs_target
 from shiftbench.conds.figures import conds_grid_vs_paper
 from shiftbench.metashift.figures import accuracy_vs_distance, subpopulation_table
+from shiftbench.pipelines.cli import main
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
 from shiftbench.store import Store

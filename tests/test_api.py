@@ -15,10 +15,10 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 import shiftbench
 from shiftbench.errors import InputError, StoreError
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 
 from .conftest import PROJECT, small_sprites_home

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.errors import InputError, one_line, shown
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 
 LONG = 200_000

@@ -26,13 +26,13 @@ import pytest
 from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from shiftbench.pipelines.cli import main
 
 import shiftbench
 from shiftbench.breeds.build import _tree_distance
 from shiftbench.breeds.novel import build_novel_task
 from shiftbench.breeds.tasks import TaskParams, build_task
 from shiftbench.hierarchy import Hierarchy
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.sources.imagenet21k import class_list
 

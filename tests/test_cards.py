@@ -12,13 +12,13 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import magnitudes
 from shiftbench.breeds.specs import load_specs
 from shiftbench.breeds.tasks import build_task
 from shiftbench.magnitudes import vocabulary
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
 from shiftbench.store import Store

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.catalog import SQL_DIR, STORAGE_VERSION, open_catalog, refresh_catalog
 from shiftbench.contracts import contracts
+from shiftbench.pipelines.cli import main
 from shiftbench.publishing import check_version
 from shiftbench.settings import Settings
 from shiftbench.store import Store

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

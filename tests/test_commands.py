@@ -14,9 +14,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import build_parser, main
 
 from shiftbench import registry
+from shiftbench.pipelines.cli import build_parser, main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

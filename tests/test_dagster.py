@@ -24,14 +24,13 @@ from .conftest import BREEDS_FIXTURE, PROJECT, PUBLISHED_SPLITS
 
 warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
+from shiftbench import registry  # noqa: E402
 from shiftbench.assets import erm as erm_assets  # noqa: E402
 from shiftbench.assets.factory import spec_source_key  # noqa: E402
 from shiftbench.assets.resources import resource_class  # noqa: E402
+from shiftbench.family import Kind  # noqa: E402
 from shiftbench.pipelines.definitions import build_definitions, defs  # noqa: E402
 from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
-
-from shiftbench import registry  # noqa: E402
-from shiftbench.family import Kind  # noqa: E402
 from shiftbench.store import Store  # noqa: E402
 
 QUIET = {"loggers": {"console": {"config": {"log_level": "ERROR"}}}}
@@ -483,7 +482,6 @@ def test_an_empty_launchpad_value_is_refused_and_max_epochs_is_a_training_parame
     """Launchpad text that is empty read as null, the default (``classes: ""`` built every class): refused, as
     ``--set classes=`` is; ``null`` still clears. The ERM config takes ``max_epochs`` (issue 48)."""
     from shiftbench.assets.factory import config_overrides, overrides_config
-
     from shiftbench.errors import InputError
 
     kind = registry.family("metashift").kind("collection")
@@ -780,9 +778,8 @@ def test_a_bug_keeps_its_traceback_in_the_runs_log_and_on_the_terminal(
     """The CLI's rule (pipelines/cli/app.py): a failure of shiftbench itself is one line for the user, and its
     traceback is kept for the report, in the run's log and on the terminal: inside one benchmark's build (the
     others still publish), in an analysis and in a training run."""
-    from shiftbench.pipelines.cli import main
-
     from shiftbench.conds import build as conds_build
+    from shiftbench.pipelines.cli import main
 
     settings = cli_env(SHIFTBENCH_SPRITES_PER_COMBINATION="40")
     original = conds_build.case_tables

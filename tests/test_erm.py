@@ -183,7 +183,6 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
 ) -> None:
     from shiftbench.assets import erm
     from shiftbench.assets.resources import resource_class
-
     from shiftbench.conds.family import CASE, CONDS
 
     baseline, _ = erm.baseline_assets(CONDS, CASE)

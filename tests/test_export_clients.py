@@ -25,9 +25,9 @@ from typing import Any
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench import registry
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 
 from .conftest import publish_all, run_client

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import export as cli_export
-from shiftbench.pipelines.cli import main
 
 from shiftbench import registry
 from shiftbench.errors import InputError
 from shiftbench.exports import LAYOUTS, ExportOptions, export, placing
 from shiftbench.exports.folders import INDEX, distinct_folders, domainbed
 from shiftbench.exports.table import ExportTable, file_names
+from shiftbench.pipelines.cli import export as cli_export
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.splits import PublishedSplit, published_split, split_images
 

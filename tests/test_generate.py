@@ -11,9 +11,9 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.metashift.specs import parse_specs
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
-from shiftbench.pipelines.cli.common import shiftbench_command
 
 from shiftbench import splits
+from shiftbench.pipelines.cli import main
+from shiftbench.pipelines.cli.common import shiftbench_command
 from shiftbench.settings import Settings
 
 from .conftest import PROJECT, small_sprites_home

@@ -18,9 +18,9 @@ import pytest
 from dagster_k8s import PipesK8sClient
 from dagster_k8s.pipes import build_pod_body
 from kubernetes.client import ApiClient
+
 from shiftbench.assets import erm
 from shiftbench.assets.resources import resource_class
-
 from shiftbench.erm import pods
 from shiftbench.errors import InputError
 from shiftbench.settings import Settings

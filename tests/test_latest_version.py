@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.catalog import refresh_catalog
 from shiftbench.fingerprint import canonical_json
+from shiftbench.pipelines.cli import main
 from shiftbench.publishing import check_version
 from shiftbench.settings import Settings
 from shiftbench.store import Store

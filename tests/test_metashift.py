@@ -820,7 +820,6 @@ def test_more_units_than_classes_is_one_line_never_fewer_steps(
     """A unit builds whole classes: `--units 3` on a two-class collection is refused in one line (exit 2, nothing
     published, the name left free), not a two-step run, nor the long run a huge count planned."""
     from shiftbench.pipelines.cli import main
-
     from shiftbench.variants import load_variants
 
     settings = cli_env()

@@ -16,7 +16,6 @@ import numpy as np
 import polars as pl
 import pytest
 import torch
-from shiftbench.pipelines.cli import main
 
 from shiftbench import splits
 from shiftbench.erm import checkpoints, launch
@@ -26,6 +25,7 @@ from shiftbench.erm.data import MEAN, STD, group_batches, normalize, training_gr
 from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.split_table import SplitTable
 

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 import shiftbench
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli import main
 
 READERS = {  # {dir}: a folder of the test's own, beside the warehouse looked for
     "sql": ["sql", "SELECT count(*) FROM benchmarks"],

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -87,10 +87,10 @@ def _materialize_the_case_alone(settings: Settings) -> list[str]:
     """The case's staged and publish assets only, one partition, on the warehouse's own Dagster instance: the
     attribute tables are read from their materialization recorded before the move."""
     import dagster as dg
-    from shiftbench.pipelines.cli import dagster_instance
-    from shiftbench.pipelines.definitions import build_definitions
 
     from shiftbench import registry
+    from shiftbench.pipelines.cli import dagster_instance
+    from shiftbench.pipelines.definitions import build_definitions
 
     kind = registry.family("conds").kind("case")
     instance = dagster_instance(settings)

@@ -13,11 +13,11 @@ from pathlib import Path
 import duckdb
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.breeds import calibrated as cal
 from shiftbench.calibration import apply_edits, read_edit_file
 from shiftbench.hierarchy import Hierarchy
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir

@@ -16,10 +16,10 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench import analysis, provenance, splits
 from shiftbench.erm import launch
+from shiftbench.pipelines.cli import main
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
 from shiftbench.store import Store

@@ -131,7 +131,6 @@ def test_the_dagster_resource_is_typed_with_a_field_per_setting_of_the_registry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from shiftbench.assets.resources import ShiftbenchSettings, resource_class, settings_from_environment
-
     from shiftbench.settings import Settings
 
     registry = built_in_registry()

@@ -350,9 +350,9 @@ def test_a_training_stopped_by_sigterm_is_retried_by_the_asset_and_resumes(
     the asset asks Dagster for a retry (SHIFTBENCH_TRAIN_RETRIES), the step runs again, resumes from the checkpoint
     and publishes the uninterrupted run's version."""
     import dagster as dg
+
     from shiftbench.assets import erm
     from shiftbench.assets.resources import resource_class
-
     from shiftbench.conds.family import CASE as KIND
     from shiftbench.conds.family import CONDS
 

@@ -12,9 +12,9 @@ import duckdb
 import numpy as np
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench import metrics as m
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

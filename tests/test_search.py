@@ -20,12 +20,12 @@ import numpy as np
 import polars as pl
 import pytest
 from pydantic import ValidationError
-from shiftbench.pipelines.cli import main
 
 from shiftbench.catalog import open_catalog
 from shiftbench.erm import search
 from shiftbench.erm.launch import plan_run
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli import main
 from shiftbench.selection import SELECTIONS, check_selections
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -298,13 +298,13 @@ def test_a_search_from_dagster_is_planned_by_its_job_and_trained_by_its_sensor(h
     plans; the next tick asks for nothing and closes the request; the selection is in the catalog. A bad value fails
     the job with its one line and requests nothing."""
     import dagster as dg
+
     from shiftbench.assets.resources import resource_class
+    from shiftbench.erm.sweep import plan_sweep
     from shiftbench.pipelines import runs
     from shiftbench.pipelines.cli.common import dagster_instance
     from shiftbench.pipelines.definitions import build_definitions
     from shiftbench.pipelines.search import RUN_TAG
-
-    from shiftbench.erm.sweep import plan_sweep
 
     settings = Settings.from_env()
     instance = dagster_instance(settings)

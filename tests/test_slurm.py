@@ -23,11 +23,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.erm.interrupt import TEST_HOOK, TEST_SIGNAL, TEST_TARGET
 from shiftbench.erm.launch import train_in_process
 from shiftbench.erm.sweep import plan_sweep
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 
@@ -276,9 +276,9 @@ def test_the_dagster_asset_trains_as_a_slurm_job_with_its_log_in_the_event_log(
     """``SHIFTBENCH_TRAIN_BACKEND=slurm``: the ERM asset's partition trains as a Slurm job, the job's lines reach
     the Dagster run's event log, and the run published is the one trained locally, its manifest naming the job."""
     import dagster as dg
+
     from shiftbench.assets import erm
     from shiftbench.assets.resources import resource_class
-
     from shiftbench.conds.family import CASE as KIND
     from shiftbench.conds.family import CONDS
 

@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench import catalog
+from shiftbench.pipelines.cli import main
 from shiftbench.publishing import check_version
 from shiftbench.settings import Settings
 from shiftbench.store import Store

@@ -23,9 +23,9 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench import analysis, provenance, registry, splits
+from shiftbench.pipelines.cli import main
 from shiftbench.registry import analyses
 from shiftbench.settings import Settings
 from shiftbench.store import Store
@@ -151,6 +151,7 @@ def test_the_catalog_views_label_every_result(cli: Settings) -> None:
 
 def test_the_runs_ui_metadata_tags_and_cards_say_whose_images(cli: Settings) -> None:
     import dagster as dg
+
     from shiftbench.assets.erm import IMAGES_TAG, baseline_keys
     from shiftbench.pipelines.cli.common import dagster_instance
 
@@ -234,6 +235,7 @@ def test_the_training_summary_explains_an_empty_worst_group(cli: Settings, capsy
     """The printed acc_wg says over how many groups it was computed where some have no example (the spurious case's
     id_val lacks many of its cells); the run's Dagster metadata holds the same words."""
     import dagster as dg
+
     from shiftbench.assets.erm import baseline_keys
     from shiftbench.pipelines.cli.common import dagster_instance
 

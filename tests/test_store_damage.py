@@ -22,9 +22,9 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.contracts import check_contract, connect_tables, contract_for, empty_relation
+from shiftbench.pipelines.cli import main
 from shiftbench.settings import Settings
 from shiftbench.store import Store
 

@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from shiftbench.pipelines.cli import main
 
 from shiftbench.erm import sweep
 from shiftbench.erm.launch import RunPlan
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli import main
 
 from .conftest import small_sprites_home
 

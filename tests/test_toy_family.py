@@ -44,6 +44,7 @@ def test_the_code_location_gives_it_assets_checks_partitions_and_jobs(
     toy: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import dagster as dg
+
     from shiftbench.pipelines.definitions import build_definitions
 
     monkeypatch.setenv("SHIFTBENCH_TOY_PER_CELL", "6")

@@ -239,10 +239,9 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
 ) -> None:
     """The user's path: build metashift-conflicts on the embedded generated sample, train with tracking from the
     command line (stand-in images), query the strongest conflicts in DuckDB; an untracked run has the same weights."""
-    from shiftbench.pipelines.cli import main
-
     from shiftbench.contracts import failures
     from shiftbench.erm.launch import CONFLICTS_FIGURE
+    from shiftbench.pipelines.cli import main
     from shiftbench.publishing import check_staged
     from shiftbench.store import Store
 
@@ -330,7 +329,6 @@ def test_the_figure_4_workflow_on_a_users_own_tag_table(
     """docs/metashift.md's workflow as written: a user's image -> tag table and a conflicts task of their own in a
     spec file, built, trained with tracking (stand-in images), the strongest conflicts and the zones queried."""
     from shiftbench.pipelines.cli import main
-
     from shiftbench.sources.generated_scenes import generate_scene_tables
 
     objects, _, _ = generate_scene_tables()

@@ -9,9 +9,8 @@ import dataclasses
 import time
 from typing import Any
 
-from shiftbench.pipelines.cli.common import Subcommands, asset_key, dagster_instance
-
 from shiftbench.errors import InputError, disk_full, free_bytes
+from shiftbench.pipelines.cli.common import Subcommands, asset_key, dagster_instance
 from shiftbench.settings import Settings
 
 MAX_UNITS = 2**31 - 1  # units are steps and processes: past a 32-bit count it is a typo (the plan refuses more
@@ -159,6 +158,7 @@ def _run_units(
 ) -> None:
     """One run of the kind's fan-out job for one benchmark, and its line."""
     import dagster as dg
+
     from shiftbench.pipelines import runs
 
     prefix = kind.fanout_prefix

@@ -4,7 +4,6 @@ import argparse
 from pathlib import Path
 
 from shiftbench.pipelines.cli.common import Subcommands
-
 from shiftbench.settings import Settings
 
 LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")  # shiftbench.exports.LAYOUTS (imported lazily: polars)

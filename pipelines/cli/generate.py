@@ -6,10 +6,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list, shiftbench_command
-
 from shiftbench.errors import InputError
 from shiftbench.outputs import output_file, write_output_file
+from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list, shiftbench_command
 from shiftbench.settings import Settings
 
 if TYPE_CHECKING:  # imported when a spec is generated: it reads the MetaShift builders

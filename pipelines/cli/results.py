@@ -4,9 +4,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from shiftbench.pipelines.cli.common import Subcommands, comma_list, shiftbench_command
-
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli.common import Subcommands, comma_list, shiftbench_command
 from shiftbench.settings import Settings
 
 
@@ -157,11 +156,11 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     """Rebuild the papers' analyses from the results in the catalog and publish the ones with data: a run of their
     assets (job ``analyses``) on the instance the UI reads, so each published analysis shows materialized there."""
     import dagster as dg
+
+    from shiftbench import registry
     from shiftbench.assets.analysis import JOB, NO_RESULTS, analysis_key
     from shiftbench.pipelines import runs
     from shiftbench.pipelines.cli.common import dagster_instance
-
-    from shiftbench import registry
 
     analyses = registry.analyses()
     settings = Settings.from_env()

@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shiftbench.pipelines.cli.sweep import _Bar, _summary, checked_selections, report_search, sweep_shape
-
 from shiftbench.erm import backends
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import plan_sweep
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli.sweep import _Bar, _summary, checked_selections, report_search, sweep_shape
 from shiftbench.settings import Settings
 
 

@@ -12,8 +12,6 @@ import sys
 import time
 from typing import Any
 
-from shiftbench.pipelines.cli.common import shiftbench_command
-
 from shiftbench.erm.launch import RunPlan
 from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import (
@@ -27,6 +25,7 @@ from shiftbench.erm.sweep import (
     threads_per_run,
 )
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli.common import shiftbench_command
 from shiftbench.settings import Settings
 
 # Options of `shiftbench train` that every run of a sweep takes as given.
@@ -186,9 +185,8 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
 
 def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
     """Every benchmark's ERM partition, added once here rather than by runs racing to add it."""
-    from shiftbench.pipelines.cli.common import dagster_instance
-
     from shiftbench import registry
+    from shiftbench.pipelines.cli.common import dagster_instance
 
     dagster_kinds: dict[str, list[str]] = {}
     for benchmark in benchmarks:

@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
-
 from shiftbench.errors import InputError, StoreError
+from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
 from shiftbench.settings import Settings
 
 
@@ -74,7 +73,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _cmd_train(args: argparse.Namespace) -> int:
     from shiftbench.pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from shiftbench.pipelines.cli.sweep import cmd_sweep, wants_sweep
-
     from shiftbench.plans import training_overrides
 
     settings = Settings.from_env()
@@ -135,11 +133,11 @@ def _train_in_dagster(
 ) -> int:  # fmt: skip
     """The run of the kind's ERM job for the partition (benchmark, seed), and its lines."""
     import dagster as dg
+
     from shiftbench.assets.erm import RUN_FIELDS, STOP_TAG, baseline_job_name, baseline_keys
+    from shiftbench.erm.launch import job_interrupted, scratch_dir
     from shiftbench.pipelines import runs
     from shiftbench.pipelines.terminal import Reporter
-
-    from shiftbench.erm.launch import job_interrupted, scratch_dir
 
     config: dict[str, Any] = {key: getattr(args, key) for key in RUN_FIELDS if getattr(args, key, None)}
     config["preset"] = plan.preset  # the run planned above, never the last run's settings
@@ -187,7 +185,6 @@ def typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import fields
 
     from shiftbench.assets.erm import NULLABLE
-
     from shiftbench.erm.config import TrainConfig, coerce_value
     from shiftbench.erm.launch import EPOCH_PARAMETERS, epoch_counts, user_schedule
     from shiftbench.located_yaml import format_value

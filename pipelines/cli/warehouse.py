@@ -4,9 +4,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from shiftbench.pipelines.cli.common import Subcommands
-
 from shiftbench.errors import InputError
+from shiftbench.pipelines.cli.common import Subcommands
 from shiftbench.settings import Settings
 
 if TYPE_CHECKING:  # imported by the commands that read the store
@@ -41,7 +40,6 @@ def add_gc(sub: Subcommands) -> None:
 
 def cmd_versions(args: argparse.Namespace) -> int:
     from shiftbench.pipelines.terminal import table
-
     from shiftbench.store import Store
 
     settings = Settings.from_env()
