@@ -274,6 +274,17 @@ def copied_home(split_home: Path, tmp_path: Path, monkeypatch: Any) -> Path:
     return target
 
 
+def group_method_plan(tmp_path: Path, method: str) -> Any:
+    """A six-iteration run of ``method`` over the (label, colour) groups of the sprites SC case, one thread, selecting
+    its last iterate (what :func:`assert_resumes_bit_for_bit` needs): the plan the methods' job tests train."""
+    from shiftbench.erm import launch
+
+    settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
+    overrides = {"method": method, "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
+                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1, "selection": "last"}  # fmt: skip
+    return launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
+
+
 def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a

@@ -75,14 +75,7 @@ def test_causirl_settings_are_recorded_only_for_causirl() -> None:
 def test_causirl_trains_through_the_job_and_resumes_bit_for_bit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from .conftest import assert_resumes_bit_for_bit, group_method_plan
 
-    from shiftbench.erm import launch
-
-    from .conftest import assert_resumes_bit_for_bit, small_sprites_home
-
-    settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
-    overrides = {"method": "causirl_mmd", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
-                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1, "selection": "last"}  # fmt: skip
-    plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
-
+    plan = group_method_plan(tmp_path, "causirl_mmd")
     assert_resumes_bit_for_bit(plan, tmp_path, monkeypatch, stop_after=4)

@@ -161,16 +161,11 @@ def test_cdann_settings_are_recorded_only_for_cdann() -> None:
 
 
 def test_cdann_trains_through_the_job_and_resumes_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shiftbench.erm import launch
     from shiftbench.erm.job import run_job
 
-    from .conftest import assert_resumes_bit_for_bit, small_sprites_home
+    from .conftest import assert_resumes_bit_for_bit, group_method_plan
 
-    settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
-    overrides = {"method": "cdann", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
-                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1, "selection": "last"}  # fmt: skip
-
-    plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
+    plan = group_method_plan(tmp_path, "cdann")
     assert plan.run.endswith(".small_cnn.cdann.seed0") and plan.config["cdann_lambda"] == 1.0
     lines: list[str] = []
     run_job(plan.job(tmp_path / "once"), log=lines.append)

@@ -133,18 +133,11 @@ def test_mixup_settings_are_recorded_only_for_mixup() -> None:
 
 
 def test_mixup_trains_through_the_job_and_resumes_bit_for_bit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from shiftbench.erm import launch
     from shiftbench.erm.job import run_job
 
-    from .conftest import assert_resumes_bit_for_bit, small_sprites_home
+    from .conftest import assert_resumes_bit_for_bit, group_method_plan
 
-    settings = small_sprites_home(tmp_path / "home", "sprites-sc-object_color")
-    # selection last: the weights compared are the last iterate's, which the resumed iterations 5 and 6 made (the
-    # best on id_val could be iteration 3's, from before the stop, and would not see the method's restored state)
-    overrides = {"method": "mixup", "group_by": "y,object_color", "model": "small_cnn", "image_size": 32,
-                 "batch_size": 16, "max_iters": 6, "eval_every": 3, "threads": 1,
-                 "selection": "last"}  # fmt: skip
-    plan = launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
+    plan = group_method_plan(tmp_path, "mixup")
     assert plan.run.endswith(".small_cnn.mixup.seed0") and plan.config["mixup_alpha"] == 0.2
     lines: list[str] = []
     run_job(plan.job(tmp_path / "once"), log=lines.append)
