@@ -1,4 +1,4 @@
-"""The papers' analyses as assets downstream of the results (shiftbench.analysis): one per analysis.
+"""The papers' analyses as assets downstream of the results (shiftbench.families.analysis): one per analysis.
 
 Each depends on its family's published splits and ERM baselines and is rebuilt by the automation
 whenever one of them publishes; results scored with ``shiftbench eval`` (outside Dagster) join at
@@ -13,15 +13,15 @@ from typing import Any
 
 import dagster as dg
 
-from shiftbench import registry
-from shiftbench.analysis import Analysis
-from shiftbench.analysis import publish as publish_analysis
 from shiftbench.assets.automation import reanalyse
 from shiftbench.assets.erm import baseline_keys
 from shiftbench.assets.metadata import metadata_table
 from shiftbench.assets.resources import ShiftbenchSettings
-from shiftbench.family import Kind
-from shiftbench.plots import png_markdown
+from shiftbench.families import registry
+from shiftbench.families.analysis import Analysis
+from shiftbench.families.analysis import publish as publish_analysis
+from shiftbench.families.family import Kind
+from shiftbench.results.plots import png_markdown
 
 JOB = "analyses"
 NO_RESULTS = "no results yet"

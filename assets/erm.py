@@ -22,21 +22,22 @@ from typing import Any
 import dagster as dg
 from pydantic import Field, create_model
 
-from shiftbench import cards, publishing, worst_group
 from shiftbench.assets.automation import publish, retrain
 from shiftbench.assets.factory import partitions_of
 from shiftbench.assets.metadata import contract_check_specs, contract_evaluations, published_metadata, render
 from shiftbench.assets.resources import ShiftbenchSettings
+from shiftbench.config.settings import Settings
 from shiftbench.erm import backends, launch, pods, sweep
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.interrupt import EXIT_REQUEUE, Stopped
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.errors import InputError
-from shiftbench.family import Family, Figure, FilePath, Kind, Markdown
-from shiftbench.plans import override_value
-from shiftbench.provenance import MEANINGS, data_tag, images_of
-from shiftbench.settings import Settings
+from shiftbench.families.family import Family, Figure, FilePath, Kind, Markdown
+from shiftbench.families.plans import override_value
+from shiftbench.scoring import worst_group
+from shiftbench.scoring.provenance import MEANINGS, data_tag, images_of
 from shiftbench.store import Store
+from shiftbench.warehouse import cards, publishing
 
 # erm_training_conflicts: only a run with track_conflicts has it (its check holds no rules on the others).
 TABLES = ("erm_results", "erm_runs", "erm_curves", "erm_training_conflicts")
@@ -50,7 +51,7 @@ STOP_TAG = "shiftbench/on_stop"
 # Training parameters that may be null: launchpad text, as on the command line ("null" clears).
 NULLABLE = tuple(f.name for f in fields(TrainConfig) if "None" in str(f.type))
 # The materialization tag (and first metadata entry) that says whose images a run is on: real | generated | standin
-# (shiftbench.provenance), so a stand-in partition never reads as a real one in the UI.
+# (shiftbench.scoring.provenance), so a stand-in partition never reads as a real one in the UI.
 IMAGES_TAG = "shiftbench/images"
 
 
@@ -74,6 +75,10 @@ def _baseline_config() -> type[dg.Config]:
             bool,
             Field(False, description="Discard the checkpoint an interrupted attempt left and start over."),
         ),
+        "backend": (
+            str | None,
+            Field(None, description="Where the run trains: local or slurm (default: SHIFTBENCH_TRAIN_BACKEND)."),
+        ),
         "k8s_image": (
             str | None,
             Field(None, description="With PipesK8sClient: the pod's image (over SHIFTBENCH_K8S_POD)."),
@@ -96,8 +101,10 @@ def _baseline_config() -> type[dg.Config]:
 
 BaselineConfig: Any = _baseline_config()
 RUN_FIELDS = (
-    "preset", "version", "image_root", "path_template", "in_process", "restart", "k8s_image", "k8s_namespace",
+    "preset", "version", "image_root", "path_template", "in_process", "restart", "backend", "k8s_image",
+    "k8s_namespace",
 )  # fmt: skip
+BACKENDS = ("local", "slurm")
 
 
 def training_overrides(config: Any) -> dict[str, Any]:
@@ -369,7 +376,7 @@ def _train(
         from shiftbench.erm.job import run_job  # torch, in this process: only when asked for
 
         run_job(job, log=context.log.info)
-    elif settings.train_backend == "slurm":  # a Slurm job; its log lines in this run's event log
+    elif _backend(settings, config) == "slurm":  # a Slurm job; its log lines in this run's event log
         cluster = load_cluster_settings(settings.slurm_settings)
         backends.train_one(settings, cluster, plan, out_dir, log=context.log.info)
     else:
@@ -386,6 +393,14 @@ def _train(
             if killed is not None:  # SIGKILL (out of memory, by hand): its one line, the folder kept
                 raise killed from None
             raise
+
+
+def _backend(settings: Settings, config: Any) -> str:
+    """The run's ``backend`` (run configuration: ``shiftbench train --backend`` sets it), else the setting."""
+    backend = getattr(config, "backend", None) or settings.train_backend
+    if backend not in BACKENDS:
+        raise InputError(f"must be one of {', '.join(BACKENDS)}, got {backend!r}", parameter="backend")
+    return str(backend)
 
 
 def _describe(settings: Settings, staged: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""One asset factory for every family of the registry (``shiftbench.registry.families``).
+"""One asset factory for every family of the registry (``shiftbench.families.registry.families``).
 
 For a family it makes:
 
@@ -34,7 +34,6 @@ from dagster._core.definitions.data_version import (
 )
 from pydantic import Field, create_model
 
-from shiftbench import benchmark_builds, progress, publishing, registry, variants
 from shiftbench.assets.automation import observe_nightly, publish, rebuild
 from shiftbench.assets.metadata import (
     ARTIFACT_RECORD,
@@ -47,11 +46,14 @@ from shiftbench.assets.metadata import (
     staged_metadata,
 )
 from shiftbench.assets.resources import ShiftbenchSettings
-from shiftbench.cache import CachedArtifact, find_cached
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Family, Input, Kind, RawSource, Target
-from shiftbench.plans import override_value
-from shiftbench.settings import Settings
+from shiftbench.families import benchmark_builds, registry, variants
+from shiftbench.families.family import Family, Input, Kind, RawSource, Target
+from shiftbench.families.plans import override_value
+from shiftbench.runtime import progress
+from shiftbench.runtime.cache import CachedArtifact, find_cached
+from shiftbench.warehouse import publishing
 
 
 def partitions_of(kind: Kind) -> dg.DynamicPartitionsDefinition:

@@ -1,6 +1,7 @@
 """Fanned-out builds: one benchmark's units as the steps of one Dagster run, on Dagster's own executors.
 
-For a kind whose build splits into units (:class:`shiftbench.family.Fanout`: MetaShift collections, in buckets of
+For a kind whose build splits into units (:class:`shiftbench.families.family.Fanout`: MetaShift collections, in buckets
+of
 classes), the job ``<family>_<kinds>_fanout`` builds one benchmark as
 
     plan (once: the work folder and the units) -> unit (one step per unit, mapped) -> publish (once: stage, check,
@@ -20,13 +21,14 @@ from typing import Any
 
 import dagster as dg
 
-from shiftbench import benchmark_builds, publishing, variants
 from shiftbench.assets.factory import load_input
 from shiftbench.assets.metadata import data_version_tags, published_metadata, render, staged_metadata
 from shiftbench.assets.resources import ShiftbenchSettings
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Family, Kind
-from shiftbench.settings import Settings
+from shiftbench.families import benchmark_builds, variants
+from shiftbench.families.family import Family, Kind
+from shiftbench.warehouse import publishing
 
 DEFAULT_UNITS = 8
 

@@ -6,12 +6,12 @@ from typing import Any
 import dagster as dg
 import polars as pl
 
-from shiftbench.cache import CachedArtifact, home_record
-from shiftbench.contracts import RuleResult
-from shiftbench.family import Figure, FilePath, Markdown, Metadata, Table
-from shiftbench.plots import png_markdown
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
+from shiftbench.families.family import Figure, FilePath, Markdown, Metadata, Table
+from shiftbench.results.plots import png_markdown
+from shiftbench.runtime.cache import CachedArtifact, home_record
 from shiftbench.store import Publication, StagedVersion
+from shiftbench.store.contracts import RuleResult
 
 DATA_VERSION_TAG = "dagster/data_version"
 USER_DATA_VERSION_TAG = "dagster/data_version_is_user_provided"

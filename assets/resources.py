@@ -1,7 +1,7 @@
 """Dagster resources: the ``SHIFTBENCH_*`` settings as one configurable resource.
 
 :class:`ShiftbenchSettings` is the resource the assets, ops and sensors take: :meth:`ShiftbenchSettings.get` makes
-the run's :class:`~shiftbench.settings.Settings`. Its fields are one per setting, made from the settings models
+the run's :class:`~shiftbench.config.settings.Settings`. Its fields are one per setting, made from the settings models
 themselves (one definition of the settings, never two) by :func:`resource_class`: those of the shared model and of
 each family the registry holds, so a family registered later (the test family) brings its own. Each field is bound
 at load time to ``EnvVar("SHIFTBENCH_X")`` when that variable is set, so the UI's resource page shows where each
@@ -15,8 +15,8 @@ from typing import Any
 import dagster as dg
 from pydantic import BaseModel, Field, create_model
 
-from shiftbench.family_registry import REGISTRY, Registry
-from shiftbench.settings import Settings, variable
+from shiftbench.config.family_registry import REGISTRY, Registry
+from shiftbench.config.settings import Settings, variable
 
 _DOC = "Every SHIFTBENCH_* setting (see docs/settings.md); unset fields fall back to the environment."
 

@@ -34,12 +34,12 @@ warnings.filterwarnings("ignore")
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from shiftbench import benchmark_builds, variants  # noqa: E402
 from shiftbench.breeds.family import BENCHMARK, BREEDS, CALIBRATED, IMAGES  # noqa: E402
 from shiftbench.breeds.specs import BreedsSpec  # noqa: E402
-from shiftbench.publishing import stage_check_publish  # noqa: E402
-from shiftbench.settings import Settings  # noqa: E402
+from shiftbench.config.settings import Settings  # noqa: E402
+from shiftbench.families import benchmark_builds, variants  # noqa: E402
 from shiftbench.sources.imagenet import imagenet_classes, list_train_images  # noqa: E402
+from shiftbench.warehouse.publishing import stage_check_publish  # noqa: E402
 
 BREEDS_FIXTURE = PROJECT.parent / "shared" / "fixtures" / "breeds" / "modified"
 # ILSVRC-2012 has 732 to 1300 training images per class, 1,281,167 in all; spread them the same way.

@@ -72,10 +72,10 @@ def _build(home: Path, specs: Path, level: int) -> dict[str, Any]:
 
 def _hierarchy_step(home: Path) -> float:
     """The 21k hierarchy input built from the cached WordNet, its own cache left out."""
-    from shiftbench.benchmark_builds import build_inputs
     from shiftbench.breeds import imagenet21k
-    from shiftbench.registry import family
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
+    from shiftbench.families.benchmark_builds import build_inputs
+    from shiftbench.families.registry import family
 
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)})
     wordnet = build_inputs(settings, family("breeds"), ["sources/imagenet_hierarchy"])["sources/imagenet_hierarchy"]

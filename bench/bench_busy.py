@@ -7,7 +7,7 @@ Each measurement times the whole ``shiftbench train BENCHMARK --preset quick`` c
 included) on a fresh copy of the warehouse, in three conditions: quiet; beside one single-threaded busy loop
 (``python -c 'while True: pass'``); beside a second identical training. And two ways of waiting: OpenMP's
 waiting threads spinning (``OMP_WAIT_POLICY=ACTIVE``, GNU OpenMP's behaviour before shiftbench set it) or
-sleeping (``PASSIVE``, what :func:`shiftbench.cpus.yielding_waits` sets). Prints one line per condition:
+sleeping (``PASSIVE``, what :func:`shiftbench.runtime.cpus.yielding_waits` sets). Prints one line per condition:
 median and every run, in seconds, and the ratio to the quiet median of the same waiting policy.
 """
 

@@ -15,7 +15,7 @@ real home has them after its first build), alternating before/after, medians of 
   from the shipped annotations, before: from the generated sample).
 - ``conds``: ``shiftbench build conds`` (34 sprites cases).
 - ``documents``: in-process, the time to write one version's card and Croissant file
-  (``shiftbench.cards.documents``), over every version of the last ``after`` home: median and max.
+  (``shiftbench.warehouse.cards.documents``), over every version of the last ``after`` home: median and max.
 
 Results go to ``bench/results/cards.json``; BENCHMARKS.md quotes them.
 """
@@ -75,8 +75,8 @@ def documents_cost(homes: list[Path]) -> dict[str, Any]:
     sys.path.insert(0, str(PROJECT))
     import polars as pl
 
-    from shiftbench import cards
     from shiftbench.store import Store
+    from shiftbench.warehouse import cards
 
     timings = []
     found = [(home, info) for home in homes for info in Store(home / "store").log.versions()]

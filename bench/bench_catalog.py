@@ -24,9 +24,9 @@ from pathlib import Path
 import duckdb
 import records
 
-from shiftbench.catalog import open_catalog, refresh_catalog
-from shiftbench.catalog_files import changed_files, recorded_states
-from shiftbench.fingerprint import sha256_file
+from shiftbench.tables.fingerprint import sha256_file
+from shiftbench.warehouse.catalog import open_catalog, refresh_catalog
+from shiftbench.warehouse.catalog_files import changed_files, recorded_states
 
 
 def _enlarge(store: Path, copies: int) -> None:

@@ -52,10 +52,10 @@ def make_celeba(path: Path, rows: int) -> None:
 
 
 def run_cases(settings: Any, dataset: str) -> dict[str, float]:
-    from shiftbench import benchmark_builds, variants
     from shiftbench.conds.family import CASE, CONDS
-    from shiftbench.contracts import failures
-    from shiftbench.publishing import check_staged
+    from shiftbench.families import benchmark_builds, variants
+    from shiftbench.store.contracts import failures
+    from shiftbench.warehouse.publishing import check_staged
 
     t0 = time.perf_counter()
     inputs = benchmark_builds.build_inputs(settings, CONDS)
@@ -72,7 +72,7 @@ def run_cases(settings: Any, dataset: str) -> dict[str, float]:
 
 
 def worker(kind: str, data: Path) -> dict[str, Any]:
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="shiftbench-bench-conds-"))
     env = {"SHIFTBENCH_HOME": str(home)}

@@ -42,9 +42,9 @@ def prepare(out: Path, preset: str, seeds: list[int], per_combination: int) -> N
 
     import pyarrow.parquet as pq
 
+    from shiftbench.config.settings import Settings
     from shiftbench.erm.launch import plan_run
     from shiftbench.pipelines.cli import main
-    from shiftbench.settings import Settings
 
     with tempfile.TemporaryDirectory() as home:
         os.environ.update({"SHIFTBENCH_HOME": home, "SHIFTBENCH_SPRITES_PER_COMBINATION": str(per_combination)})
@@ -70,7 +70,7 @@ def prepare(out: Path, preset: str, seeds: list[int], per_combination: int) -> N
 
 
 def _sprites_cases(settings: Any) -> list[str]:
-    from shiftbench import registry
+    from shiftbench.families import registry
 
     return [name for name in registry.family("conds").kind("case").specs(settings) if name.startswith("sprites-")]
 
@@ -143,7 +143,7 @@ def cli(cases: int, preset: str, parallel: int, sets: list[str], recording: reco
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "SHIFTBENCH_HOME": home}
         shiftbench = [sys.executable, "-m", "shiftbench.pipelines.cli"]
-        from shiftbench.settings import Settings
+        from shiftbench.config.settings import Settings
 
         os.environ["SHIFTBENCH_HOME"] = home
         names = _sprites_cases(Settings.from_env())[:cases]

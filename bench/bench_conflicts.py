@@ -37,9 +37,9 @@ import torch  # noqa: E402
 
 from shiftbench.erm.config import TrainConfig  # noqa: E402
 from shiftbench.erm.train import train  # noqa: E402
-from shiftbench.images import image_paths  # noqa: E402
-from shiftbench.split_table import read_split  # noqa: E402
-from shiftbench.training_conflicts import subset_descriptor  # noqa: E402
+from shiftbench.scoring.training_conflicts import subset_descriptor  # noqa: E402
+from shiftbench.splits.images import image_paths  # noqa: E402
+from shiftbench.splits.split_table import read_split  # noqa: E402
 
 TASK = "metashift-conflicts"
 QUICK = {"model": "small_cnn", "image_size": 32, "batch_size": 128, "optimizer": "adam", "lr": 1e-3,
@@ -48,8 +48,8 @@ QUICK = {"model": "small_cnn", "image_size": 32, "batch_size": 128, "optimizer":
 
 def prepare(out: Path) -> None:
     """The conflicts split (its version folder) and its stand-in images in ``out`` (portable: carry it)."""
-    from shiftbench import splits
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
+    from shiftbench.splits import published as splits
 
     with tempfile.TemporaryDirectory() as home:
         env = {"SHIFTBENCH_HOME": home, "PATH": str(Path(sys.executable).parent)}

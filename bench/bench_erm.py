@@ -47,9 +47,9 @@ from shiftbench.erm.config import TrainConfig  # noqa: E402
 from shiftbench.erm.data import normalize  # noqa: E402
 from shiftbench.erm.models import build_model  # noqa: E402
 from shiftbench.erm.train import resolve_device, train  # noqa: E402
-from shiftbench.images import image_paths  # noqa: E402
-from shiftbench.split_dataset import SplitDataset  # noqa: E402
-from shiftbench.split_table import read_split  # noqa: E402
+from shiftbench.splits.images import image_paths  # noqa: E402
+from shiftbench.splits.split_dataset import SplitDataset  # noqa: E402
+from shiftbench.splits.split_table import read_split  # noqa: E402
 
 WARMUP = 3
 TEMPLATE = "images/{}.png"
@@ -61,13 +61,14 @@ def prepare(out: Path, per_combination: int = 20, train_size: int = 500) -> None
 
     import polars as pl
 
-    from shiftbench import benchmark_builds, splits
     from shiftbench.conds.family import CASE, CONDS
     from shiftbench.conds.specs import load_specs
-    from shiftbench.family import Target
-    from shiftbench.publishing import check_version, publish_staged
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
+    from shiftbench.families import benchmark_builds
+    from shiftbench.families.family import Target
+    from shiftbench.splits import published as splits
     from shiftbench.store import Store
+    from shiftbench.warehouse.publishing import check_version, publish_staged
 
     with tempfile.TemporaryDirectory() as home:
         env = {"SHIFTBENCH_HOME": home, "SHIFTBENCH_SPRITES_PER_COMBINATION": str(per_combination)}

@@ -49,8 +49,8 @@ def median_of(runs: int, fn: Callable[[], float]) -> dict[str, Any]:
 def build_store(home: Path) -> None:
     """Every family's benchmarks through the library (no Dagster), into ``home``."""
     sys.path.insert(0, str(PROJECT))
-    from shiftbench import benchmark_builds, registry, variants
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
+    from shiftbench.families import benchmark_builds, registry, variants
 
     settings = Settings.from_env(
         {
@@ -77,9 +77,10 @@ def run_timed(command: list[str], env: dict[str, str], cwd: Path) -> float:
 
 
 _REFRESH = {
-    "after": "from shiftbench.catalog import refresh_catalog as r; import sys, time; from pathlib import Path\n"
+    "after": "from shiftbench.warehouse.catalog import refresh_catalog as r\nimport sys, time\n"
+    "from pathlib import Path\n"
     "t = time.perf_counter(); assert r(Path(sys.argv[1]), Path(sys.argv[2])).ok; print(time.perf_counter() - t)",
-    "before": "from shiftbench.catalog import refresh_catalog as r; import sys, time; from pathlib import Path\n"
+    "before": "from shiftbench.catalog import refresh_catalog as r\nimport sys, time\nfrom pathlib import Path\n"
     "t = time.perf_counter(); assert r(Path(sys.argv[1]), Path(sys.argv[2])); print(time.perf_counter() - t)",
 }
 
@@ -101,7 +102,7 @@ import dagster as dg
 after = sys.argv[2] == "after"
 if after:
     from shiftbench.pipelines.cli import _instance
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
     settings = Settings.from_env({"SHIFTBENCH_HOME": sys.argv[1]})
 times = []
 for _ in range(int(sys.argv[3])):

@@ -13,7 +13,7 @@ libraries. Measured, each as the median of ``--runs`` repetitions:
   with the number of Dagster runs each made.
 - ``conds_cli`` / ``conds_library``: the 34 sprites cases in a fresh warehouse (images already
   generated, shared by every home) through the CLI, and through the library without Dagster
-  (``shiftbench.benchmark_builds.build``; only the new checkout has it).
+  (``shiftbench.families.benchmark_builds.build``; only the new checkout has it).
 - ``backfill_68``: ``dagster dev`` (daemon, default run launcher and queue), then a backfill of the
   68 ConDS partitions (sprites and the CelebA fixture) launched over GraphQL, from launch until the
   backfill is done, with the number of runs it made.
@@ -132,7 +132,8 @@ def measure_conds(checkout: Checkout, runs: int, library: bool) -> dict[str, Any
     result: dict[str, Any] = {"cli_34": cli}
     if library:
         code = (
-            "import time; from shiftbench.settings import Settings; from shiftbench import benchmark_builds, variants\n"
+            "import time; from shiftbench.config.settings import Settings\n"
+            "from shiftbench.families import benchmark_builds, variants\n"
             "from shiftbench.conds.family import CASE, CONDS\n"
             "t = time.perf_counter(); s = Settings.from_env()\n"
             "targets = [(CASE, t) for t in variants.targets(s, CASE).values()]\n"

@@ -15,7 +15,7 @@ Measured side by side in one process (same torch, ``torch.set_num_threads(2)``, 
   train-mode forward+backward time of a batch;
 - augmentation: DomainBed's training transform as torchvision v2 per image (DomainBed's way), v2 on
   the whole batch (one random draw for all images), and ``shiftbench.erm.augment.augment("domainbed")``;
-- decoding: JPEG -> RGB -> square resize with Pillow (``shiftbench.split_dataset.decode``) vs
+- decoding: JPEG -> RGB -> square resize with Pillow (``shiftbench.splits.split_dataset.decode``) vs
   ``torchvision.io.decode_jpeg`` + ``v2.functional.resize(antialias=True)``, and their pixel agreement.
 
 ``--write-snapshot PATH`` writes torchvision's ResNet state-dict shapes for
@@ -53,9 +53,9 @@ from torchvision.io import ImageReadMode, decode_jpeg, read_file  # noqa: E402
 from torchvision.transforms import v2  # noqa: E402
 from torchvision.transforms.v2 import functional as tvf  # noqa: E402
 
-from shiftbench import split_dataset as sb_data  # noqa: E402
 from shiftbench.erm import augment as sb_augment  # noqa: E402
 from shiftbench.erm.models import build_model  # noqa: E402
+from shiftbench.splits import split_dataset as sb_data  # noqa: E402
 
 RESNETS = ("resnet18", "resnet50")
 Timed = dict[str, Any]

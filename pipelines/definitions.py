@@ -32,16 +32,16 @@ import dagster as dg
 # in 1.13 but are the documented way to get data versions; their warnings would bury every log line.
 warnings.filterwarnings("ignore", message=r".*is currently in (beta|preview).*")
 
-from shiftbench import registry  # noqa: E402
 from shiftbench.assets.analysis import analyses_job, analysis_assets  # noqa: E402
 from shiftbench.assets.erm import STOP_GRACE_S, baseline_assets, trainable_kinds  # noqa: E402
 from shiftbench.assets.factory import family_assets  # noqa: E402
 from shiftbench.assets.fanout import fanout_job  # noqa: E402
 from shiftbench.assets.resources import settings_from_environment  # noqa: E402
+from shiftbench.config.settings import ENV_PREFIX, Settings  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
+from shiftbench.families import registry  # noqa: E402
 from shiftbench.pipelines.search import search_job, search_sensor  # noqa: E402
 from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
-from shiftbench.settings import ENV_PREFIX, Settings  # noqa: E402
 
 
 def graph_settings() -> Settings:

@@ -12,11 +12,11 @@ from typing import Any
 
 import dagster as dg
 
-from shiftbench import registry
 from shiftbench.assets.erm import baseline_job_name
 from shiftbench.assets.resources import ShiftbenchSettings
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ShiftbenchError
-from shiftbench.settings import Settings
+from shiftbench.families import registry
 
 SEARCH_TAG = "shiftbench/search"
 RUN_TAG = "shiftbench/run"
@@ -43,7 +43,7 @@ class SearchConfig(dg.Config):
 def request_search(context: dg.OpExecutionContext, config: SearchConfig, settings: ShiftbenchSettings) -> None:
     """Plan the search (a bad value fails here, asking for nothing) and write the request the sensor trains."""
     from shiftbench.erm.search_requests import SearchRequest, plan_request, save_request
-    from shiftbench.plans import training_overrides
+    from shiftbench.families.plans import training_overrides
 
     overrides = training_overrides(config.parameters)
     from shiftbench.pipelines.cli.train import typed_training

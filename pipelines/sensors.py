@@ -13,13 +13,13 @@ from typing import Any
 
 import dagster as dg
 
-from shiftbench import registry
 from shiftbench.assets.factory import spec_fingerprints, spec_source_key
 from shiftbench.assets.metadata import data_version_tags
 from shiftbench.assets.resources import ShiftbenchSettings
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ShiftbenchError
-from shiftbench.family import Kind
-from shiftbench.settings import Settings
+from shiftbench.families import registry
+from shiftbench.families.family import Kind
 
 SYNC_INTERVAL_S = 30
 

@@ -1,6 +1,6 @@
 """What the CLI shows while work runs: one line per benchmark, progress bars on a terminal.
 
-It listens to the library's progress events (:mod:`shiftbench.progress`), so the same lines come
+It listens to the library's progress events (:mod:`shiftbench.runtime.progress`), so the same lines come
 from a batched Dagster run and from the library path. On a terminal, rich draws a bar per batch;
 elsewhere (pipes, CI, tests) it prints the same lines plainly. Warnings print once.
 """
@@ -13,8 +13,8 @@ from contextlib import contextmanager, redirect_stderr
 from pathlib import Path
 from typing import Any, TextIO
 
-from shiftbench import progress
 from shiftbench.errors import disk_full
+from shiftbench.runtime import progress
 
 # Words for outcomes, as the lines print them.
 _VERDICT = {"published": "", "checked": "checked, not published", "failed_checks": "FAILED its checks, not published"}

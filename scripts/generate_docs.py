@@ -3,10 +3,10 @@
     .venv/bin/python scripts/generate_docs.py           # rewrite both pages
     .venv/bin/python scripts/generate_docs.py --check   # exit 1 if a committed page differs
 
-- ``docs/settings.md``: every field of :class:`shiftbench.settings.Settings` (and of a registered family's own
+- ``docs/settings.md``: every field of :class:`shiftbench.config.settings.Settings` (and of a registered family's own
   settings model, where a family declares one): its ``SHIFTBENCH_*`` variable, type, default and description.
 - ``docs/tables.md``: every data contract (``data_contracts/*.yaml``, read with
-  :func:`shiftbench.contracts.contracts`): the table's purpose, its columns and its quality rules.
+  :func:`shiftbench.store.contracts.contracts`): the table's purpose, its columns and its quality rules.
 
 The output is deterministic (sorted, no timestamps), so ``tests/test_generated_docs.py`` can compare the
 committed pages with what this script renders now. The renderers are pure functions of the models and
@@ -31,9 +31,9 @@ PROJECT = Path(__file__).resolve().parent.parent
 if str(PROJECT) not in sys.path:  # run as a script from anywhere: the checkout's package first
     sys.path.insert(0, str(PROJECT))
 
-from shiftbench import contracts as contracts_module  # noqa: E402
-from shiftbench import settings as settings_module  # noqa: E402
-from shiftbench.contracts import Contract  # noqa: E402
+from shiftbench.config import settings as settings_module  # noqa: E402
+from shiftbench.store import contracts as contracts_module  # noqa: E402
+from shiftbench.store.contracts import Contract  # noqa: E402
 
 SETTINGS_PAGE = Path("docs/settings.md")
 TABLES_PAGE = Path("docs/tables.md")
@@ -93,7 +93,7 @@ def _settings_rows(model: type[BaseModel]) -> list[tuple[str, str, str, str]]:
 
 def family_settings_models() -> dict[str, type[BaseModel]]:
     """The registered families' own settings models (a family may declare one), by family name."""
-    from shiftbench.registry import families
+    from shiftbench.families.registry import families
 
     found: dict[str, type[BaseModel]] = {}
     for name, family in families().items():
@@ -118,7 +118,7 @@ def render_settings(
         _GENERATED,
         "",
         "shiftbench is configured by environment variables only. They are read as one typed model "
-        "(`shiftbench/settings.py`, pydantic-settings, prefix `SHIFTBENCH_`: the field `x_y` is the variable "
+        "(`shiftbench/config/settings.py`, pydantic-settings, prefix `SHIFTBENCH_`: the field `x_y` is the variable "
         "`SHIFTBENCH_X_Y`) by the CLI and by the Dagster resource `ShiftbenchSettings`, which has a field for every "
         "setting (bound to `EnvVar` when the variable is set when the code location loads; unset fields fall back "
         "to the environment, then to the default). A value that does not parse is one line naming the variable "

@@ -7,7 +7,7 @@
 
 Each input makes its files; give any of them (a step whose input is not given is skipped).
 
-- The BREEDS calibration: :func:`shiftbench.calibration.diff` from WordNet 3.0 (Debian's files
+- The BREEDS calibration: :func:`shiftbench.sources.calibration.diff` from WordNet 3.0 (Debian's files
   through nltk), restricted to the ancestors of the 1000 classes, to the release's hierarchy.
 - MetaShift's attribute annotations: the released attribute subsets as one row per
   (image, subject object) with its attributes, zstd-compressed Parquet.
@@ -37,15 +37,15 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shiftbench.calibration import diff, format_edits
-from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import RELEASE_SHA256, read_breeds_hierarchy_dir
+from shiftbench.sources.calibration import diff, format_edits
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.imagenet21k import CLASS_TABLE, LISTS, PROVENANCE_KEY, TIMM_FILES, list_bytes, parse_wnids
 from shiftbench.sources.packaged import BREEDS_CALIBRATION, DATA_DIR, METASHIFT_ATTRIBUTES, metashift_attribute_objects
 from shiftbench.sources.wordnet import load_wordnet
 
 BREEDS_HEADER = """\
-# The BREEDS calibration of WordNet 3.0 as an edit file (format: shiftbench/calibration.py).
+# The BREEDS calibration of WordNet 3.0 as an edit file (format: shiftbench/sources/calibration.py).
 # Applied to WordNet 3.0 restricted to the ancestors of the 1000 ImageNet classes, it gives exactly
 # the calibrated hierarchy of the BREEDS-Benchmarks release (imagenet_class_hierarchy/modified),
 # whose files have these SHA-256 checksums:

@@ -28,15 +28,15 @@ tops=$(.venv/bin/python -c 'import sys, zipfile; print(*sorted({n.split("/")[0] 
 export SHIFTBENCH_HOME="$work/home" SHIFTBENCH_SPRITES_PER_COMBINATION=40 DAGSTER_HOME=
 cd "$work/run"
 "$work/venv/bin/python" - <<'EOF'
-import importlib.util, shiftbench, shiftbench.contracts, shiftbench.catalog, sys
+import importlib.util, shiftbench, shiftbench.store.contracts, shiftbench.warehouse.catalog, sys
 where = shiftbench.__file__
 assert importlib.util.find_spec("pytest") is None, "a dev tool is importable: the environment is not the wheel's"
 assert importlib.util.find_spec("assets") is None and importlib.util.find_spec("pipelines") is None
-import shiftbench.pipelines.definitions, shiftbench.package_files as files
+import shiftbench.pipelines.definitions, shiftbench.config.package_files as files
 assert files.SQL_DIR.is_relative_to(files.PACKAGE_DIR) and files.CONTRACTS_DIR.is_relative_to(files.PACKAGE_DIR)
 assert (files.CONTRACTS_DIR / "breeds" / "breeds_hierarchy.yaml").is_file()
 assert where.startswith(sys.prefix), f"shiftbench imported from {where}, not the wheel's environment"
-assert len(shiftbench.contracts.contracts()) >= 30 and (shiftbench.catalog.SQL_DIR / "catalog").is_dir()
+assert len(shiftbench.store.contracts.contracts()) >= 30 and (shiftbench.warehouse.catalog.SQL_DIR / "catalog").is_dir()
 print(f"[wheel] shiftbench from {where}")
 EOF
 sb="$work/venv/bin/shiftbench"

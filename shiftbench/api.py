@@ -3,9 +3,9 @@
 A :class:`Split` holds the examples (a polars DataFrame with the split column and decoded attribute
 values), the version a paper cites, the shift card, a torch ``Dataset`` of any split yielding WILDS-style
 ``(x, y, metadata)`` with images resolved as the training job resolves them, and ``evaluate``, which
-scores predictions with the function ``shiftbench eval`` calls (:func:`shiftbench.evaluation.score`), so the
+scores predictions with the function ``shiftbench eval`` calls (:func:`shiftbench.splits.evaluation.score`), so the
 numbers are the CLI's. Reading goes down the layers only: this module, the split reader
-(:mod:`shiftbench.splits`), the store; never through training or a family other than the split's own. torch is
+(:mod:`shiftbench.splits.published`), the store; never through training or a family other than the split's own. torch is
 imported only by :meth:`Split.dataset`.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError, StoreError, shown
-from shiftbench.grouper import Grouper, metadata_table
-from shiftbench.settings import Settings
-from shiftbench.splits import PublishedSplit, published_split
+from shiftbench.scoring.grouper import Grouper, metadata_table
+from shiftbench.splits.published import PublishedSplit, published_split
 from shiftbench.store.layout import check_benchmark_name
 
 _BASE = ("benchmark", "version", "example_id", "split", "y")
@@ -42,7 +42,14 @@ def load_split(name: str, version: str | None = None, *, home: str | Path | None
     settings = Settings.from_env({**os.environ, "SHIFTBENCH_HOME": str(home)} if home is not None else None)
     settings.existing_home(given_as="home" if home is not None else None)
     # A damaged version: StoreError, not served; a version staged but never published: InputError.
-    return Split(settings, published_split(settings, name, version, published_only=True))
+    return Split(settings, published_split(settings, name, version, published_only=True, refusal=_paper_name))
+
+
+def _paper_name(benchmark: str, splits: Mapping[str, str]) -> str | None:
+    """Only for a name with no published split are the families asked (their papers' names and tags)."""
+    from shiftbench.families.registry import unpublished_paper_name
+
+    return unpublished_paper_name(benchmark, splits)
 
 
 def _text(value: object, parameter: str) -> str:
@@ -120,10 +127,10 @@ class Split:
         ``transform`` when given), the image found as the training job finds it, metadata the WILDS fields
         ``[group, y, attributes...]`` as integer codes. ``image_size``: resize to S (default: the first
         image's own size)."""
-        from shiftbench.images import image_paths
-        from shiftbench.split_dataset import SplitDataset
-        from shiftbench.split_table import read_split
-        from shiftbench.splits import split_images
+        from shiftbench.splits.images import image_paths
+        from shiftbench.splits.published import split_images
+        from shiftbench.splits.split_dataset import SplitDataset
+        from shiftbench.splits.split_table import read_split
 
         self._rows(split)
         table = read_split(self.path)
@@ -139,7 +146,7 @@ class Split:
         ``examples`` order): ``eval_split, metric, group, value``. ``group_by``: metadata fields whose
         value combinations are the groups, as a list or as the CLI's ``"y,object_color"`` (default: the
         split's own groups)."""
-        from shiftbench.evaluation import Predictions, score
+        from shiftbench.splits.evaluation import Predictions, score
 
         rows = self._rows(split)
         values = self._labels(y_pred, rows)
@@ -179,7 +186,7 @@ class Split:
 
 def _group_fields(group_by: object) -> tuple[str, ...]:
     """The fields of ``group_by``: a Grouper, a list of names, or the CLI's comma string (never its characters);
-    :func:`shiftbench.evaluation.score` checks that the split has them."""
+    :func:`shiftbench.splits.evaluation.score` checks that the split has them."""
     if group_by is None:
         return ()
     if isinstance(group_by, Grouper):

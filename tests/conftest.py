@@ -19,7 +19,7 @@ import pytest
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 
 PROJECT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(os.environ.get("SHIFTBENCH_FIXTURES", PROJECT.parent / "shared" / "fixtures"))
@@ -206,8 +206,8 @@ def toy_tables(directory: Path, split: str = "rand", seed: int = 0, n_subclasses
 
 def stage_one(settings: Settings, kind_name: str, benchmark: str, overrides: dict[str, object] | None = None) -> Any:
     """Stage one benchmark through the library (inputs, spec or variant, stage); not checked."""
-    from shiftbench import benchmark_builds, registry, variants
-    from shiftbench.family import Target
+    from shiftbench.families import benchmark_builds, registry, variants
+    from shiftbench.families.family import Target
 
     family_name, _, kind = kind_name.partition("/")
     family = registry.family(family_name)
@@ -224,7 +224,7 @@ def sprites_split(home: Path, case: str) -> tuple[Any, list[Path], dict[str, Any
     for the tests that call the training loop without the launcher."""
     from shiftbench.erm import launch
     from shiftbench.erm.job import image_paths
-    from shiftbench.split_table import read_split
+    from shiftbench.splits.split_table import read_split
 
     settings = small_sprites_home(home, case)
     plan = launch.plan_run(settings, case, preset="smoke", seed=0)
@@ -290,9 +290,9 @@ def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Set
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a
     symlink, as ``make_settings`` does); ``own_images`` gives the home its own links to them instead, for a test
     that moves an image."""
-    from shiftbench.contracts import failures
-    from shiftbench.publishing import check_version, publish_staged
     from shiftbench.store import Store
+    from shiftbench.store.contracts import failures
+    from shiftbench.warehouse.publishing import check_version, publish_staged
 
     settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
     sprites = _sprites_key(40, 0)
@@ -314,8 +314,8 @@ def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Set
 def _sprites_key(n_per_combination: int, seed: int) -> str:
     """The cache folder of generated sprites, named as shiftbench.conds.family names it (a mismatch only costs
     generating them again in the home that asked for its own images)."""
-    from shiftbench.fingerprint import sha256_text
     from shiftbench.sources.sprites import GENERATOR_VERSION
+    from shiftbench.tables.fingerprint import sha256_text
 
     return sha256_text(f"{GENERATOR_VERSION}|{n_per_combination}|{seed}")[:32]
 
@@ -351,7 +351,7 @@ def _link_tree(source: Path, target: Path) -> None:
 
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
     """Build, check and publish benchmarks through the library path; every one must pass."""
-    from shiftbench import benchmark_builds, registry, variants
+    from shiftbench.families import benchmark_builds, registry, variants
 
     family_name, _, kind = kind_name.partition("/")
     family = registry.family(family_name)

@@ -18,10 +18,10 @@ import pytest
 
 from shiftbench.breeds.figures import source_vs_target
 from shiftbench.conds.figures import conds_grid_vs_paper
+from shiftbench.config.settings import Settings
+from shiftbench.families.registry import analyses
 from shiftbench.metashift.figures import accuracy_vs_distance, subpopulation_table
 from shiftbench.pipelines.cli import main
-from shiftbench.registry import analyses
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 CASES = ("sprites-uniform", "sprites-sc-object_color")
@@ -289,7 +289,7 @@ def _figure_strings(monkeypatch: pytest.MonkeyPatch, draw: Callable[[], bytes]) 
     from matplotlib.text import Text
 
     import shiftbench.breeds.figures as figures
-    from shiftbench.plots import png_bytes
+    from shiftbench.results.plots import png_bytes
 
     texts: list[str] = []
 
@@ -400,10 +400,10 @@ def _train_breeds_standins(
 ) -> tuple[Settings, dict[str, list[dict[tuple[str, str], float]]]]:
     """Living-17 built from the BREEDS fixture over an ImageNet-style root of empty files (listed, never opened), and
     :data:`BREEDS_RUNS` trained on stand-in images and published; each run's published results by setting."""
-    from shiftbench.contracts import failures
     from shiftbench.erm import launch
-    from shiftbench.publishing import check_version, publish_staged
     from shiftbench.sources.imagenet import imagenet_classes
+    from shiftbench.store.contracts import failures
+    from shiftbench.warehouse.publishing import check_version, publish_staged
 
     from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, stage_one
 
@@ -446,7 +446,7 @@ def test_breeds_figures_5_and_6_over_published_standin_runs_match_their_results_
     from matplotlib.text import Text
 
     import shiftbench.breeds.figures as figures
-    from shiftbench.plots import png_bytes
+    from shiftbench.results.plots import png_bytes
 
     settings, by_setting = _train_breeds_standins(cli_env, tmp_path)
     titles: list[str] = []

@@ -17,9 +17,9 @@ import polars as pl
 import pytest
 
 import shiftbench
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError, StoreError
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 
 from .conftest import PROJECT, small_sprites_home
 
@@ -46,23 +46,53 @@ def test_the_readme_s_python_example_runs_verbatim(
     assert "acc_wg" in out and "y=0,object_color=" in out
 
 
-def test_load_split_reads_down_the_layers_and_imports_no_family(home: Path) -> None:
-    """API -> split reader -> store, in a fresh process as a researcher's script runs: ``load_split(...).examples``
-    imports no family's modules (the settings validate every family's settings model, small pydantic modules, and
-    nothing else of a family), nothing of training or the registry of families, no contracts (the store verifies
-    files; contracts are for checks), and none of numba, scipy, networkx, pandas, duckdb or torch."""
+def _fresh_process_modules(home: Path, then: str) -> list[str]:
+    """The modules a researcher's script has imported after ``load_split`` and ``then``, in a fresh process."""
     code = (
         "import json, sys\nimport shiftbench\nsplit = shiftbench.load_split(sys.argv[1], home=sys.argv[2])\n"
-        "assert split.examples.height\nprint(json.dumps(sorted(sys.modules)))"
+        f"assert split.examples.height\n{then}\nprint(json.dumps(sorted(sys.modules)))"
     )
     done = subprocess.run([sys.executable, "-c", code, CASE, str(home)], capture_output=True, text=True, check=True)
-    modules = json.loads(done.stdout)
+    modules: list[str] = json.loads(done.stdout.splitlines()[-1])
+    return modules
+
+
+# Never imported to read or score a split: training, the typed registry of families and the families' shared build
+# code, publishing and the catalog, the contracts (the store verifies files; contracts are for checks).
+NOT_FOR_READING = ("shiftbench.erm", "shiftbench.families", "shiftbench.warehouse", "shiftbench.store.contracts")
+HEAVY = ("numba", "scipy", "networkx", "pandas", "duckdb", "torch")
+
+
+@pytest.mark.parametrize(
+    ("then", "family_modules"),
+    [
+        ("", ["shiftbench.breeds.settings", "shiftbench.conds.settings", "shiftbench.metashift.settings"]),
+        (
+            "test = split.examples.filter(split.examples['split'] == 'test')\n"
+            "scores = split.evaluate(test['y'].to_numpy(), 'test', group_by=['y'])\nassert scores.height",
+            [
+                "shiftbench.breeds.settings",
+                "shiftbench.conds.settings",
+                "shiftbench.conds.shift_subsets",
+                "shiftbench.metashift.settings",
+            ],
+        ),
+    ],
+    ids=["load_split", "evaluate"],
+)
+def test_load_split_and_evaluate_read_down_the_layers_and_import_no_family(
+    home: Path, then: str, family_modules: list[str]
+) -> None:
+    """API -> split reader -> store, in a fresh process as a researcher's script runs: ``load_split(...).examples``
+    and ``Split.evaluate`` import of a family only its settings model (the settings validate every family's, small
+    pydantic modules) and, to score, the subsets module its registry entry declares (ConDS' ``shift_subsets``:
+    polars and numpy): nothing of training, the registry of families, publishing, the catalog or the contracts,
+    and none of numba, scipy, networkx, pandas, duckdb or torch (issue 50)."""
+    modules = _fresh_process_modules(home, then)
     packages = ("shiftbench.breeds", "shiftbench.metashift", "shiftbench.conds")
-    family_modules = [m for m in modules if m.startswith(packages) and m not in packages]
-    assert family_modules and all(m.endswith(".settings") for m in family_modules), family_modules
-    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.registry", "shiftbench.contracts"))] == []
-    heavy = ("numba", "scipy", "networkx", "pandas", "duckdb", "torch")
-    assert [m for m in modules if m.split(".")[0] in heavy] == []
+    assert [m for m in modules if m.startswith(packages) and m not in packages] == family_modules
+    assert [m for m in modules if m.startswith(NOT_FOR_READING)] == []
+    assert [m for m in modules if m.split(".")[0] in HEAVY] == []
 
 
 def test_evaluate_gives_shiftbench_eval_s_numbers(home: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -143,8 +173,8 @@ def test_a_comma_string_groups_as_the_cli_s_group_by_never_by_its_characters(hom
 
 def test_scoring_refuses_a_label_outside_the_classes_whoever_built_the_predictions(home: Path) -> None:
     """The guard sits in :func:`score` itself, under the CLI's file reader and the API's checks."""
-    from shiftbench.evaluation import Predictions, score
-    from shiftbench.splits import published_split
+    from shiftbench.splits.evaluation import Predictions, score
+    from shiftbench.splits.published import published_split
 
     split = published_split(Settings.from_env({"SHIFTBENCH_HOME": str(home)}), CASE)
     ids = split.examples.filter(pl.col("split") == "test")["example_id"]
@@ -179,8 +209,8 @@ def test_a_run_trained_with_group_by_reports_the_groups_eval_names_and_they_join
     from shiftbench.erm.config import TrainConfig
     from shiftbench.erm.data import Batches, normalize
     from shiftbench.erm.models import build_model
-    from shiftbench.images import image_paths
-    from shiftbench.split_table import read_split
+    from shiftbench.splits.images import image_paths
+    from shiftbench.splits.split_table import read_split
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
     settings = Settings.from_env()

@@ -14,7 +14,7 @@ import torch
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.models import build_model, head_name
 from shiftbench.erm.train import train
-from shiftbench.seeding import seed_for
+from shiftbench.runtime.seeding import seed_for
 
 from .conftest import sprites_split
 

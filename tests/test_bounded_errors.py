@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError, one_line, shown
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 
 LONG = 200_000
 

@@ -31,9 +31,9 @@ import shiftbench
 from shiftbench.breeds.build import _tree_distance
 from shiftbench.breeds.novel import build_novel_task
 from shiftbench.breeds.tasks import TaskParams, build_task
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.imagenet21k import class_list
 
 from .conftest import PUBLISHED_SPLITS
@@ -405,9 +405,9 @@ def test_the_tree_distance_is_the_shortest_path(parents: list[int]) -> None:
 
 
 def test_the_examples_contract_allows_no_examples_only_when_no_images_were_listed(tmp_path: Path) -> None:
-    from shiftbench.benchmarks_table import benchmarks_row
     from shiftbench.breeds.build import examples_table, subpopulations_table
-    from shiftbench.contracts import check_tables, failures
+    from shiftbench.families.benchmarks_table import benchmarks_row
+    from shiftbench.store.contracts import check_tables, failures
 
     empty = examples_table(subpopulations_table([], _hierarchy([("r", "a")]), "rand"), _no_images())
     for images, broken in (("none", False), ("imagenet21k-dir", True)):

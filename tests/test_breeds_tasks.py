@@ -10,8 +10,8 @@ import pytest
 from shiftbench.breeds.specs import load_specs
 from shiftbench.breeds.tasks import TaskParams, build_task
 from shiftbench.errors import InputError
-from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
+from shiftbench.sources.hierarchy import Hierarchy
 
 from .conftest import BREEDS_FIXTURE, PUBLISHED_SPLITS, TOY_CLASSES, toy_edges
 

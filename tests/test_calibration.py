@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shiftbench.calibration import (
+from shiftbench.errors import InputError
+from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
+from shiftbench.sources.calibration import (
     Edit,
     apply_edits,
     diff,
@@ -17,9 +19,7 @@ from shiftbench.calibration import (
     read_edit_file,
     tree_edits,
 )
-from shiftbench.errors import InputError
-from shiftbench.hierarchy import Hierarchy
-from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.wordnet import load_wordnet
 
 from .conftest import BREEDS_FIXTURE, TEST_CACHE

@@ -17,11 +17,11 @@ from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.build import magnitudes
 from shiftbench.breeds.specs import load_specs
 from shiftbench.breeds.tasks import build_task
-from shiftbench.magnitudes import vocabulary
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
 from shiftbench.store import Store
+from shiftbench.warehouse.magnitudes import vocabulary
 
 from .conftest import BREEDS_FIXTURE
 
@@ -173,7 +173,7 @@ def test_an_older_paper_named_version_of_other_content_is_retired(
 ) -> None:
     """What an older shiftbench published offline (generated scenes under the paper's task name) is moved
     aside by the next build, so no view shows it under the paper's name; real paper content stays."""
-    from shiftbench.publishing import check_version
+    from shiftbench.warehouse.publishing import check_version
 
     settings = cli_env()
     assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated"]) == 0

@@ -15,12 +15,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from shiftbench.catalog import SQL_DIR, STORAGE_VERSION, open_catalog, refresh_catalog
-from shiftbench.contracts import contracts
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.publishing import check_version
-from shiftbench.settings import Settings
 from shiftbench.store import Store
+from shiftbench.store.contracts import contracts
+from shiftbench.warehouse.catalog import SQL_DIR, STORAGE_VERSION, open_catalog, refresh_catalog
+from shiftbench.warehouse.publishing import check_version
 
 from .conftest import PROJECT, ToyDir, toy_tables
 
@@ -187,8 +187,8 @@ def test_a_catalog_that_cannot_be_refreshed_is_read_only_once_its_changed_files_
     """A copied home whose catalog cannot be rewritten (a full disk, a read-only copy): its files are all new to
     the catalog, so they are verified against their checksums and read from the copy; a damaged one stops the
     read (never served), and a file there that is no catalog is never read as one."""
-    from shiftbench import catalog as catalog_module
     from shiftbench.errors import StoreError
+    from shiftbench.warehouse import catalog as catalog_module
 
     catalog, (_, v2) = published_store
     moved = tmp_path / "moved"
@@ -220,7 +220,7 @@ def test_a_catalog_that_cannot_be_written_says_so_and_keeps_the_old_one(
 ) -> None:
     import errno
 
-    import shiftbench.catalog as catalog_module
+    import shiftbench.warehouse.catalog as catalog_module
 
     catalog, _ = published_store
     before = catalog.read_bytes()

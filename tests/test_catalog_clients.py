@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.catalog import open_catalog, refresh_catalog
-from shiftbench.publishing import check_version
 from shiftbench.store import Store
+from shiftbench.warehouse.catalog import open_catalog, refresh_catalog
+from shiftbench.warehouse.publishing import check_version
 
 from .conftest import CLIENTS_PYTHON, PROJECT, ToyDir, missing, run_client, toy_tables
 

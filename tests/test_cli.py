@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, PROJECT, TOY_CLASSES, ToyDir
@@ -378,7 +378,7 @@ def test_a_catalog_that_could_not_be_refreshed_is_reported_as_it_is(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The version is published (the store is the truth); the derived catalog lags and the build says so."""
-    from shiftbench import catalog as catalog_module
+    from shiftbench.warehouse import catalog as catalog_module
 
     settings, _ = toy_cli
     real = catalog_module._write

@@ -15,9 +15,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench import registry
+from shiftbench.config.settings import Settings
+from shiftbench.families import registry
 from shiftbench.pipelines.cli import build_parser, main
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 from .conftest import FIXTURES, TEST_CACHE, missing, publish_all
@@ -409,7 +409,7 @@ def test_export_values_that_would_be_paths_stay_inside_the_target(cli: Settings,
     import dataclasses
 
     from shiftbench.exports import ExportOptions, export
-    from shiftbench.splits import published_split, split_images
+    from shiftbench.splits.published import published_split, split_images
 
     split = published_split(cli, CASE)
     values = pl.Series([".", "..", "a/b", "a_b", "", ".hidden"])

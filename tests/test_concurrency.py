@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 from shiftbench.store import Store
 
 from .conftest import PROJECT, ToyDir, missing

@@ -20,13 +20,13 @@ from shiftbench.conds import family as cp
 from shiftbench.conds.attributes import attribute_table
 from shiftbench.conds.engine import draw_case
 from shiftbench.conds.specs import Attribute, CaseSpec, load_specs, parse_specs
-from shiftbench.contracts import failures
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.publishing import check_staged
-from shiftbench.settings import Settings
 from shiftbench.sources import sprites
 from shiftbench.sources.attribute_tables import read_attribute_table
 from shiftbench.sources.celeba import read_celeba_attributes
+from shiftbench.store.contracts import failures
+from shiftbench.warehouse.publishing import check_staged
 
 from .conftest import FIXTURES, stage_one
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench import registry
-from shiftbench.contracts import CONTRACTS_DIR, check_tables, contracts, failures, load_contract
 from shiftbench.errors import InputError
+from shiftbench.families import registry
 from shiftbench.store import Store
+from shiftbench.store.contracts import CONTRACTS_DIR, check_tables, contracts, failures, load_contract
 
 from .conftest import ToyDir, toy_tables
 
@@ -184,7 +184,7 @@ def test_a_broken_contract_file_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_wrong_check_memory_setting_is_one_clear_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shiftbench.contracts import connect_tables
+    from shiftbench.store.contracts import connect_tables
 
     monkeypatch.setenv("SHIFTBENCH_CHECK_MEMORY", "lots")
     with pytest.raises(InputError, match=r"SHIFTBENCH_CHECK_MEMORY.*'lots'"):

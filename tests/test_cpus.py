@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench import cpus
+from shiftbench.runtime import cpus
 
 
 @pytest.mark.parametrize(

@@ -18,17 +18,17 @@ import dagster as dg
 import duckdb
 import pytest
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 
 from .conftest import BREEDS_FIXTURE, PROJECT, PUBLISHED_SPLITS
 
 warnings.filterwarnings("ignore", message=".*is currently in (beta|preview).*")
 
-from shiftbench import registry  # noqa: E402
 from shiftbench.assets import erm as erm_assets  # noqa: E402
 from shiftbench.assets.factory import spec_source_key  # noqa: E402
 from shiftbench.assets.resources import resource_class  # noqa: E402
-from shiftbench.family import Kind  # noqa: E402
+from shiftbench.families import registry  # noqa: E402
+from shiftbench.families.family import Kind  # noqa: E402
 from shiftbench.pipelines.definitions import build_definitions, defs  # noqa: E402
 from shiftbench.pipelines.sensors import partitions_sensor  # noqa: E402
 from shiftbench.store import Store  # noqa: E402
@@ -189,7 +189,7 @@ def location(monkeypatch: pytest.MonkeyPatch, settings: Settings) -> dg.Definiti
     """The code location as ``dagster dev`` would load it with ``settings`` in the environment."""
     import os
 
-    from shiftbench.settings import variable
+    from shiftbench.config.settings import variable
 
     for key in list(os.environ):
         if key.startswith("SHIFTBENCH_"):
@@ -313,8 +313,8 @@ IMAGENET1K_VERSIONS = {
 
 def _failing_checks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every contract check reports a broken rule (a version that must never be published)."""
-    import shiftbench.publishing as publishing
-    from shiftbench.contracts import RuleResult
+    import shiftbench.warehouse.publishing as publishing
+    from shiftbench.store.contracts import RuleResult
 
     def broken(tables: Any, only: Any = None) -> dict[str, list[RuleResult]]:
         return {t: [RuleResult(t, "forced_failure", False, 1, "0")] for t in tables}

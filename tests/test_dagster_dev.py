@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 
 from .conftest import BREEDS_FIXTURE, PROJECT
 

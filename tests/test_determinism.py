@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench import benchmark_builds, variants
 from shiftbench.breeds.family import BENCHMARK, BREEDS
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
+from shiftbench.families import benchmark_builds, variants
 
 from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE
 

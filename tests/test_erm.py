@@ -16,19 +16,19 @@ import polars as pl
 import pytest
 import torch
 
-from shiftbench import splits
 from shiftbench.conds.specs import load_specs
-from shiftbench.contracts import failures
+from shiftbench.config.settings import Settings
 from shiftbench.erm import launch
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.models import build_model, load_checkpoint
 from shiftbench.erm.train import resolve_device
 from shiftbench.errors import InputError
-from shiftbench.metrics import gap_metrics, split_metrics
-from shiftbench.publishing import check_version, publish_staged
-from shiftbench.settings import Settings
-from shiftbench.split_table import read_split
+from shiftbench.scoring.metrics import gap_metrics, split_metrics
+from shiftbench.splits import published as splits
+from shiftbench.splits.split_table import read_split
 from shiftbench.store import Store
+from shiftbench.store.contracts import failures
+from shiftbench.warehouse.publishing import check_version, publish_staged
 
 from .conftest import small_sprites_home, stage_one
 
@@ -235,8 +235,8 @@ def test_the_dagster_asset_trains_through_pipes_and_bad_inputs_publish_nothing(
 
         # Results take the guarded path too: failed checks block publishing, and so does a later
         # run that materializes only the publish asset (what "Materialize selected" does).
-        import shiftbench.publishing as publishing
-        from shiftbench.contracts import RuleResult
+        import shiftbench.warehouse.publishing as publishing
+        from shiftbench.store.contracts import RuleResult
 
         third = dg.MultiPartitionKey({"benchmark": "sprites-sc-object_color", "seed": "3"})
         with pytest.MonkeyPatch.context() as patch:
@@ -473,7 +473,7 @@ def test_flip_rot90_augmentation_is_lossless_seeded_and_covers_the_square_symmet
 
 def test_pairwise_accuracy_is_breeds_average_case_binary_task_by_hand() -> None:
     """BREEDS A.7.2: on the images of a pair, the class of the two with the higher probability; every pair once."""
-    from shiftbench.metrics import pairwise_accuracy
+    from shiftbench.scoring.metrics import pairwise_accuracy
 
     probabilities = np.array(
         [
@@ -498,7 +498,7 @@ def test_pairwise_accuracy_is_breeds_average_case_binary_task_by_hand() -> None:
 def test_the_relative_accuracy_interval_is_the_bootstrap_over_examples() -> None:
     """BREEDS reports relative accuracy with 95 % bootstrap intervals. Drawing each split's correct count from
     Binomial(n, accuracy) is resampling its examples with replacement: checked against that resampling itself."""
-    from shiftbench.metrics import Metric, relative_accuracy_interval
+    from shiftbench.scoring.metrics import Metric, relative_accuracy_interval
 
     low, high = relative_accuracy_interval(1000, 0.9, 800, 0.6)
     assert low is not None and high is not None and low < 0.6 / 0.9 < high

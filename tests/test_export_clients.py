@@ -26,9 +26,9 @@ from typing import Any
 import polars as pl
 import pytest
 
-from shiftbench import registry
+from shiftbench.config.settings import Settings
+from shiftbench.families import registry
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 
 from .conftest import publish_all, run_client
 
@@ -285,7 +285,7 @@ def test_wilds_splits_keep_wilds_codes_and_a_missing_validation_split_is_declare
 
     from shiftbench.exports import ExportOptions
     from shiftbench.exports import export as export_split
-    from shiftbench.splits import published_split, split_images
+    from shiftbench.splits.published import published_split, split_images
 
     task = export(TASK, tmp_path / "task", "--layout", "wilds", "--image-root", "standin")
     split = published_split(cli, SC)

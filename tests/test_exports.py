@@ -13,15 +13,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench import registry
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
 from shiftbench.exports import LAYOUTS, ExportOptions, export, placing
 from shiftbench.exports.folders import INDEX, distinct_folders, domainbed
 from shiftbench.exports.table import ExportTable, file_names
+from shiftbench.families import registry
 from shiftbench.pipelines.cli import export as cli_export
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
-from shiftbench.splits import PublishedSplit, published_split, split_images
+from shiftbench.splits.published import PublishedSplit, published_split, split_images
 
 from .conftest import TEST_CACHE, ToyDir, publish_all, toy_tables
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.metashift.specs import parse_specs
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 
 
 def _generate(out: Path, *extra: str) -> int:

@@ -10,7 +10,7 @@ from types import ModuleType
 
 import pytest
 
-from shiftbench.settings import Settings, variable
+from shiftbench.config.settings import Settings, variable
 
 from .conftest import PROJECT
 

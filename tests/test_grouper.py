@@ -1,4 +1,4 @@
-"""One definition of a group (shiftbench.grouper): names, codes, the split's own groups, and the search
+"""One definition of a group (shiftbench.scoring.grouper): names, codes, the split's own groups, and the search
 that finds no other code naming groups."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 import pytest
 
 from shiftbench.errors import InputError
-from shiftbench.grouper import Grouper, cell_name, require_fields
+from shiftbench.scoring.grouper import Grouper, cell_name, require_fields
 
 from .conftest import PROJECT
 

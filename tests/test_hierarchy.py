@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shiftbench.errors import InputError
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.sources.hierarchy import Hierarchy
 
 R = "n00001740"
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench import splits
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
 from shiftbench.pipelines.cli.common import shiftbench_command
-from shiftbench.settings import Settings
+from shiftbench.splits import published as splits
 
 from .conftest import PROJECT, small_sprites_home
 

@@ -21,9 +21,9 @@ from kubernetes.client import ApiClient
 
 from shiftbench.assets import erm
 from shiftbench.assets.resources import resource_class
+from shiftbench.config.settings import Settings
 from shiftbench.erm import pods
 from shiftbench.errors import InputError
-from shiftbench.settings import Settings
 
 PIPES_ENV = {"DAGSTER_PIPES_CONTEXT": "context-payload", "DAGSTER_PIPES_MESSAGES": "messages-payload"}
 

@@ -15,7 +15,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file
 from shiftbench.sources.labelled_hierarchy import (
     SHIPPED_HIERARCHIES,
     LabelledHierarchy,
@@ -23,6 +22,7 @@ from shiftbench.sources.labelled_hierarchy import (
     resolve_hierarchy,
 )
 from shiftbench.sources.packaged import DATA_DIR
+from shiftbench.tables.fingerprint import sha256_file
 
 from .conftest import PROJECT
 

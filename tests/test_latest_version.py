@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.catalog import refresh_catalog
-from shiftbench.fingerprint import canonical_json
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.publishing import check_version
-from shiftbench.settings import Settings
 from shiftbench.store import Store
+from shiftbench.tables.fingerprint import canonical_json
+from shiftbench.warehouse.catalog import refresh_catalog
+from shiftbench.warehouse.publishing import check_version
 
 from .conftest import ToyDir, toy_tables
 
@@ -153,7 +153,7 @@ def test_a_head_a_publish_did_not_write_is_completed_by_the_next_publish(
 def test_a_catalog_that_cannot_be_refreshed_is_not_read_when_the_log_names_another_latest(
     log: Log, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from shiftbench import catalog
+    from shiftbench.warehouse import catalog
 
     def full(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")

@@ -19,21 +19,21 @@ import polars as pl
 import pytest
 import scipy.sparse as sp
 
-from shiftbench.contracts import failures
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ContractViolation, InputError
-from shiftbench.fingerprint import sha256_files
 from shiftbench.metashift import build, collection
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import load_specs, parse_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.metashift.tasks import TaskData
-from shiftbench.publishing import check_staged, stage_check_publish
-from shiftbench.settings import Settings
 from shiftbench.sources import scene_graphs
 from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.sources.gqa_decode import decode_part
 from shiftbench.sources.scene_graphs import read_gqa_scene_graph_file, read_gqa_scene_graphs, read_tags_table
+from shiftbench.store.contracts import failures
+from shiftbench.tables.fingerprint import sha256_files
+from shiftbench.warehouse.publishing import check_staged, stage_check_publish
 
 from .conftest import FIXTURES, PROJECT, stage_one
 
@@ -509,7 +509,7 @@ def test_collection_content_does_not_depend_on_string_hashing() -> None:
         "from shiftbench.metashift.collection import build_collection;"
         "from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
-        "from shiftbench.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
+        "from shiftbench.tables.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
         "t, _, _ = build_collection(s.collections['metashift'], o, i, s.general_contexts, {});"
         "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_streamed(v);"
@@ -532,8 +532,8 @@ def test_edge_contract_recomputes_overlaps_within_the_class(
     tmp_path: Path, generated: tuple[pl.DataFrame, pl.DataFrame]
 ) -> None:
     """The edge rule joins images within a class: a wrong count, or an edge to another class's subset, fails it."""
-    from shiftbench.contracts import check_tables
     from shiftbench.store import Store
+    from shiftbench.store.contracts import check_tables
 
     objects, images = generated
     spec = SPECS.collections["metashift"]
@@ -615,9 +615,9 @@ def test_networkx_mode_from_500_nodes_gives_networkx_s_dense_distances() -> None
 
 # -- distances and memberships as views, declared scope, bucketed builds --------------------------------------
 def _publish(settings: Settings, name: str, base: str, overrides: dict[str, object]) -> str:
-    from shiftbench import registry
-    from shiftbench.publishing import check_version
+    from shiftbench.families import registry
     from shiftbench.store import Store
+    from shiftbench.warehouse.publishing import check_version
 
     kind = registry.family("metashift").kind("collection")
     if overrides:
@@ -638,7 +638,7 @@ def test_the_distance_view_equals_the_materialized_pairs_null_reasons_included(
     images, the plain sets of the candidate memberships."""
     import duckdb
 
-    from shiftbench.catalog import refresh_catalog
+    from shiftbench.warehouse.catalog import refresh_catalog
 
     settings = make_settings(SHIFTBENCH_GQA_SCENE_GRAPHS=str(SCENES))
     base = "metashift-attributes@gqa-files"
@@ -749,7 +749,7 @@ def test_the_fanned_out_units_give_the_version_of_one_piece(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     """The kind's Fanout (plan, units run apart, stage), as the Dagster job runs it step by step."""
-    from shiftbench import benchmark_builds, registry, variants
+    from shiftbench.families import benchmark_builds, registry, variants
 
     settings = make_settings()
     family = registry.family("metashift")
@@ -770,8 +770,8 @@ def test_a_version_written_before_distances_became_a_view_still_checks(
 ) -> None:
     """Versions of the old layout store every candidate's memberships and every pair's distance: their contracts
     still run (and still catch a wrong count), so `shiftbench check` verifies them."""
-    from shiftbench.contracts import check_tables
     from shiftbench.store import Store
+    from shiftbench.store.contracts import check_tables
 
     objects, images = generated
     spec = SPECS.collections["metashift"]
@@ -819,8 +819,8 @@ def test_more_units_than_classes_is_one_line_never_fewer_steps(
 ) -> None:
     """A unit builds whole classes: `--units 3` on a two-class collection is refused in one line (exit 2, nothing
     published, the name left free), not a two-step run, nor the long run a huge count planned."""
+    from shiftbench.families.variants import load_variants
     from shiftbench.pipelines.cli import main
-    from shiftbench.variants import load_variants
 
     settings = cli_env()
     two = ["--benchmark", "metashift@generated", "--set", "classes=cat,dog", "--name", "two"]

@@ -12,16 +12,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench.contracts import failures
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file
 from shiftbench.metashift import build
 from shiftbench.metashift.conflicts import ROLES, Sizes, id_eval_images
 from shiftbench.metashift.specs import load_specs
 from shiftbench.metashift.tasks import TaskData, excluded_images
-from shiftbench.publishing import check_staged
-from shiftbench.settings import Settings
 from shiftbench.sources.generated_scenes import generate_scene_tables
+from shiftbench.store.contracts import failures
+from shiftbench.tables.fingerprint import sha256_file
+from shiftbench.warehouse.publishing import check_staged
 
 from .conftest import stage_one
 from .test_cards import croissant_report

@@ -13,22 +13,22 @@ import duckdb
 import polars as pl
 import pytest
 
-from shiftbench.analysis import FAMILY, provenance
-from shiftbench.contracts import contracts, failures
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ContractViolation, InputError
+from shiftbench.families.analysis import FAMILY, provenance
+from shiftbench.families.registry import analyses
 from shiftbench.metashift import build
 from shiftbench.metashift.annotations import NAME_TAGS, task_specs, task_unavailable
 from shiftbench.metashift.figures import multiclass_table
 from shiftbench.metashift.specs import TaskSpec, load_specs, parse_specs
 from shiftbench.metashift.task_rules import RESERVED_TAGS
 from shiftbench.metashift.tasks import TaskData
-from shiftbench.provenance import STANDIN
-from shiftbench.publishing import check_staged, stage_check_publish
-from shiftbench.registry import analyses
-from shiftbench.settings import Settings
+from shiftbench.scoring.provenance import STANDIN
 from shiftbench.sources import gqa_release
 from shiftbench.sources.generated_scenes import generate_scene_tables
 from shiftbench.sources.scene_graphs import read_gqa_scene_graphs
+from shiftbench.store.contracts import contracts, failures
+from shiftbench.warehouse.publishing import check_staged, stage_check_publish
 
 from .conftest import FIXTURES, stage_one
 

@@ -1,12 +1,12 @@
 """Every training objective a run may record is one the erm_runs contract accepts: a method added to
-shiftbench.method_names without the contract would train and then never publish (CDANN and CausIRL once did)."""
+shiftbench.scoring.method_names without the contract would train and then never publish (CDANN and CausIRL once did)."""
 
 from __future__ import annotations
 
 import re
 
-from shiftbench.method_names import METHODS
-from shiftbench.package_files import CONTRACTS_DIR
+from shiftbench.config.package_files import CONTRACTS_DIR
+from shiftbench.scoring.method_names import METHODS
 
 
 def test_the_erm_runs_contract_accepts_exactly_the_methods() -> None:

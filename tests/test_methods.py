@@ -17,7 +17,7 @@ import polars as pl
 import pytest
 import torch
 
-from shiftbench import splits
+from shiftbench.config.settings import Settings
 from shiftbench.erm import checkpoints, launch
 from shiftbench.erm.augment import augment
 from shiftbench.erm.config import TrainConfig
@@ -26,8 +26,8 @@ from shiftbench.erm.methods import METHODS, build_method
 from shiftbench.erm.models import build_model
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
-from shiftbench.split_table import SplitTable
+from shiftbench.splits import published as splits
+from shiftbench.splits.split_table import SplitTable
 
 from .conftest import small_sprites_home
 
@@ -123,7 +123,7 @@ def _table(metadata: np.ndarray, fields: list[str]) -> SplitTable:
 def test_training_groups_are_the_distinct_values_of_the_named_fields() -> None:
     table = _table(np.array([[0, 0, 2], [1, 1, 2], [0, 1, 2], [1, 0, 5]]), ["group", "y", "colour"])
     codes, labels = training_groups(table, "y,colour")
-    assert labels == ["y=0,colour=2", "y=0,colour=5", "y=1,colour=2"]  # shiftbench.grouper: as eval names them
+    assert labels == ["y=0,colour=2", "y=0,colour=5", "y=1,colour=2"]  # shiftbench.scoring.grouper: as eval names them
     assert codes.tolist() == [0, 2, 2, 1]
     assert training_groups(table, "group")[0].tolist() == [0, 1, 0, 1]
     with pytest.raises(InputError, match=r"unknown metadata field 'shape'.*group, y, colour"):

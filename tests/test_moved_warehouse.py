@@ -18,8 +18,8 @@ import numpy as np
 import polars as pl
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 from .conftest import TEST_CACHE, TOY_CLASSES, toy_edges
@@ -88,7 +88,7 @@ def _materialize_the_case_alone(settings: Settings) -> list[str]:
     attribute tables are read from their materialization recorded before the move."""
     import dagster as dg
 
-    from shiftbench import registry
+    from shiftbench.families import registry
     from shiftbench.pipelines.cli import dagster_instance
     from shiftbench.pipelines.definitions import build_definitions
 
@@ -174,7 +174,7 @@ def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_older_
 ) -> None:
     """A root inside the warehouse is relative to it, one outside absolute; an older manifest's absolute root is
     read as written while it exists, and at the same place in this warehouse's cache once it is gone."""
-    from shiftbench.images import image_block, resolve_images
+    from shiftbench.splits.images import image_block, resolve_images
 
     built, moved = tmp_path / "built", tmp_path / "moved"
     inside = image_block("sprites", "images/{}.png", built / "cache" / "sprites" / "k", home=built)
@@ -199,7 +199,7 @@ def test_image_roots_inside_the_warehouse_are_recorded_relative_to_it_and_older_
 def test_a_cache_record_is_found_in_the_warehouse_where_it_is_now(tmp_path: Path) -> None:
     """Relative records resolve in this warehouse; an older absolute record that is gone is found at the same
     place in this warehouse's cache; one that still exists, or has no copy here, is kept as recorded."""
-    from shiftbench.cache import find_cached, home_record
+    from shiftbench.runtime.cache import find_cached, home_record
 
     built, home = tmp_path / "built", tmp_path / "moved"
     artifact = home / "cache" / "conds_attributes" / "abc"

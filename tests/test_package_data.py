@@ -15,12 +15,12 @@ import polars as pl
 import pytest
 
 from shiftbench.breeds import calibrated as cal
-from shiftbench.calibration import apply_edits, read_edit_file
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import read_breeds_hierarchy_dir
+from shiftbench.sources.calibration import apply_edits, read_edit_file
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.wordnet import load_wordnet
 
 from .conftest import BREEDS_FIXTURE, FIXTURES, PROJECT, PUBLISHED_SPLITS, TEST_CACHE

@@ -17,11 +17,13 @@ import duckdb
 import polars as pl
 import pytest
 
-from shiftbench import analysis, provenance, splits
+from shiftbench.config.settings import Settings
 from shiftbench.erm import launch
+from shiftbench.families import analysis
+from shiftbench.families.registry import analyses
 from shiftbench.pipelines.cli import main
-from shiftbench.registry import analyses
-from shiftbench.settings import Settings
+from shiftbench.scoring import provenance
+from shiftbench.splits import published as splits
 from shiftbench.store import Store
 
 from .conftest import TEST_CACHE, small_sprites_home
@@ -201,7 +203,7 @@ def _figure_text(module: ModuleType, monkeypatch: pytest.MonkeyPatch, draw: Call
     """The strings of the figure ``draw`` makes (title, legends, axes): what a reader of the PNG reads."""
     from matplotlib.text import Text
 
-    from shiftbench.plots import pyplot
+    from shiftbench.results.plots import pyplot
 
     figures: list[Any] = []
     monkeypatch.setattr(module, "png_bytes", lambda fig: figures.append(fig) or b"")
@@ -240,7 +242,7 @@ def test_analyses_over_standin_runs_say_so_in_table_and_figure(
     assert any(label.endswith("[stand-in images] on sprites") for label in legend)
     assert any(not label.endswith("[stand-in images] on sprites") for label in legend)
     # Published through the CLI: the published figure's title carries the note, the card says it too.
-    from shiftbench.plots import png_bytes
+    from shiftbench.results.plots import png_bytes
 
     titles: list[str] = []
     monkeypatch.setattr(figures, "png_bytes", lambda fig: titles.append(fig._suptitle.get_text()) or png_bytes(fig))

@@ -1,4 +1,4 @@
-"""Publishing has one owner, :mod:`shiftbench.publishing`: stage -> check -> publish -> catalog refresh.
+"""Publishing has one owner, :mod:`shiftbench.warehouse.publishing`: stage -> check -> publish -> catalog refresh.
 
 - Read with ``ast``: no module of shiftbench/, assets/ or pipelines/ but the owner (and the store and catalog that
   it drives) stages, records a check, publishes or refreshes the catalog itself; the check is unit-tested on a small
@@ -17,11 +17,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench.catalog import open_catalog
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ContractViolation
-from shiftbench.publishing import stage_check_publish
-from shiftbench.settings import Settings
 from shiftbench.store import Store
+from shiftbench.warehouse.catalog import open_catalog
+from shiftbench.warehouse.publishing import stage_check_publish
 
 from .conftest import PROJECT, ToyDir, toy_tables
 from .test_structure import _tree, read_sources
@@ -29,7 +29,7 @@ from .test_structure import _tree, read_sources
 # (the part of the store, its method) that only the owner calls; and the catalog refresh it runs after publishing
 OWNER_ONLY = {("writer", "stage"), ("checks", "record_check"), ("log", "publish")}
 REFRESH = "refresh_and_report"
-OWNERS = {"shiftbench.publishing", "shiftbench.catalog"}  # the catalog defines the refresh
+OWNERS = {"shiftbench.warehouse.publishing", "shiftbench.warehouse.catalog"}  # the catalog defines the refresh
 
 
 def _owned(module: str) -> bool:
@@ -59,7 +59,7 @@ def owner_bypasses(root: Path) -> list[str]:
 
 def test_only_the_publishing_module_stages_publishes_and_refreshes_the_catalog() -> None:
     bypasses = owner_bypasses(PROJECT)
-    assert not bypasses, "call shiftbench.publishing instead:\n" + "\n".join(bypasses)
+    assert not bypasses, "call shiftbench.warehouse.publishing instead:\n" + "\n".join(bypasses)
 
 
 def test_a_call_around_the_owner_is_named_with_its_line(tmp_path: Path) -> None:
@@ -67,11 +67,11 @@ def test_a_call_around_the_owner_is_named_with_its_line(tmp_path: Path) -> None:
         tmp_path,
         {
             "shiftbench/__init__.py": "",
-            "shiftbench/publishing.py": "def p(store, staged):\n    return store.log.publish(staged)\n",
+            "shiftbench/warehouse/publishing.py": "def p(store, staged):\n    return store.log.publish(staged)\n",
             "shiftbench/store/__init__.py": "",
             "shiftbench/store/log.py": "def q(self, staged):\n    return self.log.publish(staged)\n",
             "shiftbench/results.py": (
-                "from shiftbench.catalog import refresh_and_report\n\n\n"
+                "from shiftbench.warehouse.catalog import refresh_and_report\n\n\n"
                 "def r(store, settings, staged, tables):\n"
                 "    staged = Store(settings.store_dir).writer.stage('f', 'b', tables)\n"
                 "    store.checks.record_check(staged, True, 1, [])\n"

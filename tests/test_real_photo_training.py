@@ -15,7 +15,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 from shiftbench.store import Store
 
 from .real_photos import make_photos, write_variants

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from shiftbench.config.family_registry import BUILT_IN, LazyFamily, Registry, built_in_registry
+from shiftbench.config.package_files import CONTRACTS_DIR
 from shiftbench.errors import InputError
-from shiftbench.family_registry import BUILT_IN, LazyFamily, Registry, built_in_registry
-from shiftbench.package_files import CONTRACTS_DIR
 
 from .toy_family import TOY
 
@@ -26,10 +26,10 @@ PROBE = r"""
 import importlib, json, sys
 for name in sys.argv[1:]:
     importlib.import_module(name)
-from shiftbench.contracts import contracts
+from shiftbench.store.contracts import contracts
 from shiftbench.errors import InputError
-from shiftbench.family_registry import REGISTRY
-from shiftbench.settings import Settings
+from shiftbench.config.family_registry import REGISTRY
+from shiftbench.config.settings import Settings
 try:
     Settings.parse({"sprites_per_combination": "many"})
     refused = None
@@ -46,11 +46,11 @@ print(json.dumps({
 
 ORDERS = [
     [],
-    ["shiftbench.settings"],
-    ["shiftbench.contracts", "shiftbench.settings"],
-    ["shiftbench.registry"],
+    ["shiftbench.config.settings"],
+    ["shiftbench.store.contracts", "shiftbench.config.settings"],
+    ["shiftbench.families.registry"],
     ["shiftbench.conds.family", "shiftbench.api"],
-    ["shiftbench.api", "shiftbench.scored_predictions", "shiftbench.breeds.family"],
+    ["shiftbench.api", "shiftbench.results.scored_predictions", "shiftbench.breeds.family"],
     ["shiftbench.assets.resources", "shiftbench.metashift.family"],
 ]
 
@@ -73,14 +73,14 @@ def test_settings_contracts_and_families_are_the_same_whatever_was_imported_firs
 
 def test_importing_the_front_door_the_settings_or_the_registry_imports_no_family() -> None:
     code = (
-        "import sys, json\nimport shiftbench.api, shiftbench.settings, shiftbench.family_registry\n"
-        "import shiftbench.contracts\nprint(json.dumps(sorted(sys.modules)))"
+        "import sys, json\nimport shiftbench.api, shiftbench.config.settings, shiftbench.config.family_registry\n"
+        "import shiftbench.store.contracts\nprint(json.dumps(sorted(sys.modules)))"
     )
     modules = json.loads(_run(code))
     families = [m for m in modules if m.startswith(FAMILY_PACKAGES)]
     assert families == []
     assert [m for m in modules if m.split(".")[0] in HEAVY] == []
-    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.registry"))] == []
+    assert [m for m in modules if m.startswith(("shiftbench.erm", "shiftbench.families.registry"))] == []
 
 
 def test_a_built_in_family_is_imported_when_first_asked_for_and_matches_its_entry() -> None:
@@ -131,7 +131,7 @@ def test_the_dagster_resource_is_typed_with_a_field_per_setting_of_the_registry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from shiftbench.assets.resources import ShiftbenchSettings, resource_class, settings_from_environment
-    from shiftbench.settings import Settings
+    from shiftbench.config.settings import Settings
 
     registry = built_in_registry()
     built_in = resource_class(registry)
@@ -154,9 +154,9 @@ def test_a_shift_measure_means_the_same_whatever_was_imported_first() -> None:
     """A card describes its version's measures (an ERM run's card: its split's) in a process that may have imported
     no family: the meaning is found through the registry, importing that family only."""
     code = (
-        "import sys\nfrom shiftbench.magnitudes import meaning\nprint(meaning('conds', 'tv_distance'))\n"
+        "import sys\nfrom shiftbench.warehouse.magnitudes import meaning\nprint(meaning('conds', 'tv_distance'))\n"
         "print(sorted(m for m in sys.modules if m.endswith('.family') and m.startswith('shiftbench.')))"
     )
     text, imported = _run(code).splitlines()
     assert text.startswith("ConDS: total variation distance")
-    assert imported == "['shiftbench.conds.family', 'shiftbench.family']"
+    assert imported == "['shiftbench.conds.family', 'shiftbench.families.family']"

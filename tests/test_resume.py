@@ -18,11 +18,11 @@ from typing import Any
 import polars as pl
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm import launch, resume
 from shiftbench.erm.interrupt import EXIT_INTERRUPTED, EXIT_REQUEUE, TEST_HOOK, TEST_SIGNAL, Interrupted
 from shiftbench.erm.job import run_job
 from shiftbench.errors import InputError
-from shiftbench.settings import Settings
 
 from .conftest import small_sprites_home, terminal_ctrl_c
 
@@ -696,7 +696,8 @@ def test_the_code_identity_covers_every_module_the_job_imports() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     imported = {name.split(".", 1)[1] for name in done.stdout.split() if "." in name}
-    hashed = {p.stem for p in resume._CODE} | {f"erm.{p.stem}" for p in resume._CODE if p.parent.name == "erm"}
+    package = Path(resume.__file__).resolve().parents[1]
+    hashed = {".".join(p.relative_to(package).with_suffix("").parts).removesuffix(".__init__") for p in resume._CODE}
     assert imported - hashed - {"erm"} == set(), imported - hashed
 
 

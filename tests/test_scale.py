@@ -19,9 +19,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shiftbench.contracts import _custom_module_source, load_contract
 from shiftbench.errors import InputError
-from shiftbench.magnitudes import exact_sum
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.eigensolver import smallest_eigenpairs
@@ -29,7 +27,9 @@ from shiftbench.metashift.family import METASHIFT
 from shiftbench.metashift.specs import load_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.sources.generated_scenes import generate_scene_tables
-from shiftbench.streamed import prefetched, regroup
+from shiftbench.store.contracts import _custom_module_source, load_contract
+from shiftbench.tables.streamed import prefetched, regroup
+from shiftbench.warehouse.magnitudes import exact_sum
 
 assert METASHIFT.contracts_dir is not None
 METASHIFT_CONTRACTS = METASHIFT.contracts_dir
@@ -232,7 +232,7 @@ def test_a_bad_file_read_in_a_worker_process_is_the_same_one_line_error(tmp_path
 def test_strings_in_runs_are_a_take() -> None:
     import pyarrow as pa
 
-    from shiftbench.streamed import strings_in_runs
+    from shiftbench.tables.streamed import strings_in_runs
 
     values = pa.array(["a", "bb", "", "ccc"], type=pa.large_string())
     for codes in ([], [2], [0, 0, 0, 1, 1, 3, 3, 3, 0, 2, 2], [3, 2, 1, 0]):
@@ -266,8 +266,8 @@ def test_the_streamed_distance_table_is_every_pair_sorted_as_the_store_sorts_it(
 
 
 def test_coded_objects_hash_as_their_strings_batch_by_batch(monkeypatch: pytest.MonkeyPatch) -> None:
-    from shiftbench import fingerprint
     from shiftbench.sources.scene_codes import CodedObjects
+    from shiftbench.tables import fingerprint
 
     objects, _, _ = generate_scene_tables()
     objects = objects.sort("image_id", "object_id")

@@ -13,9 +13,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from shiftbench import metrics as m
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
+from shiftbench.scoring import metrics as m
 from shiftbench.store import Store
 
 CASE = "sprites-sc-object_color"
@@ -57,7 +57,7 @@ def test_the_worst_group_note_counts_the_groups_with_examples() -> None:
     """acc_wg is the worst non-empty group: the note says of how many, how big the worst is, and how many are empty."""
     from dataclasses import asdict
 
-    from shiftbench import worst_group
+    from shiftbench.scoring import worst_group
 
     def results(split: str, groups: list[int]) -> pl.DataFrame:
         y_true, y_pred = np.array([0, 1, 1][: len(groups)]), np.array([0, 0, 1][: len(groups)])

@@ -21,14 +21,14 @@ import polars as pl
 import pytest
 from pydantic import ValidationError
 
-from shiftbench.catalog import open_catalog
+from shiftbench.config.settings import Settings
 from shiftbench.erm import search
 from shiftbench.erm.launch import plan_run
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli import main
-from shiftbench.selection import SELECTIONS, check_selections
-from shiftbench.settings import Settings
+from shiftbench.scoring.selection import SELECTIONS, check_selections
 from shiftbench.store import Store
+from shiftbench.warehouse.catalog import open_catalog
 
 from .conftest import copied_home, small_sprites_home
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
 
 
 def test_given_values_are_the_whole_configuration_and_the_environment_is_read_only_when_asked(

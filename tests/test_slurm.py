@@ -24,11 +24,11 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm.interrupt import TEST_HOOK, TEST_SIGNAL, TEST_TARGET
 from shiftbench.erm.launch import train_in_process
 from shiftbench.erm.sweep import plan_sweep
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 from .conftest import PROJECT, copied_home, small_sprites_home, terminal_ctrl_c

@@ -9,11 +9,11 @@ from collections.abc import Callable
 
 import pytest
 
-from shiftbench import catalog
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.publishing import check_version
-from shiftbench.settings import Settings
 from shiftbench.store import Store
+from shiftbench.warehouse import catalog
+from shiftbench.warehouse.publishing import check_version
 
 from .conftest import ToyDir, toy_tables
 
@@ -122,7 +122,7 @@ def test_a_query_over_the_catalog_still_answers(home: Settings, capsys: pytest.C
 
 def test_the_refused_statements_are_named_as_written() -> None:
     """Named by what their writer wrote, whatever DuckDB files them under (LOAD, SET, CALL)."""
-    from shiftbench.catalog import statement_keyword
+    from shiftbench.warehouse.catalog import statement_keyword
 
     named = {
         "INSTALL httpfs": "INSTALL",

@@ -4,7 +4,7 @@ A warehouse with the ConDS case ``sprites-uniform`` (its own images: generated s
 ``dg-small@generated`` (the generated scene sample: no images but stand-ins). On it: an ERM run on the sprites and
 one on stand-ins, both trained through the CLI's Dagster run (the UI's partitions), and predictions scored with
 ``shiftbench eval`` on each split. Every surface must keep them apart and say whose images each is on
-(shiftbench/provenance.py): the default leaderboard (stand-ins left out, said so), ``--include-standin`` (there,
+(shiftbench/scoring/provenance.py): the default leaderboard (stand-ins left out, said so), ``--include-standin`` (there,
 labelled), the catalog's views, the runs' Dagster metadata and tags, the cards, the analyses, and the words the main
 job prints around its leaderboard (scripts/main.sh, run here line by line).
 """
@@ -24,10 +24,12 @@ import duckdb
 import polars as pl
 import pytest
 
-from shiftbench import analysis, provenance, registry, splits
+from shiftbench.config.settings import Settings
+from shiftbench.families import analysis, registry
+from shiftbench.families.registry import analyses
 from shiftbench.pipelines.cli import main
-from shiftbench.registry import analyses
-from shiftbench.settings import Settings
+from shiftbench.scoring import provenance
+from shiftbench.splits import published as splits
 from shiftbench.store import Store
 
 from .conftest import PROJECT, TEST_CACHE, publish_all, small_sprites_home
@@ -266,7 +268,7 @@ def test_scores_of_unrecorded_images_are_labelled_and_left_out(
     """A scoring whose split records no image source (as every scoring did before eval_runs.image_source) is
     ``unrecorded``: never in the default leaderboard, said so, labelled with --include-standin (in a copy of the
     warehouse: the other tests count its rows)."""
-    import shiftbench.scored_predictions as scored
+    import shiftbench.results.scored_predictions as scored
 
     home = tmp_path / "home"
     shutil.copytree(cli.home, home, symlinks=True)

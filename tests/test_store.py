@@ -17,8 +17,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from shiftbench.errors import ContractViolation, InputError, StoreError
-from shiftbench.fingerprint import sha256_batches
-from shiftbench.publishing import check_version
 from shiftbench.store import StagedVersion, Store, damage
 from shiftbench.store.content import (
     LayoutMismatch,
@@ -29,6 +27,8 @@ from shiftbench.store.content import (
     rebuilt_array,
     stored_content_sha256,
 )
+from shiftbench.tables.fingerprint import sha256_batches
+from shiftbench.warehouse.publishing import check_version
 
 from .conftest import PROJECT, ToyDir, toy_tables
 
@@ -156,7 +156,7 @@ def test_an_unchanged_version_reuses_its_recorded_check(
     store = Store(tmp_path / "store")
     staged = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir()))
     first = check_version(store, staged)
-    import shiftbench.publishing as publishing
+    import shiftbench.warehouse.publishing as publishing
 
     def no_rerun(*args: object, **kwargs: object) -> None:
         raise AssertionError("the contracts ran again")
@@ -175,7 +175,7 @@ def test_the_check_runs_on_the_written_tables_while_the_attachments_are_made(
     its figures are drawn; the recorded outcome is the one a check of the staged version records."""
     import threading
 
-    from shiftbench.publishing import check_files, record_results
+    from shiftbench.warehouse.publishing import check_files, record_results
 
     store = Store(tmp_path / "store")
     tables = toy_tables(toy_breeds_dir())
@@ -222,7 +222,7 @@ sys.path.insert(0, {project!r})
 sys.path.insert(0, {tests!r})
 from pathlib import Path
 from shiftbench.store import Store
-from shiftbench.publishing import check_version
+from shiftbench.warehouse.publishing import check_version
 import shiftbench.store.layout as store_layout
 import shiftbench.store.writing as store_writing
 from conftest import toy_tables

@@ -23,10 +23,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from shiftbench.contracts import check_contract, connect_tables, contract_for, empty_relation
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli import main
-from shiftbench.settings import Settings
 from shiftbench.store import Store
+from shiftbench.store.contracts import check_contract, connect_tables, contract_for, empty_relation
 
 from .conftest import TEST_CACHE, TOY_CLASSES, publish_all, toy_edges
 

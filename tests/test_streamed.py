@@ -10,10 +10,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from shiftbench import fingerprint
 from shiftbench.metashift import metagraph as mg
 from shiftbench.store import Store, damage
-from shiftbench.streamed import StreamedTable
+from shiftbench.tables import fingerprint
+from shiftbench.tables.streamed import StreamedTable
 
 
 def _table(n: int, seed: int = 0) -> pl.DataFrame:

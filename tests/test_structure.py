@@ -438,8 +438,13 @@ def _family_of(module: str, families: set[str]) -> str | None:
 
 def cross_family_imports(root: Path) -> list[str]:
     """``file:line: module imports target`` for every import of one family's package (a folder of shiftbench/ with a
-    ``family.py``) by another family's: a family reaches shared code, never another family."""
-    families = {path.parent.name for path in (root / "shiftbench").glob("*/family.py")}
+    ``family.py`` and a ``settings.py``) by another family's: a family reaches shared code, never another family."""
+    # A family's package has its family.py and its own settings.py (shiftbench/families/ is the shared code).
+    families = {
+        path.parent.name
+        for path in (root / "shiftbench").glob("*/family.py")
+        if (path.parent / "settings.py").is_file()
+    }
     sources = read_sources(root, ["shiftbench"])
     known = set(sources)
     found = []
@@ -788,6 +793,10 @@ def test_an_import_of_another_familys_package_is_named(tmp_path: Path) -> None:
             "shiftbench/beta/__init__.py": "",
             "shiftbench/beta/family.py": "import shiftbench.alpha\n",
             "shiftbench/beta/specs.py": "",
+            "shiftbench/alpha/settings.py": "",
+            "shiftbench/beta/settings.py": "",
+            "shiftbench/shared/__init__.py": "",
+            "shiftbench/shared/family.py": "from shiftbench.alpha import specs\n",  # no settings.py: shared code
             "shiftbench/registry.py": "from shiftbench.alpha.family import A\nfrom shiftbench.beta.family import B\n",
             "shiftbench/helpers/__init__.py": "from shiftbench.alpha import specs\n",  # no family.py: not a family
         },

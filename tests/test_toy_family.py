@@ -11,8 +11,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from shiftbench import registry
-from shiftbench.settings import Settings
+from shiftbench.config.settings import Settings
+from shiftbench.families import registry
 from shiftbench.store import Store
 
 from .toy_family import TOY
@@ -95,12 +95,12 @@ def test_unregistered_it_is_gone(toy: None) -> None:
     registry.unregister(TOY.name)
     try:
         assert "toy" not in registry.names()
-        from shiftbench.contracts import contracts
+        from shiftbench.store.contracts import contracts
 
         assert "toy_cells" not in contracts()
     finally:
         registry.register(TOY)
-    from shiftbench.contracts import contracts
+    from shiftbench.store.contracts import contracts
 
     assert "toy_cells" in contracts()
 

@@ -1,5 +1,5 @@
 """Training conflicts (MetaShift §4.3): the regression against numpy's least squares, and a constructed case with
-planted conflicts that the tracked run must find (shiftbench.training_conflicts, shiftbench.erm.conflicts)."""
+planted conflicts that the tracked run must find (shiftbench.scoring.training_conflicts, shiftbench.erm.conflicts)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import polars as pl
 import pytest
 from PIL import Image
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.train import train
 from shiftbench.errors import InputError
-from shiftbench.settings import Settings
-from shiftbench.split_table import SplitTable
-from shiftbench.training_conflicts import Subset, SubsetDescriptor, fit_conflicts, subset_descriptor
+from shiftbench.scoring.training_conflicts import Subset, SubsetDescriptor, fit_conflicts, subset_descriptor
+from shiftbench.splits.split_table import SplitTable
 
 
 def test_the_regression_is_numpys_least_squares_with_the_sign_turned() -> None:
@@ -201,8 +201,8 @@ def test_track_conflicts_on_a_split_without_subsets_is_one_line(
 def test_the_conflict_zones_query_keeps_strong_measurable_conflicts_with_class_and_context() -> None:
     import duckdb
 
+    from shiftbench.families.registry import analyses
     from shiftbench.metashift.figures import training_conflicts
-    from shiftbench.registry import analyses
 
     rows = [  # (training subset, evaluation subset, domain, coefficient, normalised, standard error)
         ("cat(sofa)", "dog(sofa)", "in_domain", -0.04, -1.0, 0.01),  # strong, measurable, one context
@@ -239,11 +239,11 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
 ) -> None:
     """The user's path: build metashift-conflicts on the embedded generated sample, train with tracking from the
     command line (stand-in images), query the strongest conflicts in DuckDB; an untracked run has the same weights."""
-    from shiftbench.contracts import failures
     from shiftbench.erm.launch import CONFLICTS_FIGURE
     from shiftbench.pipelines.cli import main
-    from shiftbench.publishing import check_staged
     from shiftbench.store import Store
+    from shiftbench.store.contracts import failures
+    from shiftbench.warehouse.publishing import check_staged
 
     monkeypatch.setenv("SHIFTBENCH_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))

@@ -12,9 +12,9 @@ from typing import Any
 import duckdb
 import pytest
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm import launch
 from shiftbench.errors import InputError
-from shiftbench.settings import Settings
 
 from .conftest import small_sprites_home
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from shiftbench import registry
-from shiftbench.family_registry import REGISTRY
-from shiftbench.magnitudes import magnitudes_table, measures, vocabulary
+from shiftbench.config.family_registry import REGISTRY
+from shiftbench.families import registry
+from shiftbench.warehouse.magnitudes import magnitudes_table, measures, vocabulary
 
 from .conftest import PROJECT
 

@@ -20,7 +20,7 @@ published then and previous versions stay latest.
 One module per command group, each adding its own subcommands: ``build`` (build), ``train`` and ``sweep``
 (train), ``results`` (eval, sql, leaderboard, analyse), ``warehouse`` (versions, check, catalog, gc),
 ``export``, ``generate``; ``app`` assembles the parser and runs a command. The decisions behind a command
-(the build plan, overrides, which runs can train) are the library's (:mod:`shiftbench.plans`).
+(the build plan, overrides, which runs can train) are the library's (:mod:`shiftbench.families.plans`).
 """
 
 from shiftbench.pipelines.cli.app import build_parser, entry, leave, main

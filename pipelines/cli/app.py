@@ -11,12 +11,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from shiftbench import progress
-from shiftbench.cpus import yielding_waits
+from shiftbench.config.settings import Settings
 from shiftbench.errors import ContractViolation, ShiftbenchError, StoreError, disk_full, free_bytes, one_line
 from shiftbench.pipelines.cli import build, export, generate, results, train, warehouse
 from shiftbench.pipelines.cli.common import OneLineParser, Subcommands
-from shiftbench.settings import Settings
+from shiftbench.runtime import progress
+from shiftbench.runtime.cpus import yielding_waits
 
 # The subcommands, in the order `shiftbench --help` lists them.
 COMMANDS: tuple[Callable[[Subcommands], None], ...] = (

@@ -1,7 +1,8 @@
 """``shiftbench build``: build, check and publish benchmarks, one Dagster run per kind (the jobs the UI runs).
 
 The plan (which benchmarks and variants, what is skipped and why) is the library's
-(:func:`shiftbench.plans.build_plan`); this shell launches the runs, prints a line per benchmark and the summary.
+(:func:`shiftbench.families.plans.build_plan`); this shell launches the runs, prints a line per benchmark and the
+summary.
 """
 
 import argparse
@@ -9,9 +10,9 @@ import dataclasses
 import time
 from typing import Any
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError, disk_full, free_bytes
 from shiftbench.pipelines.cli.common import Subcommands, asset_key, dagster_instance
-from shiftbench.settings import Settings
 
 MAX_UNITS = 2**31 - 1  # units are steps and processes: past a 32-bit count it is a typo (the plan refuses more
 # units than the benchmark splits into)
@@ -41,7 +42,7 @@ def add_build(sub: Subcommands) -> None:
 def cmd_build(args: argparse.Namespace) -> int:
     if args.list:
         return _list(args)
-    from shiftbench.plans import build_plan, parse_overrides
+    from shiftbench.families.plans import build_plan, parse_overrides
 
     settings = Settings.from_env()
     if args.units is not None and not 1 <= args.units <= MAX_UNITS:
@@ -195,7 +196,7 @@ class _Published:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from shiftbench.plans import listing
+    from shiftbench.families.plans import listing
 
     for name, note in listing(Settings.from_env(), args.family):
         print(name + (f"  ({note})" if note is not None else ""))

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import one_line
-from shiftbench.settings import Settings
 
 _DAGSTER_YAML = "telemetry:\n  enabled: false\nnux:\n  enabled: false\npython_logs:\n  python_log_level: WARNING\n"
 

@@ -3,8 +3,8 @@
 import argparse
 from pathlib import Path
 
+from shiftbench.config.settings import Settings
 from shiftbench.pipelines.cli.common import Subcommands
-from shiftbench.settings import Settings
 
 LAYOUTS = ("imagefolder", "wilds", "domainbed", "hf")  # shiftbench.exports.LAYOUTS (imported lazily: polars)
 IMAGE_MODES = ("link", "copy", "symlink")  # shiftbench.exports.placing.IMAGE_MODES
@@ -39,13 +39,14 @@ def add_export(sub: Subcommands) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from shiftbench.exports import ExportOptions, check_target, export
-    from shiftbench.splits import published_split, split_images
+    from shiftbench.families.registry import unpublished_paper_name
+    from shiftbench.splits.published import published_split, split_images
 
     settings = Settings.from_env()
     options = ExportOptions(args.layout, args.environment, args.images, args.val_split)
     options.check()  # flags the layout does not read: one line, before anything is read
     check_target(args.dir)  # a file, a full or read-only place: one line, before anything is read
-    split = published_split(settings, args.benchmark, args.version)
+    split = published_split(settings, args.benchmark, args.version, refusal=unpublished_paper_name)
     images = split_images(settings, split, args.image_root, args.path_template)
     done = export(split, images, args.dir, options)
     counts = done.counts

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.outputs import output_file, write_output_file
 from shiftbench.pipelines.cli.common import OneLineParser, Subcommands, comma_list, shiftbench_command
-from shiftbench.settings import Settings
+from shiftbench.runtime.outputs import output_file, write_output_file
 
 if TYPE_CHECKING:  # imported when a spec is generated: it reads the MetaShift builders
     from shiftbench.metashift.generate import DgRequest
@@ -34,8 +34,8 @@ def add_generate(sub: Subcommands) -> None:
 
 def cmd_generate_metashift_dg(args: argparse.Namespace) -> int:
     """Write a distance-controlled MetaShift domain-generalization task spec (shiftbench.metashift.generate)."""
+    from shiftbench.families.registry import check_new_name
     from shiftbench.metashift.generate import generate_task
-    from shiftbench.registry import check_new_name
 
     settings = Settings.from_env()
     if args.out is not None:

@@ -4,9 +4,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli.common import Subcommands, comma_list, shiftbench_command
-from shiftbench.settings import Settings
 
 
 def add_sql(sub: Subcommands) -> None:
@@ -56,20 +56,21 @@ def add_eval(sub: Subcommands) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Score a predictions file on a published split (shiftbench.evaluation) and publish the results
-    (shiftbench.scored_predictions)."""
+    """Score a predictions file on a published split (shiftbench.splits.evaluation) and publish the results
+    (shiftbench.results.scored_predictions)."""
     import polars as pl
 
-    from shiftbench import worst_group
-    from shiftbench.evaluation import score
-    from shiftbench.provenance import MEANINGS, data_tag, images_of
-    from shiftbench.scored_predictions import check_method, check_seed, publish_scores, read_predictions
-    from shiftbench.splits import published_split
+    from shiftbench.families.registry import unpublished_paper_name
+    from shiftbench.results.scored_predictions import check_method, check_seed, publish_scores, read_predictions
+    from shiftbench.scoring import worst_group
+    from shiftbench.scoring.provenance import MEANINGS, data_tag, images_of
+    from shiftbench.splits.evaluation import score
+    from shiftbench.splits.published import published_split
 
     settings = Settings.from_env()
     check_method(args.method)
     check_seed(args.seed)
-    split = published_split(settings, args.benchmark, args.version)
+    split = published_split(settings, args.benchmark, args.version, refusal=unpublished_paper_name)
     submitted = read_predictions(args.predictions, int(split.examples.select(pl.col("y").max()).item()) + 1)
     group_by = comma_list(args.group_by) if args.group_by else []
     scores = score(split, submitted.predictions, group_by)
@@ -96,9 +97,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     """Run one query on the catalog: read-only, refreshed first when a file it lists changed (damage left out);
-    every DuckDB error, binding or running, one line (shiftbench.catalog_query)."""
-    from shiftbench.catalog import check_query, left_out, open_catalog
-    from shiftbench.catalog_query import check_timeout, csv_text, show
+    every DuckDB error, binding or running, one line (shiftbench.warehouse.catalog_query)."""
+    from shiftbench.warehouse.catalog import check_query, left_out, open_catalog
+    from shiftbench.warehouse.catalog_query import check_timeout, csv_text, show
 
     settings = Settings.from_env()
     if args.max_rows < 1:
@@ -120,9 +121,7 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     """The leaderboard view as a table for a paper (Markdown) or the terminal: results on the splits' own images,
     real or generated (and scored predictions of them), each row labelled by its images and a legend under the
     table; rows on stand-in images only with ``--include-standin``, labelled."""
-    from shiftbench.catalog import open_catalog
-    from shiftbench.provenance import legend
-    from shiftbench.reporting import (
+    from shiftbench.results.reporting import (
         check_request,
         images_shown,
         leaderboard_table,
@@ -131,6 +130,8 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         to_markdown,
         to_text,
     )
+    from shiftbench.scoring.provenance import legend
+    from shiftbench.warehouse.catalog import open_catalog
 
     settings = Settings.from_env()
     metrics = comma_list(args.metrics)
@@ -157,8 +158,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     assets (job ``analyses``) on the instance the UI reads, so each published analysis shows materialized there."""
     import dagster as dg
 
-    from shiftbench import registry
     from shiftbench.assets.analysis import JOB, NO_RESULTS, analysis_key
+    from shiftbench.families import registry
     from shiftbench.pipelines import runs
     from shiftbench.pipelines.cli.common import dagster_instance
 

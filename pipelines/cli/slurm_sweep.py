@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm import backends
 from shiftbench.erm.slurm_settings import load_cluster_settings
 from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import plan_sweep
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli.sweep import _Bar, _summary, checked_selections, report_search, sweep_shape
-from shiftbench.settings import Settings
 
 
 def chosen_backend(args: argparse.Namespace, settings: Settings) -> str:
@@ -41,7 +41,7 @@ def chosen_backend(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def cmd_slurm_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    from shiftbench.plans import trainable_kind
+    from shiftbench.families.plans import trainable_kind
 
     settings = Settings.from_env()
     settings_file: Path | None = args.slurm_settings or settings.slurm_settings

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm.launch import RunPlan
 from shiftbench.erm.stops import take_stop
 from shiftbench.erm.sweep import (
@@ -26,14 +27,13 @@ from shiftbench.erm.sweep import (
 )
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli.common import shiftbench_command
-from shiftbench.settings import Settings
 
 # Options of `shiftbench train` that every run of a sweep takes as given.
 _FORWARDED = ("model", "device", "preset", "version", "image_root", "path_template", "backend")
 
 
 def cmd_sweep(args: argparse.Namespace, overrides: dict[str, Any]) -> int:
-    from shiftbench.plans import trainable_kind
+    from shiftbench.families.plans import trainable_kind
 
     settings = Settings.from_env()
     seeds, search = sweep_shape(args)
@@ -121,8 +121,8 @@ def _unfinished(settings: Settings, plans: list[RunPlan], threads: int | None) -
 def report_search(settings: Settings, args: argparse.Namespace, selections: list[str]) -> int:
     """DomainBed's ``collect_results`` for this search: per selection method, each learner's test accuracy as the mean
     ± standard error over trials of the runs it picked."""
-    from shiftbench.catalog import open_catalog
-    from shiftbench.selection import selection_report
+    from shiftbench.scoring.selection import selection_report
+    from shiftbench.warehouse.catalog import open_catalog
 
     con, _ = open_catalog(settings.catalog_path, settings.store_dir)
     with con:
@@ -185,7 +185,7 @@ def _command(args: argparse.Namespace, plan: RunPlan, threads: int | None) -> li
 
 def _register_partitions(settings: Settings, benchmarks: list[str]) -> None:
     """Every benchmark's ERM partition, added once here rather than by runs racing to add it."""
-    from shiftbench import registry
+    from shiftbench.families import registry
     from shiftbench.pipelines.cli.common import dagster_instance
 
     dagster_kinds: dict[str, list[str]] = {}

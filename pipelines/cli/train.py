@@ -5,15 +5,14 @@ Several benchmarks, ``--seeds`` or ``--parallel`` make a sweep (:mod:`shiftbench
 """
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError, StoreError
 from shiftbench.pipelines.cli.common import Subcommands, dagster_instance
-from shiftbench.settings import Settings
 
 
 def add_train(sub: Subcommands) -> None:
@@ -71,17 +70,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from shiftbench.families.plans import training_overrides
     from shiftbench.pipelines.cli.slurm_sweep import chosen_backend, cmd_slurm_sweep
     from shiftbench.pipelines.cli.sweep import cmd_sweep, wants_sweep
-    from shiftbench.plans import training_overrides
 
     settings = Settings.from_env()
     overrides = training_overrides(args.set or [], model=args.model, device=args.device)
     if chosen_backend(args, settings) == "slurm":  # one run or a sweep: one job array
         typed_training(overrides)
         return cmd_slurm_sweep(args, overrides)
-    if settings.train_backend == "slurm":  # --backend local over the setting: the ERM asset reads it too
-        os.environ["SHIFTBENCH_TRAIN_BACKEND"] = "local"
     if wants_sweep(args):
         typed_training(overrides)  # every value checked before any run is planned
         return cmd_sweep(args, overrides)
@@ -96,10 +93,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _train_one(args: argparse.Namespace, settings: Settings, overrides: dict[str, Any], forwarder: Any) -> int:
     """One run: planned (a bad input is one line before anything trains), then trained through Dagster's ERM job or,
     for a family without one here, in this process."""
-    from shiftbench import registry
     from shiftbench.erm.launch import plan_run
     from shiftbench.erm.sweep import training_seed
-    from shiftbench.plans import trainable_kind
+    from shiftbench.families import registry
+    from shiftbench.families.plans import trainable_kind
 
     args.benchmark = args.benchmarks[0]
     kind = trainable_kind(settings, args.benchmark)
@@ -185,9 +182,9 @@ def typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import fields
 
     from shiftbench.assets.erm import NULLABLE
+    from shiftbench.config.located_yaml import format_value
     from shiftbench.erm.config import TrainConfig, coerce_value
     from shiftbench.erm.launch import EPOCH_PARAMETERS, epoch_counts, user_schedule
-    from shiftbench.located_yaml import format_value
 
     types = {f.name: str(f.type) for f in fields(TrainConfig)}
     user_schedule(overrides, overrides)  # a schedule in epochs and in iterations at once is refused
@@ -212,9 +209,9 @@ def typed_training(overrides: dict[str, Any]) -> dict[str, Any]:
 def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: float, *, restart: bool) -> int:
     import polars as pl
 
-    from shiftbench import worst_group
     from shiftbench.erm.interrupt import Stopped
     from shiftbench.erm.launch import headline, scratch_dir, train_in_process
+    from shiftbench.scoring import worst_group
 
     print(f"[train] not a Dagster run ({reason}); training in this process", flush=True)
     out_dir = scratch_dir(settings, plan, restart=restart)
@@ -242,7 +239,7 @@ def _train_outside_dagster(settings: Settings, plan: Any, reason: str, started: 
 
 def _print_training(meta: dict[str, Any], seconds: float) -> None:
     from shiftbench.erm.launch import selection_label
-    from shiftbench.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
+    from shiftbench.scoring.worst_group import METADATA_PREFIX as WORST_GROUP_NOTE
 
     became = "now latest" if meta["became_latest"] else "already latest"
     print(f"[train] {meta['run']} version {meta['version']} ({became}, {seconds:.1f}s)")

@@ -4,9 +4,9 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
 from shiftbench.pipelines.cli.common import Subcommands
-from shiftbench.settings import Settings
 
 if TYPE_CHECKING:  # imported by the commands that read the store
     from shiftbench.store import Store
@@ -71,7 +71,7 @@ def cmd_versions(args: argparse.Namespace) -> int:
 def _unpublished(store: "Store", name: str) -> str:
     """Why ``versions NAME`` lists nothing, and what is published instead: the paper's name built from other data
     is published as NAME@TAG (``metashift@generated``), else the close names."""
-    from shiftbench.variants import suggest
+    from shiftbench.families.variants import suggest
 
     published = sorted({info.benchmark for info in store.log.versions()})
     if not published:
@@ -85,9 +85,9 @@ def _unpublished(store: "Store", name: str) -> str:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Check every benchmark (or those named): its records, and its latest version's files, content hashes and
-    contracts (shiftbench.audit); damage is named file by file, exit 1."""
-    from shiftbench.audit import check_store
+    contracts (shiftbench.warehouse.audit); damage is named file by file, exit 1."""
     from shiftbench.store import Store
+    from shiftbench.warehouse.audit import check_store
 
     settings = Settings.from_env()
     audit = check_store(Store(settings.store_dir), args.benchmark, catalog=settings.catalog_path)
@@ -95,7 +95,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from shiftbench.catalog import refresh_catalog
+    from shiftbench.warehouse.catalog import refresh_catalog
 
     settings = Settings.from_env()
     result = refresh_catalog(settings.catalog_path, settings.store_dir)
@@ -109,8 +109,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 def cmd_gc(args: argparse.Namespace) -> int:
     """Delete old versions; a benchmark whose records are damaged keeps everything, and says which file (exit 1)."""
-    from shiftbench.publishing import refresh_catalog
     from shiftbench.store import Store
+    from shiftbench.warehouse.publishing import refresh_catalog
 
     settings = Settings.from_env()
     collection = Store(settings.store_dir).retention.garbage_collect(keep=args.keep, dry_run=args.dry_run)

@@ -23,13 +23,13 @@ from typing import Any
 import networkx as nx
 import polars as pl
 
-from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.breeds.calibrated import CalibratedHierarchy
 from shiftbench.breeds.novel import build_novel_task
 from shiftbench.breeds.specs import BreedsSpec
 from shiftbench.breeds.tasks import SuperclassSplit, build_task
-from shiftbench.hierarchy import Hierarchy
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.families.benchmarks_table import benchmarks_row
+from shiftbench.sources.hierarchy import Hierarchy
+from shiftbench.warehouse.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "breeds"
 # The shift measures of a BREEDS benchmark (subpopulation shift inside each superclass, on the calibrated hierarchy).

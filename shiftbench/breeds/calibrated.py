@@ -10,7 +10,7 @@ Where it comes from (never pretending to be the published hierarchy when it is n
    for node and name for name (:data:`RELEASE_CONTENT_SHA256`), else the build is refused. Kind
    ``breeds-published``: both routes give the same content fingerprint, hence the same versions;
 3. on request (``SHIFTBENCH_BREEDS_HIERARCHY_SOURCE=wordnet-default``), WordNet turned into a tree
-   by the project's own rule :func:`shiftbench.calibration.tree_edits` (kind
+   by the project's own rule :func:`shiftbench.sources.calibration.tree_edits` (kind
    ``wordnet-default-calibration``).
 
 A user's edit file (``SHIFTBENCH_BREEDS_CALIBRATION``) is applied on top of any of them (kind gets
@@ -27,11 +27,11 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.calibration import apply_edits, read_edit_file, tree_edits
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file, sha256_json
-from shiftbench.hierarchy import Hierarchy
 from shiftbench.sources.breeds_hierarchy import BreedsHierarchyFiles
+from shiftbench.sources.calibration import apply_edits, read_edit_file, tree_edits
+from shiftbench.sources.hierarchy import Hierarchy
+from shiftbench.tables.fingerprint import sha256_file, sha256_json
 
 KIND_PUBLISHED = "breeds-published"
 KIND_FILES = "breeds-files"  # the release's format, not its bytes

@@ -1,6 +1,6 @@
 """The BREEDS family: raw files -> ImageNet hierarchy and images -> calibrated hierarchy -> benchmarks.
 
-Inputs are content-addressed cache directories (:mod:`shiftbench.cache`): the WordNet/ImageNet
+Inputs are content-addressed cache directories (:mod:`shiftbench.runtime.cache`): the WordNet/ImageNet
 hierarchy, the known ImageNet images, and the calibrated hierarchy (the published BREEDS one when
 available, else WordNet's default calibration). Each benchmark spec (or named variant) builds the
 four tables of :mod:`shiftbench.breeds.build` and is staged, checked and published like any other.
@@ -17,7 +17,6 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.analysis import Analysis
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds import imagenet21k as in21k
 from shiftbench.breeds import staging
@@ -26,18 +25,19 @@ from shiftbench.breeds.figures import architectures, interventions, source_vs_ta
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec, load_specs
 from shiftbench.breeds.staging import CODE_VERSION, FIGURE, needs, stage_benchmark
-from shiftbench.cache import CachedArtifact, cached
-from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table
-from shiftbench.fingerprint import sha256_files, sha256_table, sha256_text
-from shiftbench.hierarchy import Hierarchy
-from shiftbench.naming import tag_paper_names
-from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
-from shiftbench.settings import Settings
+from shiftbench.config.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.config.settings import Settings
+from shiftbench.families.analysis import Analysis
+from shiftbench.families.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table
+from shiftbench.runtime.cache import CachedArtifact, cached
 from shiftbench.sources import packaged
 from shiftbench.sources.breeds_hierarchy import BREEDS_FILES, read_breeds_hierarchy_dir, release_bytes_differ
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.imagenet import load_imagenet_images, read_imagenet_hierarchy_dir
 from shiftbench.sources.wordnet import dict_fingerprint, load_wordnet
+from shiftbench.specs.naming import tag_paper_names
 from shiftbench.store import StagedVersion
+from shiftbench.tables.fingerprint import sha256_files, sha256_table, sha256_text
 
 # The names of the specs shipped with the package (the papers' names), parsed once.
 SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None)))
@@ -374,7 +374,7 @@ def _recorded_tag(manifest: Mapping[str, Any]) -> str | None:
     return None if "task" in params else cal.name_tag(str(params.get("hierarchy", "")))
 
 
-# The paper's analyses over this family's results (shiftbench.analysis).
+# The paper's analyses over this family's results (shiftbench.families.analysis).
 ANALYSES = (
     Analysis(
         "breeds-source-vs-target",

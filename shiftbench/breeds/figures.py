@@ -8,7 +8,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.plots import method_label, png_bytes, pyplot
+from shiftbench.results.plots import method_label, png_bytes, pyplot
 
 # At most this many superclasses are drawn (an ImageNet-21k level has hundreds: a figure of 400 bars is 110
 # inches tall and takes seconds); the title says how many there are.

@@ -20,11 +20,10 @@ import polars as pl
 from shiftbench.breeds import calibrated as cal
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec
-from shiftbench.cache import CachedArtifact, cached, write_file_atomic
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file, sha256_json, sha256_text
-from shiftbench.hierarchy import Hierarchy
-from shiftbench.settings import Settings
+from shiftbench.runtime.cache import CachedArtifact, cached, write_file_atomic
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.imagenet21k import (
     LISTS,
     SPLIT_RULE,
@@ -35,6 +34,7 @@ from shiftbench.sources.imagenet21k import (
     list_imagenet21k_images,
     read_wnid_list,
 )
+from shiftbench.tables.fingerprint import sha256_file, sha256_json, sha256_text
 
 DATASET = "imagenet21k"
 IMAGE_COLUMNS = {"image_id": pl.String, "wnid": pl.String, "imagenet_split": pl.String}

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from shiftbench.breeds.calibrated import CalibratedHierarchy
 from shiftbench.breeds.specs import BreedsSpec
-from shiftbench.cards import CardInfo
 from shiftbench.sources.labelled_hierarchy import SHIPPED_HIERARCHIES, read_labelled_hierarchy
+from shiftbench.warehouse.cards import CardInfo
 
 KIND = "labelled-hierarchy"
 SOURCES = {  # what the card says of a shipped grouping

@@ -16,7 +16,7 @@ import numpy as np
 
 from shiftbench.breeds.tasks import SuperclassSplit, TaskParams, candidates, odd_subclasses, subclasses_of
 from shiftbench.errors import InputError
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.sources.hierarchy import Hierarchy
 
 
 def _given_sources(

@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 from pydantic import ValidationInfo, field_validator, model_validator
 
 from shiftbench.breeds.tasks import SPLITS, TaskParams, odd_subclasses
+from shiftbench.config.located_yaml import line_of
 from shiftbench.errors import InputError
-from shiftbench.located_yaml import line_of
-from shiftbench.naming import TAG_SEPARATOR, tagged
-from shiftbench.spec_model import Spec, build, merge_named, source_of, spec_document, spec_texts
+from shiftbench.specs.naming import TAG_SEPARATOR, tagged
+from shiftbench.specs.spec_model import Spec, build, merge_named, source_of, spec_document, spec_texts
 
 SPEC_FIELDS = ("level", "n_subclasses", "split", "seed", "ancestor")
 # Recorded only when set, so the ImageNet-1k benchmarks keep their params (and version ids).

@@ -20,14 +20,14 @@ from shiftbench.breeds.build import FAMILY, build_tables
 from shiftbench.breeds.figures import subclasses_per_superclass
 from shiftbench.breeds.settings import BreedsSettings
 from shiftbench.breeds.specs import BreedsSpec
-from shiftbench.cache import CachedArtifact
-from shiftbench.cards import CardInfo
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Target
-from shiftbench.images import image_block
-from shiftbench.publishing import stage_tables
-from shiftbench.settings import Settings
+from shiftbench.families.family import Target
+from shiftbench.runtime.cache import CachedArtifact
+from shiftbench.splits.images import image_block
 from shiftbench.store import StagedVersion
+from shiftbench.warehouse.cards import CardInfo
+from shiftbench.warehouse.publishing import stage_tables
 
 # Bump when a change to the BREEDS builder can change its output: Dagster marks every
 # benchmark stale and the automation rebuilds them.

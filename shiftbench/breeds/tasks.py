@@ -20,7 +20,7 @@ from typing import Literal
 import numpy as np
 
 from shiftbench.errors import InputError
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.sources.hierarchy import Hierarchy
 
 Split = Literal["rand", "good", "bad", "none"]
 SPLITS: tuple[str, ...] = ("rand", "good", "bad", "none")

@@ -19,11 +19,11 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.conds.engine import Draw, draw_case
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.conds.summary import ShiftSummary, summarize
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.families.benchmarks_table import benchmarks_row
+from shiftbench.warehouse.magnitudes import SCOPE_ALL, magnitudes_table
 
 FAMILY = "conds"
 # The shift measures of a ConDS case, measured on the published split.

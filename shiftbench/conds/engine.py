@@ -40,8 +40,8 @@ import polars as pl
 
 from shiftbench.conds.specs import CaseSpec
 from shiftbench.errors import InputError
-from shiftbench.grouper import cell_expression, cell_name
-from shiftbench.seeding import rng_for
+from shiftbench.runtime.seeding import rng_for
+from shiftbench.scoring.grouper import cell_expression, cell_name
 
 ALIGNED, COUNTEREXAMPLE, ALL = "aligned", "counterexample", "all"
 

@@ -17,28 +17,27 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.analysis import Analysis
-from shiftbench.cache import CachedArtifact, cached, find_cached, home_record, publish_cache_dir
-from shiftbench.cards import CardInfo
 from shiftbench.conds import build
 from shiftbench.conds.attributes import attribute_table
 from shiftbench.conds.figures import accuracy_by_shift, conds_cell_counts, conds_grid_vs_paper, conds_value_shares
 from shiftbench.conds.settings import CondsSettings
-from shiftbench.conds.shift_subsets import shift_subsets
 from shiftbench.conds.specs import CaseSpec, DatasetSpec, load_specs
+from shiftbench.config.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
-from shiftbench.fingerprint import sha256_files, sha256_json, sha256_table, sha256_text
-from shiftbench.images import image_block
-from shiftbench.naming import tag_paper_names
-from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
-from shiftbench.publishing import stage_tables
-from shiftbench.settings import Settings
+from shiftbench.families.analysis import Analysis
+from shiftbench.families.family import Description, Family, Figure, Input, Kind, Markdown, RawSource, Table, Target
+from shiftbench.runtime.cache import CachedArtifact, cached, find_cached, home_record, publish_cache_dir
 from shiftbench.sources import celeba as celeba_files
 from shiftbench.sources import sprites
 from shiftbench.sources.attribute_tables import read_attribute_table
 from shiftbench.sources.celeba import ATTRIBUTE_FILE, CELEBA_IMAGES, read_celeba_attributes
+from shiftbench.specs.naming import tag_paper_names
+from shiftbench.splits.images import image_block
 from shiftbench.store import StagedVersion
+from shiftbench.tables.fingerprint import sha256_files, sha256_json, sha256_table, sha256_text
+from shiftbench.warehouse.cards import CardInfo
+from shiftbench.warehouse.publishing import stage_tables
 
 # Bump when a change to the ConDS builders can change their output.
 CODE_VERSION = "conds-2"
@@ -369,7 +368,7 @@ CASE = Kind(
     spec_context=lambda settings, case: dataset_definition(settings, case.dataset),  # type: ignore[attr-defined]
     example="sprites-uniform",
 )
-# The paper's analyses over this family's results (shiftbench.analysis).
+# The paper's analyses over this family's results (shiftbench.families.analysis).
 ANALYSES = (
     Analysis(
         "conds-accuracy-by-shift",
@@ -412,7 +411,7 @@ CONDS = Family(
     shipped_names=SHIPPED_NAMES,
     source_tag=recorded_tag,
     tag_meaning=TAG_MEANINGS.get,
-    eval_subsets=shift_subsets,
+    eval_subsets="shiftbench.conds.shift_subsets:shift_subsets",
     settings=CondsSettings,
     analyses=ANALYSES,
     contracts_dir=CONTRACTS_DIR / "conds",

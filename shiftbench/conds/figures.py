@@ -6,7 +6,7 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.plots import STANDIN_MARK, learner_label, method_label, png_bytes, pyplot
+from shiftbench.results.plots import STANDIN_MARK, learner_label, method_label, png_bytes, pyplot
 
 # How a figure names the data on each side of a comparison: ConDS datasets here, and the paper's (Table 3).
 DATASET_NAMES = {"celeba": "CelebA"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shiftbench.settings import Flag
+from shiftbench.config.settings import Flag
 
 
 class CondsSettings(BaseModel):

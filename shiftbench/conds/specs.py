@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from shiftbench.config.located_yaml import line_of
 from shiftbench.errors import InputError
-from shiftbench.located_yaml import line_of
-from shiftbench.spec_model import (
+from shiftbench.specs.spec_model import (
     Spec,
     at_least,
     build,

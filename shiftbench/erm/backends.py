@@ -30,12 +30,12 @@ from typing import Any
 
 import polars as pl
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm import run_folder, slurm
 from shiftbench.erm.launch import FAMILY, RunPlan, headline, publish_run, record_execution
 from shiftbench.erm.slurm_settings import ClusterSettings
 from shiftbench.erm.sweep import RunOutcome
 from shiftbench.errors import InputError, ShiftbenchError
-from shiftbench.settings import Settings
 from shiftbench.store import Store
 
 BACKENDS = ("local", "slurm")

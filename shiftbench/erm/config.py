@@ -13,7 +13,7 @@ from typing import Any
 
 from shiftbench.erm.protocols import TRANSFORMS
 from shiftbench.errors import InputError
-from shiftbench.method_names import METHODS  # the objectives of shiftbench.erm.methods (checked there)
+from shiftbench.scoring.method_names import METHODS  # the objectives of shiftbench.erm.methods (checked there)
 
 # The architectures of shiftbench.erm.models (checked there against its builders).
 MODELS = (

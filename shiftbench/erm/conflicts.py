@@ -7,7 +7,7 @@ weights are the untracked run's, bit for bit on CPU. The shadow is channels-last
 images of 32x32 took 1.16 training steps' time instead of 2.04 on 2 cores, measured while writing this) and the
 evaluation images are normalised once, so an evaluation is one batched forward pass in chunks and one scatter of the
 per-example losses into per-subset means: no Python loop per subset. The losses stay on the training device until
-the run ends (no host sync per step); :mod:`shiftbench.training_conflicts` fits the regression.
+the run ends (no host sync per step); :mod:`shiftbench.scoring.training_conflicts` fits the regression.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from shiftbench.erm.data import Batches, normalize
 from shiftbench.erm.photos import PhotoBatches
 from shiftbench.erm.step import autocast
 from shiftbench.errors import InputError
-from shiftbench.split_table import SplitTable
-from shiftbench.training_conflicts import (
+from shiftbench.scoring.training_conflicts import (
     DOMAINS,
     Subset,
     SubsetDescriptor,
     conflict_rows,
     fit_conflicts,
 )
+from shiftbench.splits.split_table import SplitTable
 
 EVAL_CHUNK = 64  # images per forward pass of an evaluation (64 ran 7 % faster than 128 on 2 cores, measured once)
 

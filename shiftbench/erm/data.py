@@ -1,7 +1,7 @@
 """A published split as the training job's batches: a uint8 image cache, loaders, normalisation.
 
-The job reads the split version's Parquet files with pyarrow only (:mod:`shiftbench.split_table`: GPU images have
-torch and pyarrow, not polars or duckdb) and decodes images with Pillow (:func:`shiftbench.split_dataset.decode`:
+The job reads the split version's Parquet files with pyarrow only (:mod:`shiftbench.splits.split_table`: GPU images have
+torch and pyarrow, not polars or duckdb) and decodes images with Pillow (:func:`shiftbench.splits.split_dataset.decode`:
 no torchvision, see models.py).
 
 Two input paths:
@@ -10,7 +10,8 @@ Two input paths:
   tensor ``[N, 3, H, W]`` kept on the training device when it fits (64x64: 12 KiB an image,
   a million images in 12 GiB). Batches are gathered by index on the device and normalised there,
   so training is not input-bound. This is the default whenever the cache fits its budget.
-- :class:`~shiftbench.split_dataset.SplitDataset` decodes per item (a ``torch.utils.data.Dataset`` for a DataLoader with
+- :class:`~shiftbench.splits.split_dataset.SplitDataset` decodes per item (a ``torch.utils.data.Dataset`` for a
+DataLoader with
   workers): the path for datasets too large to cache, and the naive baseline of the benchmark.
 """
 
@@ -28,9 +29,9 @@ import torch
 
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.photo_draws import lighting_offsets
-from shiftbench.grouper import Grouper, require_fields
-from shiftbench.split_dataset import decode
-from shiftbench.split_table import SplitTable
+from shiftbench.scoring.grouper import Grouper, require_fields
+from shiftbench.splits.split_dataset import decode
+from shiftbench.splits.split_table import SplitTable
 
 # The mean and std of each normalisation (``normalization``): ImageNet's, as DomainBed and WILDS normalise; the BREEDS
 # datasets' own, as the robustness library's CustomImageNet normalises them (robustness/datasets.py, lines 307-308).
@@ -142,7 +143,7 @@ def normalize(
 
 
 def training_groups(table: SplitTable, group_by: str) -> tuple[np.ndarray, list[str]]:
-    """Each example's group under ``group_by`` and the groups' names (:class:`shiftbench.grouper.Grouper`:
+    """Each example's group under ``group_by`` and the groups' names (:class:`shiftbench.scoring.grouper.Grouper`:
     ``group`` is the split's own groups; ``y,object_color`` label x spurious attribute, Sagawa et al.)."""
     grouper = Grouper.parse(group_by)
     require_fields(grouper, table.metadata_fields, parameter="group_by", what="this split")

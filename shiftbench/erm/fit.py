@@ -22,7 +22,7 @@ from shiftbench.erm.models import build_model, head_name, load_checkpoint
 from shiftbench.erm.objective import Method
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep, StepInputs, build_step
-from shiftbench.seeding import seed_for
+from shiftbench.runtime.seeding import seed_for
 
 
 @dataclass

@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from shiftbench.cpus import yielding_waits
 from shiftbench.erm.interrupt import SIGNALS
+from shiftbench.runtime.cpus import yielding_waits
 
 yielding_waits()  # before torch loads OpenMP: waiting threads sleep instead of spinning against other work
 if __name__ == "__main__":  # the job's own process: a stop is held (before torch starts threads) until it is answered
@@ -52,7 +52,6 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
 
-from shiftbench.cache import home_record  # noqa: E402
 from shiftbench.erm import resume, run_folder  # noqa: E402
 from shiftbench.erm.config import TrainConfig  # noqa: E402
 from shiftbench.erm.interrupt import (  # noqa: E402
@@ -67,9 +66,10 @@ from shiftbench.erm.models import build_model, load_checkpoint  # noqa: E402
 from shiftbench.erm.run import Resumable  # noqa: E402
 from shiftbench.erm.train import Prepared, TrainResult, cpu_threads, train  # noqa: E402
 from shiftbench.errors import InputError  # noqa: E402
-from shiftbench.images import image_paths  # noqa: E402
-from shiftbench.split_table import SplitTable, read_split  # noqa: E402
-from shiftbench.training_conflicts import SubsetDescriptor, subset_descriptor  # noqa: E402
+from shiftbench.runtime.cache import home_record  # noqa: E402
+from shiftbench.scoring.training_conflicts import SubsetDescriptor, subset_descriptor  # noqa: E402
+from shiftbench.splits.images import image_paths  # noqa: E402
+from shiftbench.splits.split_table import SplitTable, read_split  # noqa: E402
 
 JOB_FORMAT = 1
 

@@ -1,18 +1,17 @@
 """Launching ERM runs: from a benchmark name to a job description, and from job outputs to a version.
 
-The launcher knows the warehouse (which version, which preset, and where the images are: the
-split's manifest says, see :mod:`shiftbench.images`); the job (:mod:`shiftbench.erm.job`) knows
-only torch. Between them travels one JSON job description, so the same job runs in-process, as a
-local subprocess or in a GPU pod. This module imports no torch.
+The launcher knows the warehouse (which version, which preset, and where the images are: the split's manifest
+says, see :mod:`shiftbench.splits.images`); the job (:mod:`shiftbench.erm.job`) knows only torch. Between them
+travels one JSON job description, so the same job runs in-process, as a local subprocess or in a GPU pod. This
+module imports no torch.
 
 Results take the path every table takes: staged as a content-addressed version of the *run*
-``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``; ``<preset>-<hash>`` when its training
-parameters depart from the preset's; ``...seed<N>@standin`` when it trained on generated stand-in
-images, so such a run never shares a name, a version lineage or an aggregate with a real one), checked
-against the contracts of ``erm_results``, ``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the
-store, which refuses an unchecked or failed version. The run's tables carry the split's
-``benchmark`` and ``split_version``; the weights, the learning curve and the ID-vs-OOD plot are
-attached to the version (``files/``) and listed with checksums in its manifest.
+``<benchmark>.<preset>.<model>.seed<N>`` (family ``erm``; ``<preset>-<hash>`` when its training parameters depart
+from the preset's; ``...seed<N>@standin`` when it trained on generated stand-in images, so such a run never shares a
+name, a version lineage or an aggregate with a real one), checked against the contracts of ``erm_results``,
+``erm_runs`` and ``erm_curves`` (the check is recorded), then published by the store, which refuses an unchecked or
+failed version. The run's tables carry the split's ``benchmark`` and ``split_version``; the weights, the learning
+curve and the ID-vs-OOD plot are attached to the version (``files/``) and listed with checksums in its manifest.
 """
 
 from __future__ import annotations
@@ -30,23 +29,24 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench import cards, plots, registry
-from shiftbench.cards import CardInfo
-from shiftbench.contracts import RuleResult
+from shiftbench.config.settings import Settings
 from shiftbench.erm import checkpoints, run_folder
 from shiftbench.erm.config import EXECUTION_ONLY, TrainConfig, coerce_value
 from shiftbench.erm.search import SEARCH_KEYS, searched_config
 from shiftbench.errors import InputError, ShiftbenchError
-from shiftbench.fingerprint import sha256_json
-from shiftbench.images import STANDIN, ImageSource
-from shiftbench.naming import tagged
-from shiftbench.publishing import PublishOutcome, environment, publish_checked, stage_and_check
-from shiftbench.settings import Settings
-from shiftbench.spec_model import merge_named, spec_document, spec_texts
-from shiftbench.splits import PublishedSplit, published_split, split_images
-from shiftbench.standin import GENERATOR_VERSION as STANDIN_VERSION
+from shiftbench.families import registry
+from shiftbench.results import plots
+from shiftbench.scoring.training_conflicts import check_intervals, subset_descriptor, tracked_intervals
+from shiftbench.specs.naming import tagged
+from shiftbench.specs.spec_model import merge_named, spec_document, spec_texts
+from shiftbench.splits.images import STANDIN, ImageSource
+from shiftbench.splits.published import PublishedSplit, published_split, split_images
+from shiftbench.splits.standin import GENERATOR_VERSION as STANDIN_VERSION
 from shiftbench.store import StagedVersion, check_benchmark_name
-from shiftbench.training_conflicts import check_intervals, subset_descriptor, tracked_intervals
+from shiftbench.store.contracts import RuleResult
+from shiftbench.tables.fingerprint import sha256_json
+from shiftbench.warehouse import cards
+from shiftbench.warehouse.publishing import PublishOutcome, environment, publish_checked, stage_and_check
 
 FAMILY = "erm"
 CONFLICTS_FIGURE = "training_conflicts.png"  # the heatmap of a run with track_conflicts (MetaShift Figure 4)
@@ -165,7 +165,7 @@ def plan_run(
     path_template: str | None = None,
 ) -> RunPlan:
     """Everything a run needs, checked before anything trains."""
-    split = published_split(settings, benchmark, version)
+    split = published_split(settings, benchmark, version, refusal=registry.unpublished_paper_name)
     name, preset_values = _preset_for(settings, split, preset)
     values = {**preset_values, **dict(overrides or {}), "seed": seed}
     train_split = str(values.get("train_split", "train"))
@@ -212,7 +212,7 @@ def run_name(
     """``<benchmark>.<preset>.<model>.seed<N>`` (``<model>.<method>`` for methods beside ERM); a run that
     departs from its preset in anything it learns from is not that preset's run, so its name carries a
     hash of the changes: ``<preset>-<hash>``. A run on generated stand-in images is not a result on the
-    split's images: its name is tagged ``...seed<N>@standin`` (``NAME@TAG``, as :mod:`shiftbench.naming` tags
+    split's images: its name is tagged ``...seed<N>@standin`` (``NAME@TAG``, as :mod:`shiftbench.specs.naming` tags
     benchmarks), so it never becomes the latest of, or is averaged with, the run on real images."""
     changed = {
         key: value
@@ -331,7 +331,7 @@ def result_tables(plan: RunPlan, out_dir: Path) -> tuple[dict[str, pl.DataFrame]
         "erm_curves": curves.with_columns(pl.lit(plan.benchmark).alias("benchmark")),
         "erm_runs": runs,
     }
-    if (out_dir / "conflicts.parquet").is_file():  # track_conflicts (shiftbench.training_conflicts)
+    if (out_dir / "conflicts.parquet").is_file():  # track_conflicts (shiftbench.scoring.training_conflicts)
         tables["erm_training_conflicts"] = pl.read_parquet(out_dir / "conflicts.parquet").with_columns(
             pl.lit(plan.benchmark).alias("benchmark"), pl.lit(plan.run).alias("run"),
             pl.lit(plan.split_version).alias("split_version"),
@@ -379,12 +379,12 @@ def stage_run(
         },
     }
     described = cards.with_split_magnitudes(tables, plan.split_dir)
-    from shiftbench import provenance  # whose images: real | generated | standin
+    from shiftbench.scoring import provenance  # whose images: real | generated | standin
 
     images = provenance.images_of(plan.images.kind, provenance.data_tag(plan.benchmark))
     grouping = str(plan.config.get("group_by", "group"))
     grouping = "the split's own groups" if grouping == "group" else f"the groups by {grouping}"
-    info = CardInfo(
+    info = cards.CardInfo(
         title=f"ERM baseline ({plan.config.get('model')}, seed {plan.config.get('seed')}) on {plan.benchmark}"
         + provenance.CARD_TITLES.get(images, ""),
         shift=f"Results of one training run on the split {plan.benchmark} (version {plan.split_version}); the shift "

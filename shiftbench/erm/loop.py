@@ -14,7 +14,6 @@ from typing import Any, NoReturn
 import torch
 from torch import nn
 
-from shiftbench import progress
 from shiftbench.erm.conflicts import ConflictTracker
 from shiftbench.erm.data import BatchStream
 from shiftbench.erm.interrupt import Interrupted
@@ -23,7 +22,8 @@ from shiftbench.erm.resume import DISCARD, random_states, restore_random_states
 from shiftbench.erm.run import Run, synchronize
 from shiftbench.erm.step import EagerStep, GraphStep
 from shiftbench.errors import InputError
-from shiftbench.metrics import Metric, value_of
+from shiftbench.runtime import progress
+from shiftbench.scoring.metrics import Metric, value_of
 
 
 class Abandoned(Exception):

@@ -44,7 +44,7 @@ from torch import nn
 from shiftbench.erm.mixing import Mixup, SagNet
 from shiftbench.erm.objective import Method
 from shiftbench.errors import InputError
-from shiftbench.method_names import METHODS as METHOD_NAMES
+from shiftbench.scoring.method_names import METHODS as METHOD_NAMES
 
 
 class ERM(Method):
@@ -324,7 +324,7 @@ class CDANN(Method):
 METHODS: dict[str, type[Method]] = {
     m.name: m for m in (ERM, Reweight, GroupDRO, IRM, CORAL, CDANN, CausIRLCORAL, CausIRLMMD, Mixup, SagNet)
 }
-assert tuple(METHODS) == METHOD_NAMES, "shiftbench.method_names.METHODS must list the methods"
+assert tuple(METHODS) == METHOD_NAMES, "shiftbench.scoring.method_names.METHODS must list the methods"
 
 
 def build_method(

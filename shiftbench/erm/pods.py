@@ -25,10 +25,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from shiftbench.config.located_yaml import parse_yaml, validation_error
+from shiftbench.config.textio import read_text
 from shiftbench.erm.checkpoints import REGISTRY
 from shiftbench.errors import InputError
-from shiftbench.located_yaml import parse_yaml, validation_error
-from shiftbench.textio import read_text
 
 SETTING = "SHIFTBENCH_K8S_POD"
 JOB_COMMAND = ("python", "-m", "shiftbench.erm.job")

@@ -58,10 +58,16 @@ _PACKAGE = Path(__file__).resolve().parent
 # their decoding, the split table, the metrics, the seeds and the groups); tests/test_resume.py checks the list
 # against what ``python -m shiftbench.erm.job`` really imports.
 JOB_MODULES = (
-    "cache", "cpus", "errors", "grouper", "images", "method_names", "metrics", "outputs", "progress", "seeding",
-    "split_dataset", "split_table", "training_conflicts",
+    "errors", "runtime.cache", "runtime.cpus", "runtime.outputs", "runtime.progress", "runtime.seeding",
+    "scoring.grouper", "scoring.method_names", "scoring.metrics", "scoring.training_conflicts", "splits.images",
+    "splits.split_dataset", "splits.split_table",
 )  # fmt: skip
-_CODE = (*sorted(_PACKAGE.glob("*.py")), *(_PACKAGE.parent / f"{name}.py" for name in JOB_MODULES))
+# A module's file, and its package's __init__ (a docstring, but imported with it).
+_CODE = (
+    *sorted(_PACKAGE.glob("*.py")),
+    *sorted({_PACKAGE.parent / f"{name.replace('.', '/')}.py" for name in JOB_MODULES}
+            | {_PACKAGE.parent / name.split(".")[0] / "__init__.py" for name in JOB_MODULES if "." in name}),
+)  # fmt: skip
 _FILE = re.compile(r"state-\d{9}\.pt")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # What a checkpoint's state holds (shiftbench.erm.loop.Loop.snapshot) and the type of each entry.
@@ -81,7 +87,7 @@ def code_hash() -> str:
     """SHA-256 over the training code's source files: a checkpoint of other code is refused, never continued."""
     digest = hashlib.sha256()
     for path in _CODE:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+        digest.update(path.relative_to(_PACKAGE.parent).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 

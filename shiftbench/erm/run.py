@@ -23,8 +23,8 @@ from shiftbench.erm.interrupt import StopRequest
 from shiftbench.erm.photos import PhotoBatches
 from shiftbench.erm.resume import MAX_OVERHEAD, Checkpoints
 from shiftbench.erm.step import autocast
-from shiftbench.metrics import Metric, calibration_metrics, class_metrics, pairwise_accuracy, split_metrics
-from shiftbench.split_table import SplitTable
+from shiftbench.scoring.metrics import Metric, calibration_metrics, class_metrics, pairwise_accuracy, split_metrics
+from shiftbench.splits.split_table import SplitTable
 
 Log = Callable[[str], None]
 

@@ -3,7 +3,7 @@
 A search of N draws x K trials is N x K ordinary runs: draw i of a method sets the values of
 ``specs/search.yaml``'s space for it (draw 0: the preset's own, as DomainBed's hparams_seed 0 is its defaults),
 trial t is seed t. Each run records ``search`` (the space) and ``search_draw`` in its config, so the local sweep,
-Slurm arrays, pods and resume treat it like any other run, and a selection method (:mod:`shiftbench.selection`)
+Slurm arrays, pods and resume treat it like any other run, and a selection method (:mod:`shiftbench.scoring.selection`)
 can pick among the draws of one trial afterwards.
 
 Draw i of a method is the same everywhere (on every backend, benchmark and trial, in every process): each parameter
@@ -25,8 +25,8 @@ from typing import Any, Literal, cast
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from shiftbench.config.located_yaml import parse_yaml
 from shiftbench.errors import InputError
-from shiftbench.located_yaml import parse_yaml
 
 SPEC = "shiftbench/specs/search.yaml"
 SEARCH_KEYS = frozenset({"search", "search_draw"})  # a run's place in a search (TrainConfig), never pinned values
@@ -131,7 +131,7 @@ class SearchSpec(BaseModel):
 def spec() -> SearchSpec:
     """The shipped spaces, checked against the training parameters they name."""
     from shiftbench.erm.config import TrainConfig
-    from shiftbench.method_names import METHODS
+    from shiftbench.scoring.method_names import METHODS
 
     data = parse_yaml(resources.files("shiftbench").joinpath("specs/search.yaml").read_text("utf-8"), SPEC)
     try:

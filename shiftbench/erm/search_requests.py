@@ -16,13 +16,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from shiftbench.config.settings import Settings
 from shiftbench.erm.launch import RunPlan
 from shiftbench.erm.sweep import SEEDS, plan_sweep
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_json
-from shiftbench.selection import SELECTIONS, check_selections, parse_selections
-from shiftbench.settings import Settings
-from shiftbench.splits import published_split
+from shiftbench.families.registry import unpublished_paper_name
+from shiftbench.scoring.selection import SELECTIONS, check_selections, parse_selections
+from shiftbench.splits.published import published_split
+from shiftbench.tables.fingerprint import sha256_json
 
 
 class SearchRequest(BaseModel):
@@ -63,7 +64,7 @@ def selections_for(
     benchmark's split allows)."""
     names = parse_selections(select)
     for benchmark in benchmarks:
-        examples = published_split(settings, benchmark, version).examples
+        examples = published_split(settings, benchmark, version, refusal=unpublished_paper_name).examples
         splits = set(examples["split"].unique().to_list())
         if select is None:
             names = [n for n in names if n in SELECTIONS and SELECTIONS[n].eval_split in splits]

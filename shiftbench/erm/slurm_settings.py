@@ -3,7 +3,7 @@
 ``sbatch`` accepts a misspelt option or a bad time only to fail later, or silently drops what it does not know
 in a ``#SBATCH`` line; a sweep would then wait for jobs that never run. So the settings (``--slurm-settings``,
 ``SHIFTBENCH_SLURM_SETTINGS``) are validated here first: one bad value is one :class:`InputError` naming the
-file, the line and the key (:func:`shiftbench.located_yaml.validation_error`), exit 2, nothing submitted.
+file, the line and the key (:func:`shiftbench.config.located_yaml.validation_error`), exit 2, nothing submitted.
 
 Pure library: no Slurm command runs here.
 """
@@ -25,9 +25,9 @@ from pydantic import (
     field_validator,
 )
 
+from shiftbench.config.located_yaml import parse_yaml, validation_error
+from shiftbench.config.textio import read_text
 from shiftbench.errors import InputError, shown
-from shiftbench.located_yaml import parse_yaml, validation_error
-from shiftbench.textio import read_text
 
 SETTING = "SHIFTBENCH_SLURM_SETTINGS"
 PARAMETER = "--slurm-settings"

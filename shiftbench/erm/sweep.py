@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from shiftbench.cpus import available_cpus
+from shiftbench.config.settings import Settings
 from shiftbench.erm.launch import RunPlan, plan_run
 from shiftbench.errors import InputError
-from shiftbench.settings import Settings
+from shiftbench.runtime.cpus import available_cpus
 
 SEEDS = range(10)  # the ERM assets' seed partitions
 GPU_SLOTS = 4  # runs at a time on one GPU unless asked (8 eager runs gave 4.6x one's throughput on an H100)

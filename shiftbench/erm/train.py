@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from shiftbench.cpus import available_cpus
 from shiftbench.erm.config import TrainConfig
 from shiftbench.erm.conflicts import layout
 from shiftbench.erm.data import Batches, training_groups
@@ -30,9 +29,10 @@ from shiftbench.erm.fit import Fit, fit_grid
 from shiftbench.erm.photos import PhotoBatches, Prepare
 from shiftbench.erm.run import Log, Resumable, Run
 from shiftbench.errors import InputError
-from shiftbench.metrics import Metric, gap_metrics
-from shiftbench.split_table import SplitTable
-from shiftbench.training_conflicts import SubsetDescriptor
+from shiftbench.runtime.cpus import available_cpus
+from shiftbench.scoring.metrics import Metric, gap_metrics
+from shiftbench.scoring.training_conflicts import SubsetDescriptor
+from shiftbench.splits.split_table import SplitTable
 
 
 @dataclass

@@ -24,9 +24,9 @@ from typing import Literal, get_args
 from shiftbench.errors import InputError
 from shiftbench.exports.placing import DEFAULT_MODE, ImageMode, Placed, place_images, staged_folder
 from shiftbench.exports.table import ExportTable, Plan, load_table
-from shiftbench.images import ImageSource
-from shiftbench.outputs import check_output_dir
-from shiftbench.splits import PublishedSplit
+from shiftbench.runtime.outputs import check_output_dir
+from shiftbench.splits.images import ImageSource
+from shiftbench.splits.published import PublishedSplit
 
 Layout = Literal["imagefolder", "wilds", "domainbed", "hf"]
 LAYOUTS: tuple[str, ...] = get_args(Layout)

@@ -27,8 +27,8 @@ import polars as pl
 
 from shiftbench.errors import InputError
 from shiftbench.exports.table import ExportTable, Plan
-from shiftbench.grouper import Grouper
-from shiftbench.outputs import path_component
+from shiftbench.runtime.outputs import path_component
+from shiftbench.scoring.grouper import Grouper
 
 # torchvision.datasets.folder.IMG_EXTENSIONS: ImageFolder silently skips any other file.
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")

@@ -26,7 +26,7 @@ import yaml
 
 from shiftbench.exports.splits import validation_split
 from shiftbench.exports.table import ExportTable, Plan
-from shiftbench.images import STANDIN
+from shiftbench.splits.images import STANDIN
 
 MAX_SHARD_BYTES = 500 * 10**6  # datasets' push_to_hub default max_shard_size
 ROWS_PER_GROUP = 100  # datasets writes image datasets in row groups of 100 rows

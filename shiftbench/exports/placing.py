@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
-from shiftbench.outputs import check_output_dir, inside
+from shiftbench.runtime.outputs import check_output_dir, inside
 
 ImageMode = Literal["link", "copy", "symlink"]
 IMAGE_MODES: tuple[str, ...] = get_args(ImageMode)

@@ -15,10 +15,10 @@ from pathlib import Path
 import polars as pl
 
 from shiftbench.errors import InputError
-from shiftbench.grouper import metadata_table
-from shiftbench.images import ImageSource, image_paths
-from shiftbench.outputs import path_component
-from shiftbench.splits import PublishedSplit
+from shiftbench.runtime.outputs import path_component
+from shiftbench.scoring.grouper import metadata_table
+from shiftbench.splits.images import ImageSource, image_paths
+from shiftbench.splits.published import PublishedSplit
 
 # Columns of every export's rows that are not metadata fields.
 IDENTITY = ("example_id", "split", "y", "y_name")

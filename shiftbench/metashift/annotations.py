@@ -3,7 +3,7 @@
 :func:`scene_source`: the user's GQA scene graphs when set; else, for a spec of attribute contexts only,
 MetaShift's released attribute annotations shipped with the package; else the user's tag table, else the
 generated scene sample. Shipped specs built from a tag table or the generated sample are named ``NAME@tags`` /
-``NAME@generated`` (:mod:`shiftbench.naming`), and a version's recorded sources give its tag back
+``NAME@generated`` (:mod:`shiftbench.specs.naming`), and a version's recorded sources give its tag back
 (:func:`recorded_tag`).
 """
 
@@ -13,13 +13,13 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
-from shiftbench.fingerprint import sha256_files, sha256_text
+from shiftbench.config.settings import Settings
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
-from shiftbench.naming import tag_paper_names
-from shiftbench.settings import Settings
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_graphs import GQA_KIND
+from shiftbench.specs.naming import tag_paper_names
+from shiftbench.tables.fingerprint import sha256_files, sha256_text
 
 # The names of the specs shipped with the package (the papers' names), parsed once.
 SHIPPED_NAMES = functools.cache(lambda: frozenset(load_specs(None).collections) | frozenset(load_specs(None).tasks))

@@ -23,15 +23,15 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from shiftbench.benchmarks_table import benchmarks_row
-from shiftbench.magnitudes import SCOPE_ALL, magnitudes_table
+from shiftbench.families.benchmarks_table import benchmarks_row
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift.conflicts import build_conflicts
 from shiftbench.metashift.specs import TaskSpec
 from shiftbench.metashift.subsets import candidate_memberships, image_classes
 from shiftbench.metashift.tasks import TaskData, build_task
 from shiftbench.sources.scene_codes import CodedObjects
-from shiftbench.streamed import StreamedTable, arrow_schema, float_column, regroup, strings_in_runs
+from shiftbench.tables.streamed import StreamedTable, arrow_schema, float_column, regroup, strings_in_runs
+from shiftbench.warehouse.magnitudes import SCOPE_ALL, magnitudes_table
 
 if TYPE_CHECKING:
     from shiftbench.metashift.classes import ClassResult

@@ -1,5 +1,5 @@
 """What a MetaShift version says about itself: its card (what shifts, licences, citation) and how it reads in the
-UI and the terminal (:class:`shiftbench.family.Description`)."""
+UI and the terminal (:class:`shiftbench.families.family.Description`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.cards import CardInfo
-from shiftbench.family import Description, Figure, FilePath, Markdown, Table
+from shiftbench.families.family import Description, Figure, FilePath, Markdown, Table
 from shiftbench.metashift.figures import TASK_FIGURE, figure_name
 from shiftbench.sources import generated_scenes
 from shiftbench.store import StagedVersion
+from shiftbench.warehouse.cards import CardInfo
 
 FIGURES_INLINE = 4  # meta-graph figures shown in the UI (cat and dog first, then the largest classes)
 CITATION = (

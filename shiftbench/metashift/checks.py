@@ -2,7 +2,7 @@
 
 Each function is named by a ``type: custom`` quality rule of a contract in ``data_contracts/``
 (``implementation: shiftbench.metashift.checks:<function>``), receives the version's table files and
-returns the number the rule compares (here: how many rows break it). See :mod:`shiftbench.contracts`.
+returns the number the rule compares (here: how many rows break it). See :mod:`shiftbench.store.contracts`.
 
 The rules' code stays in this one module: a contract's fingerprint hashes the source of the module its custom
 rules name (and only that one), so a change here invalidates the checks recorded under the old code. The compiled
@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from shiftbench.memory import release_freed_memory
 from shiftbench.metashift.compiled import njit_cached
 from shiftbench.metashift.index import _bits, _unique_pairs, sorted_unique
 from shiftbench.metashift.kernels import recount_class
+from shiftbench.runtime.memory import release_freed_memory
 
 _KEY = ["benchmark", "version"]
 _EDGE_COLUMNS = pl.Schema(

@@ -41,10 +41,8 @@ import pyarrow as pa
 from scipy.spatial.distance import pdist
 from threadpoolctl import threadpool_limits
 
-from shiftbench.benchmarks_table import benchmarks_row
 from shiftbench.errors import InputError
-from shiftbench.magnitudes import SCOPE_ALL, OrderStatistics, ValuesPart, in_bins, magnitudes_table
-from shiftbench.memory import release_freed_memory
+from shiftbench.families.benchmarks_table import benchmarks_row
 from shiftbench.metashift import build
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift.classes import (
@@ -59,8 +57,10 @@ from shiftbench.metashift.index import SceneIndex, build_index
 from shiftbench.metashift.scope import Scope, resolve_scope
 from shiftbench.metashift.specs import CollectionSpec
 from shiftbench.metashift.subsets import CONTEXT_KINDS, SUBSET_COLUMNS
+from shiftbench.runtime.memory import release_freed_memory
 from shiftbench.sources.scene_codes import CodedObjects
-from shiftbench.streamed import StreamedTable
+from shiftbench.tables.streamed import StreamedTable
+from shiftbench.warehouse.magnitudes import SCOPE_ALL, OrderStatistics, ValuesPart, in_bins, magnitudes_table
 
 T = TypeVar("T")
 

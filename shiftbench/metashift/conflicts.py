@@ -2,7 +2,7 @@
 Appendix B.3), published with every example's subset so that a training job can attribute each gradient step to the
 training subsets in its batch and measure the loss on each evaluation subset.
 
-Selection (deterministic, seeded with :func:`shiftbench.seeding.rng_for`):
+Selection (deterministic, seeded with :func:`shiftbench.runtime.seeding.rng_for`):
 
 - candidates: per class, the subsets with at least ``min_subset_size`` images after leakage removal (the images of
   ``exclude_images_in`` and those showing two of the task's classes, :func:`tasks.excluded_images`);
@@ -40,7 +40,7 @@ from shiftbench.metashift.tasks import (
     shuffled,
     split_quota,
 )
-from shiftbench.seeding import rng_for
+from shiftbench.runtime.seeding import rng_for
 
 ROLES = ("train", "ood")
 SPLITS_OF_ROLE = {"train": "train+id_val", "ood": "test"}

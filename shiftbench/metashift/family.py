@@ -12,8 +12,10 @@ class would cost a build (and a Dagster partition) for each of hundreds of class
 
 from __future__ import annotations
 
-from shiftbench.analysis import Analysis
-from shiftbench.family import Family, Fanout, Kind, RawSource
+from shiftbench.config.package_files import CONTRACTS_DIR, SQL_DIR
+from shiftbench.config.settings import Settings
+from shiftbench.families.analysis import Analysis
+from shiftbench.families.family import Family, Fanout, Kind, RawSource
 from shiftbench.metashift import build
 from shiftbench.metashift.annotations import (
     SHIPPED_NAMES,
@@ -31,8 +33,6 @@ from shiftbench.metashift.scenes import RELEASED, SCENES, scenes_needed
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
 from shiftbench.metashift.staging import CODE_VERSION, stage_collection, stage_task
-from shiftbench.package_files import CONTRACTS_DIR, SQL_DIR
-from shiftbench.settings import Settings
 
 # What a collection stores grows with its inputs (shiftbench.metashift.collection). metashift_distances is a view the
 # catalog computes from metashift_embeddings; a version built with store_distances: true also stores it, and its
@@ -103,7 +103,7 @@ def _training_unavailable(settings: Settings) -> str | None:
     return None  # the generated sample trains on stand-in images
 
 
-# The paper's analyses over this family's results (shiftbench.analysis).
+# The paper's analyses over this family's results (shiftbench.families.analysis).
 ANALYSES = (
     Analysis(
         "metashift-accuracy-vs-distance",

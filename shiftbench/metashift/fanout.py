@@ -12,15 +12,15 @@ import pickle
 from collections.abc import Mapping
 from pathlib import Path
 
-from shiftbench.cache import CachedArtifact
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Target
-from shiftbench.memory import release_freed_memory
+from shiftbench.families.family import Target
 from shiftbench.metashift import collection
 from shiftbench.metashift.figures import collection_figures_started
 from shiftbench.metashift.index import SceneIndex
 from shiftbench.metashift.staging import CollectionPlan, prepare_collection, stage_built
-from shiftbench.settings import Settings
+from shiftbench.runtime.cache import CachedArtifact
+from shiftbench.runtime.memory import release_freed_memory
 from shiftbench.store import StagedVersion
 
 

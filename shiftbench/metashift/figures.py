@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 
-from shiftbench.plots import learner_label, png_bytes, pyplot
+from shiftbench.results.plots import learner_label, png_bytes, pyplot
 
 if TYPE_CHECKING:  # not imported at run time: a worker drawing the figures needs none of the builders
     from shiftbench.metashift.classes import ClassOutcome, ClassResult
@@ -190,7 +190,7 @@ def accuracy_vs_distance(table: pl.DataFrame, title: str) -> bytes:
     plt = pyplot()
     # Tasks of other data (another @TAG: the generated scene sample, tags) are panels of their own, never one line.
     families = sorted({(r["task_kind"], r["classes"], r["data_tag"] or "") for r in table.iter_rows(named=True)})
-    width = max(5.0, 3.6 * len(families) + 0.6)  # room for the title's provenance lines (shiftbench.analysis)
+    width = max(5.0, 3.6 * len(families) + 0.6)  # room for the title's provenance lines (shiftbench.families.analysis)
     fig, axes = plt.subplots(1, len(families), figsize=(width, 3.6), squeeze=False)
     for axis, (kind, classes, tag) in zip(axes[0], families, strict=True):
         same_data = pl.col("data_tag").fill_null("") == tag

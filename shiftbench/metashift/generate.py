@@ -34,8 +34,9 @@ import polars as pl
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from shiftbench import benchmark_builds
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
+from shiftbench.families import benchmark_builds
 from shiftbench.metashift import build
 from shiftbench.metashift.family import METASHIFT
 from shiftbench.metashift.metagraph import SUBSET_GRAPH_EDGE_THRESHOLD
@@ -44,7 +45,6 @@ from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import Community, TaskSpec, load_specs, parse_specs
 from shiftbench.metashift.subsets import parse_subset_name
 from shiftbench.metashift.tasks import TaskData, community_distances, excluded_images, split_quota
-from shiftbench.settings import Settings
 from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.store import check_benchmark_name
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.cache import CachedArtifact, cached
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Input
+from shiftbench.families.family import Input
 from shiftbench.metashift.annotations import SOURCE_RELEASED, scene_source
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec
-from shiftbench.settings import Settings
+from shiftbench.runtime.cache import CachedArtifact, cached
 from shiftbench.sources import generated_scenes, gqa_release, packaged
 from shiftbench.sources.scene_codes import CodedObjects
 from shiftbench.sources.scene_graphs import GQA_KIND, SceneTables, read_gqa_scene_graphs, read_tags_table

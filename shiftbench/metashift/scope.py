@@ -19,8 +19,8 @@ from typing import Any
 
 import polars as pl
 
+from shiftbench.config.textio import read_text
 from shiftbench.errors import InputError
-from shiftbench.textio import read_text
 
 
 @dataclass(frozen=True)

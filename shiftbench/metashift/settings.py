@@ -6,7 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shiftbench.settings import PathList
+from shiftbench.config.settings import PathList
 
 
 class MetaShiftSettings(BaseModel):

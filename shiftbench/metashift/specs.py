@@ -15,8 +15,8 @@ from typing import Annotated, Any, ClassVar, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationInfo, field_validator, model_validator
 
+from shiftbench.config.located_yaml import line_of
 from shiftbench.errors import InputError, shown
-from shiftbench.located_yaml import line_of
 from shiftbench.metashift.embedding import check_embedding
 from shiftbench.metashift.metagraph import (
     COMMUNITY_GRAPH_EDGE_THRESHOLD,
@@ -26,8 +26,8 @@ from shiftbench.metashift.metagraph import (
 )
 from shiftbench.metashift.subsets import check_context_kinds
 from shiftbench.metashift.task_rules import check_communities, split_key
-from shiftbench.naming import tagged
-from shiftbench.spec_model import (
+from shiftbench.specs.naming import tagged
+from shiftbench.specs.spec_model import (
     Spec,
     as_float,
     at_least,

@@ -13,12 +13,9 @@ from typing import Any
 
 import polars as pl
 
-from shiftbench.cache import CachedArtifact
+from shiftbench.config.settings import Settings
 from shiftbench.errors import InputError
-from shiftbench.family import Target
-from shiftbench.fingerprint import canonical_json, sha256_table
-from shiftbench.images import STANDIN, image_block
-from shiftbench.memory import release_freed_memory
+from shiftbench.families.family import Target
 from shiftbench.metashift import build, collection
 from shiftbench.metashift.cards import COLLECTION_SHIFT, TASK_SHIFT, card_info
 from shiftbench.metashift.classes import ClassSettings
@@ -28,12 +25,15 @@ from shiftbench.metashift.scenes import read_scenes, recorded_sources, scenes_fo
 from shiftbench.metashift.scope import Scope, scope_line
 from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import CollectionSpec, TaskSpec, load_specs
-from shiftbench.publishing import stage_tables
-from shiftbench.settings import Settings
+from shiftbench.runtime.cache import CachedArtifact
+from shiftbench.runtime.memory import release_freed_memory
 from shiftbench.sources import generated_scenes
 from shiftbench.sources.scene_graphs import read_class_groups
+from shiftbench.splits.images import STANDIN, image_block
 from shiftbench.store import StagedVersion
-from shiftbench.streamed import StreamedTable, in_memory
+from shiftbench.tables.fingerprint import canonical_json, sha256_table
+from shiftbench.tables.streamed import StreamedTable, in_memory
+from shiftbench.warehouse.publishing import stage_tables
 
 # Bump when a change to the MetaShift builders can change their output.
 CODE_VERSION = "metashift-4"

@@ -8,7 +8,8 @@ class needs, and a task's own tag.
   A class without a test community is trained on and never tested on (the eight classes that the ten-class task of
   Appendix B.2.1 adds to task 1); the class whose distance d is measured (``distance_class``) needs one.
 - A task that had to choose what its paper leaves open carries a tag of its own, written in its key
-  (``animals10-dg@whole-class``): its benchmarks are ``NAME-VARIANT@TAG`` (:mod:`shiftbench.naming`: a paper's name
+  (``animals10-dg@whole-class``): its benchmarks are ``NAME-VARIANT@TAG`` (:mod:`shiftbench.specs.naming`: a paper's
+  name
   only for the paper's content). The tags shiftbench gives for other sources (``@generated``, ``@tags``,
   ``@gqa-files``) and stand-in runs (``@standin``) are not a spec's to write.
 """
@@ -19,12 +20,12 @@ from typing import Any
 
 from shiftbench.errors import InputError
 from shiftbench.metashift.subsets import parse_subset_name
-from shiftbench.naming import TAG_SEPARATOR
+from shiftbench.specs.naming import TAG_SEPARATOR
 from shiftbench.store import benchmark_name_problem
 
 WHOLE_CLASS = "*"  # the context of a member that stands for every image of its class: cat(*)
 # Tags shiftbench gives to names (shiftbench.metashift.annotations.NAME_TAGS, shiftbench.sources.gqa_release.TAG,
-# shiftbench.provenance.STANDIN): a spec's own tag may not be one of them (tests/test_metashift_multiclass.py).
+# shiftbench.scoring.provenance.STANDIN): a spec's own tag may not be one of them (tests/test_metashift_multiclass.py).
 RESERVED_TAGS = frozenset({"generated", "tags", "gqa-files", "standin"})
 
 

@@ -37,7 +37,7 @@ from shiftbench.metashift import metagraph as mg
 from shiftbench.metashift.specs import Community, TaskSpec
 from shiftbench.metashift.subsets import Memberships, parse_subset_name
 from shiftbench.metashift.task_rules import is_whole_class
-from shiftbench.seeding import rng_for
+from shiftbench.runtime.seeding import rng_for
 
 EXAMPLE_SCHEMA = {"image_id": pl.String, "split": pl.String, "y": pl.Int32, "y_name": pl.String, "group": pl.String}
 COMMUNITY_SCHEMA = pl.Schema(

@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from shiftbench.config.textio import read_text
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file, sha256_files
-from shiftbench.hierarchy import Hierarchy, read_edge_file, read_names_file
+from shiftbench.sources.hierarchy import Hierarchy, read_edge_file, read_names_file
 from shiftbench.sources.imagenet import imagenet_classes
-from shiftbench.textio import read_text
+from shiftbench.tables.fingerprint import sha256_file, sha256_files
 
 BREEDS_FILES = ("class_hierarchy.txt", "node_names.txt", "dataset_class_info.json")
 # The files of the BREEDS-Benchmarks release (imagenet_class_hierarchy/modified): only files with

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from shiftbench.fingerprint import sha256_text
+from shiftbench.tables.fingerprint import sha256_text
 
 DATASET = "generated-scenes"
 GENERATOR_VERSION = "generated-scenes-1"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from shiftbench.cache import write_file_atomic
+from shiftbench.runtime.cache import write_file_atomic
 
 RELEASE_IMAGE_COUNTS = (74_942, 10_696)  # train_sceneGraphs.json, val_sceneGraphs.json (GQA 1.1)
 TAG = "gqa-files"

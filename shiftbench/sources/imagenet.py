@@ -21,8 +21,8 @@ from pathlib import Path
 import polars as pl
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_files, sha256_table
-from shiftbench.hierarchy import read_edge_file, read_names_file
+from shiftbench.sources.hierarchy import read_edge_file, read_names_file
+from shiftbench.tables.fingerprint import sha256_files, sha256_table
 
 IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 

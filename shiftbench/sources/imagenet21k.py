@@ -32,9 +32,9 @@ import polars as pl
 import pyarrow.parquet as pq
 
 from shiftbench.errors import InputError, shown
-from shiftbench.fingerprint import sha256_table, sha256_text
 from shiftbench.sources.imagenet import IMAGE_SUFFIXES
 from shiftbench.sources.packaged import DATA_DIR
+from shiftbench.tables.fingerprint import sha256_table, sha256_text
 
 LISTS: tuple[str, ...] = ("in21k", "in22k", "in12k", "in21k-miil", "in21k-miil-w21", "in1k")
 TIMM_FILES: dict[str, str] = {

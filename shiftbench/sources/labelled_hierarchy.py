@@ -18,7 +18,7 @@ Formats, chosen by the file's extension:
 
 The root is the file's single node without a parent; the dataset classes are the leaves. By default the
 hierarchy must be a tree; ``tree=False`` reads a DAG (levels are then longest paths, as in
-:class:`shiftbench.hierarchy.Hierarchy`). Every problem is one :class:`InputError` naming the file and line.
+:class:`shiftbench.sources.hierarchy.Hierarchy`). Every problem is one :class:`InputError` naming the file and line.
 """
 
 from __future__ import annotations
@@ -35,11 +35,11 @@ from typing import Any
 import networkx as nx
 import polars as pl
 
+from shiftbench.config.textio import read_text
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file
-from shiftbench.hierarchy import Hierarchy
+from shiftbench.sources.hierarchy import Hierarchy
 from shiftbench.sources.packaged import DATA_DIR
-from shiftbench.textio import read_text
+from shiftbench.tables.fingerprint import sha256_file
 
 FORMATS = {".csv": "csv", ".parquet": "parquet", ".json": "openimages-json"}
 SHIPPED_HIERARCHIES: dict[str, Path] = {"cifar100": DATA_DIR / "cifar100_hierarchy.csv"}

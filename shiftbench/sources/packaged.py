@@ -1,6 +1,6 @@
 """Derived data shipped with the package, so the defaults are the papers' benchmarks offline.
 
-- ``data/breeds_calibration.edits``: the edit file (:mod:`shiftbench.calibration`) that turns WordNet
+- ``data/breeds_calibration.edits``: the edit file (:mod:`shiftbench.sources.calibration`) that turns WordNet
   3.0, restricted to the ancestors of the 1000 ImageNet classes, into exactly the BREEDS calibrated
   hierarchy (BREEDS-Benchmarks, MIT: ``data/LICENSE-BREEDS``).
 - ``data/metashift_attributes.parquet``: MetaShift's released attribute annotations, one row per
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
-from shiftbench.fingerprint import sha256_file
 from shiftbench.sources.scene_graphs import SceneTables
+from shiftbench.tables.fingerprint import sha256_file
 
 DATA_DIR = Path(__file__).resolve().parents[1] / "data"
 BREEDS_CALIBRATION = DATA_DIR / "breeds_calibration.edits"

@@ -7,7 +7,7 @@ position among the sorted image ids, its name and attributes as positions in one
 are in string order, so sorting by codes sorts as the strings would.
 
 The fingerprint is still the string table's (no version id changes): the strings are made back from the
-codes :data:`shiftbench.fingerprint.BATCH_ROWS` rows at a time while hashing, never as one table.
+codes :data:`shiftbench.tables.fingerprint.BATCH_ROWS` rows at a time while hashing, never as one table.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shiftbench import fingerprint
-from shiftbench.streamed import prefetched
+from shiftbench.tables import fingerprint
+from shiftbench.tables.streamed import prefetched
 
 CODED_SCHEMA = pl.Schema(
     {"image": pl.UInt32(), "object_id": pl.String(), "name": pl.UInt32(), "attributes": pl.List(pl.UInt32())}
@@ -68,7 +68,7 @@ class CodedObjects:
         return frame
 
     def arrow_strings(self, start: int = 0, length: int | None = None) -> pa.Table:
-        """(A slice of) the objects as strings, as the Arrow table :func:`shiftbench.fingerprint.arrow_batch`
+        """(A slice of) the objects as strings, as the Arrow table :func:`shiftbench.tables.fingerprint.arrow_batch`
         makes of :meth:`strings`, made by Arrow's ``take`` from the codes (4-8x faster than through polars: no
         string view to convert back, and every buffer holds exactly the slice's rows)."""
         frame = self.frame.slice(start, length)
@@ -98,8 +98,8 @@ class CodedObjects:
         return pa.table(columns)
 
     def sha256(self) -> str:
-        """The fingerprint :func:`shiftbench.fingerprint.sha256_frames` gives the string table, from the codes,
-        :data:`shiftbench.fingerprint.BATCH_ROWS` rows at a time."""
+        """The fingerprint :func:`shiftbench.tables.fingerprint.sha256_frames` gives the string table, from the codes,
+        :data:`shiftbench.tables.fingerprint.BATCH_ROWS` rows at a time."""
         rows = fingerprint.BATCH_ROWS
         batches = (self.arrow_strings(start, rows) for start in range(0, self.height, rows))
         # The next batch is made (Arrow's take) on a worker thread while this one is hashed: both release the GIL

@@ -31,11 +31,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from loky import ProcessPoolExecutor
 
-from shiftbench import progress
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_files, sha256_frames, sha256_table, sha256_text
+from shiftbench.runtime import progress
 from shiftbench.sources.gqa_decode import DecodedPart, decode_part
 from shiftbench.sources.scene_codes import CODED_SCHEMA, CodedObjects
+from shiftbench.tables.fingerprint import sha256_files, sha256_frames, sha256_table, sha256_text
 
 OBJECTS_SCHEMA = {
     "image_id": pl.String,
@@ -94,7 +94,8 @@ class SceneTables:
 
 
 def _sorted_by_key(frame: pl.DataFrame, key: list[str]) -> pl.DataFrame:
-    """``frame`` sorted by every column, as :func:`shiftbench.fingerprint.sha256_table` orders it: by ``key`` when no
+    """``frame`` sorted by every column, as :func:`shiftbench.tables.fingerprint.sha256_table` orders it: by ``key``
+    when no
     two rows share it (then the other columns never decide), else by all columns."""
     ordered = frame.sort(key, nulls_last=True)
     repeated = pl.all_horizontal(pl.col(c).eq_missing(pl.col(c).shift(1)) for c in key).fill_null(False).any()

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 from PIL import Image
 
-from shiftbench.seeding import rng_for
+from shiftbench.runtime.seeding import rng_for
 
 DATASET = "sprites"
 GENERATOR_VERSION = "sprites-generator-1"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import polars as pl
 
-from shiftbench.cache import publish_cache_dir
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_files, sha256_text
+from shiftbench.runtime.cache import publish_cache_dir
+from shiftbench.tables.fingerprint import sha256_files, sha256_text
 
 # The files nltk's WordNetCorpusReader opens (plus lexnames, written below).
 WORDNET_FILES = (

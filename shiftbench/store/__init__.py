@@ -30,7 +30,7 @@ with exactly the checksums in its manifest and with the contracts in force now.
 
 A table's content hash is of Arrow IPC bytes; the few of them a Parquet file does not keep (under NULLs, after a
 bitmap's last bit) are recorded in the manifest as the table's ``layout`` (:mod:`~shiftbench.store.content`), so
-that ``shiftbench check`` (:mod:`shiftbench.audit`) can recompute every table's content hash from its rows.
+that ``shiftbench check`` (:mod:`shiftbench.warehouse.audit`) can recompute every table's content hash from its rows.
 
 Every family uses this package unchanged: it knows nothing about BREEDS or MetaShift.
 
@@ -40,13 +40,18 @@ Every family uses this package unchanged: it knows nothing about BREEDS or MetaS
 (:mod:`~shiftbench.store.checks`: contract check records; :func:`damage` and :func:`verify` compare files with
 their manifest), ``store.log`` (:mod:`~shiftbench.store.log`: the publication log: publish, latest, versions, and
 the damage met reading it) and ``store.retention`` (:mod:`~shiftbench.store.retention`: ``gc``, retiring a
-benchmark). Library code stages and publishes through :mod:`shiftbench.publishing`, the one owner of that path.
+benchmark). Library code stages and publishes through :mod:`shiftbench.warehouse.publishing`, the one owner of that
+path. Its checks run the data contracts (``contracts``: ODCS YAML with DuckDB rules, the shared tables' and each
+registered family's).
+
+May import: errors, runtime, tables, config.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from shiftbench.runtime.outputs import write_atomic
 from shiftbench.store.checks import CheckRecord, VersionChecks, damage, verify
 from shiftbench.store.layout import (
     LOG_HEAD,
@@ -59,7 +64,6 @@ from shiftbench.store.layout import (
     benchmark_name_problem,
     check_benchmark_name,
     version_id,
-    write_atomic,
 )
 from shiftbench.store.log import Publication, PublicationLog, VersionInfo
 from shiftbench.store.retention import Collection, Retention

@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import ContractViolation, StoreError
-from shiftbench.fingerprint import sha256_file
 from shiftbench.store.layout import StagedVersion, StoreLayout, version_id
+from shiftbench.tables.fingerprint import sha256_file
 
 
 def contracts_fingerprint(tables: list[str]) -> str:
     """The contracts in force for ``tables``. Imported when a check is recorded or compared, not with the store:
     reading a split (:func:`shiftbench.load_split`) verifies files and needs no contracts (duckdb, the ODCS models)."""
-    from shiftbench.contracts import contracts_fingerprint as fingerprint
+    from shiftbench.store.contracts import contracts_fingerprint as fingerprint
 
     return fingerprint(tables)
 

@@ -1,6 +1,6 @@
 """A stored table's content hash, recomputed from its Parquet file: what its version id was made of.
 
-A version id hashes each table's Arrow IPC stream (:func:`shiftbench.fingerprint.sha256_table`). Those bytes hold
+A version id hashes each table's Arrow IPC stream (:func:`shiftbench.tables.fingerprint.sha256_table`). Those bytes hold
 some that Parquet does not keep: the bits after the last value of a bitmap (validity, booleans), what lies under a
 NULL (a string's bytes, a number) and bytes after a buffer's last value that the IPC writer writes when the buffer
 is at most its padded size. They depend on how the build made the columns, so the same rows read back from the
@@ -30,9 +30,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from shiftbench.batches import arrow_batch, rebatch
-from shiftbench.fingerprint import BATCH_ROWS, sha256_batches
 from shiftbench.store.layout import StagedVersion
+from shiftbench.tables.batches import arrow_batch, rebatch
+from shiftbench.tables.fingerprint import BATCH_ROWS, sha256_batches
 
 Node = dict[str, Any]  # one array's bytes beyond its rows: "validity", "values", "data" (hex), "nulls", "child"
 Layout = list[list[Any]]  # [[batch number, {column: Node}], ...] for the batches that have any

@@ -9,8 +9,6 @@ replaced atomically (:func:`write_atomic`): readers see the old file or the new 
 from __future__ import annotations
 
 import json
-import os
-import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,9 +18,10 @@ from typing import Any
 from filelock import FileLock
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import canonical_json, sha256_json
+from shiftbench.runtime.outputs import write_atomic
+from shiftbench.tables.fingerprint import canonical_json, sha256_json
 
-# '@' only appears in names shiftbench gives (NAME@TAG, shiftbench.naming); specs and --name refuse it.
+# '@' only appears in names shiftbench gives (NAME@TAG, shiftbench.specs.naming); specs and --name refuse it.
 _NAME_OK = set("abcdefghijklmnopqrstuvwxyz0123456789-_.@")
 MAX_NAME_LENGTH = 100  # names become directories (and parts of run names): keep them well under NAME_MAX
 LOG_HEAD = "HEAD"  # in publications/: the newest event's sequence number, file name and hash
@@ -83,28 +82,6 @@ class StagedVersion:
         """An attached file (a figure), or None when the version has none of that name."""
         entry = self.manifest().get("attachments", {}).get(name)
         return (self.path / entry["file"]).read_bytes() if entry else None
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write through a uniquely named temporary sibling, then rename: readers see all or nothing."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with tmp.open("wb") as handle:
-            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(path.parent)
 
 
 class StoreLayout:

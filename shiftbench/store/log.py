@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from shiftbench.errors import StoreError
-from shiftbench.fingerprint import canonical_json
 from shiftbench.store.checks import VersionChecks, verify
 from shiftbench.store.layout import LOG_HEAD, StagedVersion, StoreLayout
+from shiftbench.tables.fingerprint import canonical_json
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class Retention:
     def retire(self, family: str, benchmark: str) -> Path:
         """Move a whole benchmark aside (``.retired/``): every view stops showing it, nothing is deleted.
 
-        For a benchmark whose name it should never have had (``shiftbench.naming``); under its lock.
+        For a benchmark whose name it should never have had (``shiftbench.specs.naming``); under its lock.
         """
         source = self.layout.benchmark_dir(family, benchmark)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")

@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shiftbench.errors import InputError
-from shiftbench.fingerprint import sha256_file, sha256_streamed, sha256_table, sort_keys
-from shiftbench.memory import release_freed_memory
+from shiftbench.runtime.memory import release_freed_memory
+from shiftbench.runtime.outputs import fsync_dir
 from shiftbench.store.checks import damage
 from shiftbench.store.content import Layout, LayoutRecorder
 from shiftbench.store.layout import (
@@ -36,10 +36,10 @@ from shiftbench.store.layout import (
     StagedVersion,
     StoreLayout,
     check_benchmark_name,
-    fsync_dir,
     version_id,
 )
-from shiftbench.streamed import StreamedTable, constant_strings, prefetched
+from shiftbench.tables.fingerprint import sha256_file, sha256_streamed, sha256_table, sort_keys
+from shiftbench.tables.streamed import StreamedTable, constant_strings, prefetched
 
 _STALE_STAGING_S = 24 * 3600
 # Rows per Parquet row group of a streamed table (at GQA scale 100 row groups of distances): 8x smaller batches

@@ -9,10 +9,10 @@
 -- Provenance: `image_source` is where the images came from: a trained run's, as its erm_runs row records it
 -- (imagenet | gqa | celeba | sprites | user | standin; read from erm_runs, so runs published by older versions
 -- under a real run's name are labelled too), for scored predictions the scored split's (eval_runs.image_source;
--- 'unrecorded' for versions scored before it was recorded). `images` is what that means (shiftbench/provenance.py, the
+-- 'unrecorded' for versions scored before it was recorded). `images` is what that means (shiftbench/scoring/provenance.py, the
 -- macro below): real | generated (the split's own images are generated: the ConDS sprites, NAME@generated) |
 -- standin (generated stand-ins in place of the split's images) | unrecorded. `data_tag` is the `@TAG` of the
--- split's name (shiftbench/naming.py: 'generated', 'wordnet-default', ...; NULL for the papers' names and the
+-- split's name (shiftbench/specs/naming.py: 'generated', 'wordnet-default', ...; NULL for the papers' names and the
 -- user's own).
 
 CREATE OR REPLACE MACRO shiftbench_images(image_source, data_tag) AS CASE
@@ -57,7 +57,7 @@ FROM results_history AS h
 SEMI JOIN latest_versions AS l ON l.benchmark = h.run AND l.version = h.version
 WHERE h.is_current;
 
--- A hyperparameter search's picks (shiftbench/erm/search.py, shiftbench/selection.py): the runs whose config names a
+-- A hyperparameter search's picks (shiftbench/erm/search.py, shiftbench/scoring/selection.py): the runs whose config names a
 -- search space, one per (benchmark, split version, learner, preset, space, images, selection method, trial = seed):
 -- the draw scoring highest on the method's split and metric (selection_methods), ties to the lowest draw. n_draws:
 -- the draws of that trial the method chose among (a draw without the method's split is not counted).

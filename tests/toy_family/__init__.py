@@ -1,5 +1,5 @@
 """A small benchmark family that lives outside ``shiftbench/``: it proves that a family is one package plus
-one registry line (:func:`shiftbench.registry.register`), with its own settings, contracts and tables.
+one registry line (:func:`shiftbench.families.registry.register`), with its own settings, contracts and tables.
 
 Generated examples of shapes in colours; a split holds one colour out of training (a shift the family
 measures itself in its table ``toy_cells``). Images are the generated stand-ins the training job draws.
@@ -14,16 +14,16 @@ from typing import Any
 import polars as pl
 from pydantic import BaseModel, Field
 
-from shiftbench.benchmarks_table import benchmarks_row
-from shiftbench.cache import CachedArtifact, cached
-from shiftbench.cards import CardInfo
-from shiftbench.family import Description, Family, Input, Kind, RawSource, Table, Target
-from shiftbench.fingerprint import sha256_json
-from shiftbench.images import STANDIN, image_block
-from shiftbench.publishing import stage_tables
-from shiftbench.settings import Settings
-from shiftbench.spec_model import Spec
+from shiftbench.config.settings import Settings
+from shiftbench.families.benchmarks_table import benchmarks_row
+from shiftbench.families.family import Description, Family, Input, Kind, RawSource, Table, Target
+from shiftbench.runtime.cache import CachedArtifact, cached
+from shiftbench.specs.spec_model import Spec
+from shiftbench.splits.images import STANDIN, image_block
 from shiftbench.store import StagedVersion
+from shiftbench.tables.fingerprint import sha256_json
+from shiftbench.warehouse.cards import CardInfo
+from shiftbench.warehouse.publishing import stage_tables
 
 NAME = "toy"
 SHAPES = ("square", "ellipse", "heart")
