@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # mypy over the package as Python imports it: shiftbench, with assets/ and pipelines/ mapped into it
-# (pyproject.toml's package-dir). mypy cannot follow an editable install's import hook, so a tree of links in
-# build/typecheck gives it the wheel's layout; without it every import of shiftbench.assets or
-# shiftbench.pipelines would be an unchecked Any. The library is checked with --strict, the Dagster shell without
-# it (Dagster's decorators and generic classes are only partly typed).
+# (pyproject.toml's package-dir). A tree of links in build/typecheck gives mypy the wheel's layout, and it has to:
+# mypy finds modules by directory and has no setting that maps a folder to a package name, and the mapping exists
+# only in the import hook the editable install writes, which mypy (by design: it runs no code) never follows
+# (python/mypy#13392, #12313; setuptools' "strict" editable mode is a tree of links too, made at install time and
+# blind to files added since). Without it every import of shiftbench.assets or shiftbench.pipelines would be an
+# unchecked Any. ruff needs no such tree: it is told the mapped folders are first-party (pyproject.toml). The
+# library is checked with --strict, the Dagster shell without it (Dagster's decorators are only partly typed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD

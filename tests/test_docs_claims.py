@@ -101,3 +101,9 @@ def test_no_timing_outside_benchmarks_in_the_readme_the_docs_and_the_setup_messa
 )
 def test_the_check_finds_timings_and_leaves_limits_and_linked_measurements(text: str, claims: list[str]) -> None:
     assert [phrase for _, phrase in timing_claims(text)] == claims
+
+
+def test_the_readme_is_a_front_page_of_at_most_200_lines() -> None:
+    """The README stays a front page (issue 50): the detail lives in docs/, linked from its table."""
+    lines = (PROJECT / "README.md").read_text("utf-8").splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines: move detail into docs/"
