@@ -285,11 +285,44 @@ def group_method_plan(tmp_path: Path, method: str) -> Any:
     return launch.plan_run(settings, "sprites-sc-object_color", preset="smoke", overrides=overrides)
 
 
+# A folder the xdist workers of one run share (the run's base temp; the base temp itself without xdist): homes built
+# once per run are copied from here (tests/test_moved_warehouse.py shows a copied warehouse works where it is).
+_SHARED_ROOT: list[Path] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_root(tmp_path_factory: pytest.TempPathFactory) -> None:
+    base = tmp_path_factory.getbasetemp()
+    _SHARED_ROOT[:] = [base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base]
+
+
 def small_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     """A warehouse at ``home`` with ConDS sprites ``cases`` checked and published (40 images per combination,
     432 train + id_val examples): the ERM tests' data. The sprites are generated once per run and shared (a
     symlink, as ``make_settings`` does); ``own_images`` gives the home its own links to them instead, for a test
-    that moves an image."""
+    that moves an image. Built once per run for each list of cases (under a lock the workers share) and copied:
+    a copy is the home built in place, catalog and cache records included (they are relative to the warehouse)."""
+    import shutil
+
+    from filelock import FileLock
+
+    if own_images or (home.exists() and any(home.iterdir())) or not _SHARED_ROOT:
+        return _build_sprites_home(home, *cases, own_images=own_images)
+    built = _SHARED_ROOT[0] / "sprites_homes" / "-".join(cases)
+    built.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{built}.lock"):
+        if not built.is_dir():
+            partial = built.with_name(f".{built.name}.tmp")
+            shutil.rmtree(partial, ignore_errors=True)  # a worker that died building it
+            _build_sprites_home(partial, *cases)
+            partial.rename(built)
+    if home.exists():
+        home.rmdir()  # an empty folder given (tmp_path_factory.mktemp)
+    shutil.copytree(built, home, symlinks=True)
+    return Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"})
+
+
+def _build_sprites_home(home: Path, *cases: str, own_images: bool = False) -> Settings:
     from shiftbench.store import Store
     from shiftbench.store.contracts import failures
     from shiftbench.warehouse.publishing import check_version, publish_staged
