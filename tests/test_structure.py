@@ -22,6 +22,7 @@ violation, so a check that stopped seeing violations would fail here rather than
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import itertools
 import re
@@ -71,7 +72,19 @@ def _parse(text: str, path: Path) -> ast.Module:
 
 
 def read_sources(root: Path, packages: Sequence[str] = LAYERS) -> dict[str, Source]:
-    """Every module of ``packages`` under ``root``, parsed, by dotted name."""
+    """Every module of ``packages`` under ``root``, parsed, by dotted name (this checkout's parsed once per process:
+    the checks only read it; the small trees the checks are tested on change between calls and are read anew)."""
+    if root == PROJECT:
+        return _project_sources(tuple(packages))
+    return _read_sources(root, packages)
+
+
+@functools.cache
+def _project_sources(packages: tuple[str, ...]) -> dict[str, Source]:
+    return _read_sources(PROJECT, packages)
+
+
+def _read_sources(root: Path, packages: Sequence[str]) -> dict[str, Source]:
     sources: dict[str, Source] = {}
     for package in packages:
         for path in sorted((root / package).rglob("*.py")):
