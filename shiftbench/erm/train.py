@@ -138,7 +138,7 @@ def _prepare(
         tracking = layout(table, subsets, config.train_split)
     groups, group_labels = training_groups(table, config.group_by)
     if device.type == "cpu":
-        torch.use_deterministic_algorithms(True)
+        _deterministic(compiled=config.compile)
         torch.set_num_threads(cpu_threads(config))
     t0 = time.perf_counter()
     where = None
@@ -249,3 +249,12 @@ def train(
         resumed_from=resumed_from,
         conflicts=fit.conflicts,
     )
+
+
+def _deterministic(*, compiled: bool) -> None:
+    """``torch.use_deterministic_algorithms(True)``, which also imports ``torch._inductor`` to set its flag (1.5-3 s
+    of every training process on CPU): only a compiled model needs that flag, the eager step needs the switch."""
+    if compiled:
+        torch.use_deterministic_algorithms(True)
+    else:
+        torch._C._set_deterministic_algorithms(True, warn_only=False)
