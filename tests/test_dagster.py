@@ -225,6 +225,11 @@ def run_kind(
     )
 
 
+def without_inputs(kind: Kind) -> list[dg.AssetKey]:
+    """The kind's staged and publish assets: a run of the kind's job on the inputs an earlier run built."""
+    return [dg.AssetKey(list(kind.staged_key)), dg.AssetKey(list(kind.publish_key))]
+
+
 def published(result: dg.ExecuteInProcessResult, key: tuple[str, str]) -> list[str]:
     """The partitions of ``key`` the run materialized."""
     found = []
@@ -246,58 +251,6 @@ def latest_metadata(instance: dg.DagsterInstance, key: tuple[str, str], partitio
 def real_settings(make_settings: Callable[..., Settings], fixtures: Path) -> Settings:
     """No BREEDS files: WordNet and the shipped calibration, which is the release's hierarchy."""
     return make_settings()
-
-
-@pytest.mark.slow
-def test_one_run_publishes_every_breeds_benchmark_with_results_per_partition(
-    real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    loc = location(monkeypatch, real_settings)
-    sync(instance, real_settings)
-    kind = registry.family("breeds").kind("benchmark")
-    partitions = instance.get_dynamic_partitions(kind.qualified)
-    beyond = [name for name in partitions if "@" in name]  # ImageNet-21k and CIFAR-100 (issue 40): after the 16
-    assert len(partitions) == 16 + 9 and partitions[16:] == beyond
-    names = partitions[:16]
-    result = run_kind(loc, instance, kind, names)
-    assert result.success
-    assert instance.get_runs_count() == 1
-    assert sorted(published(result, kind.publish_key)) == sorted(names)
-    checks = result.get_asset_check_evaluations()
-    assert len(checks) == 16 * 5 and all(c.passed for c in checks)  # five contract tables per benchmark
-    assert {c.partition for c in checks} == set(names)
-    living17 = latest_metadata(instance, kind.publish_key, "living17")
-    meta = living17.metadata
-    assert meta["became_latest"].value is True and meta["dagster/row_count"].value == 17 * 4 * 50
-    assert "data:image/png;base64," in meta["subclasses_per_superclass"].value
-    assert len(meta["subclasses_per_domain"].value.records) == 17
-    assert living17.tags["dagster/data_version"] == meta["version"].value
-
-    assert meta["card"].value.startswith("# living17\n") and "subclass_distance_mean" in meta["card"].value
-    published_splits = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]
-    with duckdb.connect(str(real_settings.catalog_path), read_only=True) as con:
-        for name, expected in published_splits.items():
-            rows = con.execute(
-                "SELECT y, domain, list(subclass_wnid ORDER BY rank) FROM breeds_subpopulations "
-                "WHERE benchmark = ? GROUP BY ALL ORDER BY y, domain",
-                [name],
-            ).fetchall()
-            assert rows == [(s["label"], d, s[d]) for s in expected["superclasses"] for d in ("source", "target")]
-
-        # The ImageNet-1k benchmarks keep the version ids they had before ImageNet-21k (issue 40).
-        versions = dict(con.execute("SELECT benchmark, version FROM benchmarks").fetchall())
-    assert versions == IMAGENET1K_VERSIONS
-
-    assert run_kind(loc, instance, kind, ["living17"]).success  # unchanged: same version
-    again = latest_metadata(instance, kind.publish_key, "living17").metadata
-    assert again["version"].value == meta["version"].value and again["became_latest"].value is False
-
-    # The 21k and novel partitions in one run, as the UI's range selection launches them.
-    in21k = [name for name in beyond if name.endswith("@in21k")]
-    assert run_kind(loc, instance, kind, in21k).success
-    novel = latest_metadata(instance, kind.publish_key, "living17-novel@in21k").metadata
-    assert "ImageNet-21k classes outside the 1k" in novel["card"].value
-    assert "Images: none listed" in novel["card"].value
 
 
 # Built at 2fcd5d1 (before issue 40) and after it: the same ids.
@@ -354,7 +307,8 @@ def test_materializing_only_the_publish_asset_after_failed_checks_publishes_noth
     errors = [str(e.event_specific_data.error.message) for e in only_publish.all_events if e.is_step_failure]  # type: ignore[union-attr]
     assert any("failed its contract checks" in e and "forced_failure" in e for e in errors), errors
 
-    healthy = run_kind(loc, instance, kind, [benchmark])  # the same build with working contracts
+    # The same build with working contracts (on the inputs the first run built).
+    healthy = run_kind(loc, instance, kind, [benchmark], assets=without_inputs(kind))
     assert healthy.success and published(healthy, kind.publish_key) == [benchmark]
 
 
@@ -381,7 +335,7 @@ def test_a_broken_table_blocks_publication_and_the_previous_version_stays(
         return tables
 
     monkeypatch.setattr(breeds_family, "build_tables", broken)
-    result = run_kind(loc, instance, kind, ["living17"])
+    result = run_kind(loc, instance, kind, ["living17"], assets=without_inputs(kind))
     assert not result.success
     failed = {c.check_name for c in result.get_asset_check_evaluations() if not c.passed}
     assert "contract_breeds_subpopulations" in failed
@@ -399,7 +353,9 @@ def test_launchpad_overrides_need_a_new_name_and_build_it_as_its_own_partition(
     refused = run_kind(loc, instance, kind, ["living17"], config={"seed": 3})
     assert not refused.success
     assert Store(real_settings.store_dir).log.latest("living17") is None
-    variant = run_kind(loc, instance, kind, ["living17"], config={"seed": 3, "publish_as": "living17-s3"})
+    variant = run_kind(
+        loc, instance, kind, ["living17"], assets=without_inputs(kind), config={"seed": 3, "publish_as": "living17-s3"}
+    )
     assert variant.success
     assert published(variant, kind.publish_key) == ["living17-s3"]  # recorded under its own name
     assert "living17-s3" in instance.get_dynamic_partitions(kind.qualified)
@@ -442,8 +398,8 @@ def requested(result: Any) -> dict[str, list[str] | None]:
 
 def execute(
     definitions: dg.Definitions, instance: dg.DagsterInstance, wanted: dict[str, list[str] | None]
-) -> list[bool]:
-    """Run what the automation requested, the way the daemon groups it (one run per kind's range)."""
+) -> list[dg.ExecuteInProcessResult]:
+    """Run what the automation requested, the way the daemon groups it (one run per kind's range); their results."""
     from dagster._core.definitions.observe import observe  # not exported in 1.13
 
     outcomes = []
@@ -455,7 +411,7 @@ def execute(
             for a in definitions.assets or []
             if isinstance(a, dg.AssetsDefinition) and a.is_observable and a.key.to_user_string() in sources
         ]
-        outcomes.append(observe(observed, instance=instance, resources=definitions.resources).success)
+        outcomes.append(observe(observed, instance=instance, resources=definitions.resources))
     inputs = [k for k in wanted if k not in sources and wanted[k] is None and not k.startswith("erm/")]
     for family in registry.families().values():
         mine = [k for k in inputs if any(k == i.name for i in family.inputs)]
@@ -465,7 +421,7 @@ def execute(
             run = job.execute_in_process(
                 instance=instance, asset_selection=keys, run_config=QUIET, raise_on_error=False
             )
-            outcomes.append(run.success)
+            outcomes.append(run)
     for kind in registry.kinds():
         keys = [k for k in ("/".join(kind.staged_key), "/".join(kind.publish_key)) if k in wanted]
         names = sorted({n for k in keys for n in wanted[k] or []})
@@ -474,7 +430,7 @@ def execute(
 
         for block in contiguous_blocks(names, order) if names else []:
             selection = [dg.AssetKey.from_user_string(k) for k in keys]
-            outcomes.append(run_kind(definitions, instance, kind, block, assets=selection).success)
+            outcomes.append(run_kind(definitions, instance, kind, block, assets=selection))
     return outcomes
 
 
@@ -495,9 +451,12 @@ def test_an_empty_launchpad_value_is_refused_and_max_epochs_is_a_training_parame
 
 
 @pytest.mark.slow
-def test_three_nights_without_celeba_request_nothing_that_fails(
+def test_three_nights_without_celeba_request_nothing_that_fails_and_one_run_publishes_every_breeds_benchmark(
     real_settings: Settings, instance: dg.DagsterInstance, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The automation over every partition the real settings have (no CelebA folder): three nights request nothing
+    that fails, the first builds every kind's partitions in one run per kind, and the BREEDS run publishes every
+    benchmark with its results per partition (then checked as :func:`_every_breeds_benchmark_published` says)."""
     loc = location(monkeypatch, real_settings)
     start = datetime(2030, 1, 1, 2, 0)
     cursor = sync(instance, real_settings)
@@ -506,7 +465,7 @@ def test_three_nights_without_celeba_request_nothing_that_fails(
     )
     evaluation = evaluate_automation(defs=loc, instance=instance, evaluation_time=start)
     assert evaluation.total_requested == 0  # nothing before the first nightly tick
-    runs: list[bool] = []
+    runs: list[dg.ExecuteInProcessResult] = []
     built: set[str] = set()
     for night in range(3):
         tick = start + timedelta(days=night, hours=1, minutes=1)
@@ -521,10 +480,59 @@ def test_three_nights_without_celeba_request_nothing_that_fails(
                 assert all(key.startswith("raw/") for key in wanted), wanted
             built |= set(wanted)
             runs += execute(loc, instance, wanted)
-    assert runs and all(runs), "a run the automation requested failed"
+    assert runs and all(run.success for run in runs), "a run the automation requested failed"
     for kind in registry.kinds():
         assert "/".join(kind.publish_key) in built
     assert not [k for k in built if k.startswith("erm/")]  # baselines are never started by automation
+    _every_breeds_benchmark_published(loc, instance, real_settings, runs)
+
+
+def _every_breeds_benchmark_published(
+    loc: dg.Definitions, instance: dg.DagsterInstance, settings: Settings, runs: list[dg.ExecuteInProcessResult]
+) -> None:
+    """Every BREEDS partition in one run with its checks per partition; the papers' splits and version ids; an
+    unchanged rebuild; a range of only ImageNet-21k partitions, as the UI launches it."""
+    kind = registry.family("breeds").kind("benchmark")
+    partitions = instance.get_dynamic_partitions(kind.qualified)
+    beyond = [name for name in partitions if "@" in name]  # ImageNet-21k and CIFAR-100 (issue 40): after the 16
+    assert len(partitions) == 16 + 9 and partitions[16:] == beyond
+    (result,) = [run for run in runs if run.job_def.name == kind.qualified]  # N partitions = one run
+    assert sorted(published(result, kind.publish_key)) == sorted(partitions)
+    checks = result.get_asset_check_evaluations()
+    assert all(c.passed for c in checks) and {c.partition for c in checks} == set(partitions)
+    assert len([c for c in checks if c.partition in partitions[:16]]) == 16 * 5  # five contract tables per benchmark
+    living17 = latest_metadata(instance, kind.publish_key, "living17")
+    meta = living17.metadata
+    assert meta["became_latest"].value is True and meta["dagster/row_count"].value == 17 * 4 * 50
+    assert "data:image/png;base64," in meta["subclasses_per_superclass"].value
+    assert len(meta["subclasses_per_domain"].value.records) == 17
+    assert living17.tags["dagster/data_version"] == meta["version"].value
+
+    assert meta["card"].value.startswith("# living17\n") and "subclass_distance_mean" in meta["card"].value
+    published_splits = json.loads(PUBLISHED_SPLITS.read_text())["benchmarks"]
+    with duckdb.connect(str(settings.catalog_path), read_only=True) as con:
+        for name, expected in published_splits.items():
+            rows = con.execute(
+                "SELECT y, domain, list(subclass_wnid ORDER BY rank) FROM breeds_subpopulations "
+                "WHERE benchmark = ? GROUP BY ALL ORDER BY y, domain",
+                [name],
+            ).fetchall()
+            assert rows == [(s["label"], d, s[d]) for s in expected["superclasses"] for d in ("source", "target")]
+
+        # The ImageNet-1k benchmarks keep the version ids they had before ImageNet-21k (issue 40).
+        versions = dict(con.execute("SELECT benchmark, version FROM benchmarks").fetchall())
+    assert {name: versions.get(name) for name in partitions[:16]} == IMAGENET1K_VERSIONS
+
+    assert run_kind(loc, instance, kind, ["living17"], assets=without_inputs(kind)).success  # unchanged: same version
+    again = latest_metadata(instance, kind.publish_key, "living17").metadata
+    assert again["version"].value == meta["version"].value and again["became_latest"].value is False
+
+    # A 21k and the novel partition in one run (the job with its inputs), as the UI's range selection launches them.
+    in21k = [name for name in beyond if name.endswith("@in21k")][-2:]
+    assert in21k[-1] == "living17-novel@in21k" and run_kind(loc, instance, kind, in21k).success
+    novel = latest_metadata(instance, kind.publish_key, "living17-novel@in21k").metadata
+    assert "ImageNet-21k classes outside the 1k" in novel["card"].value
+    assert "Images: none listed" in novel["card"].value
 
 
 @pytest.mark.slow
@@ -534,9 +542,9 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    spec_file = tmp_path / "mine.yaml"
+    spec_file = tmp_path / "mine.yaml"  # the birds of Living-17's level: 2 superclasses, 400 examples
     spec_file.write_text(
-        "family: breeds\nbenchmarks:\n  mine:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"
+        "family: breeds\nbenchmarks:\n  mine:\n    level: 5\n    ancestor: n01503061\n    n_subclasses: 4\n"
     )
     from shiftbench.sources.imagenet import imagenet_classes
 
@@ -552,13 +560,15 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     loc = location(monkeypatch, settings)
     cursor = sync(instance, settings)
     kind = registry.family("breeds").kind("benchmark")
-    assert run_kind(loc, instance, kind, instance.get_dynamic_partitions(kind.qualified)).success
+    # Mine, and a shipped benchmark built beside it: the changed spec must request mine and not living17.
+    assert run_kind(loc, instance, kind, ["living17"]).success  # the inputs, then living17
+    assert run_kind(loc, instance, kind, ["mine"], assets=without_inputs(kind)).success
 
     # A baseline trained on the split (stand-in images, a few iterations); its asset exists here
     # because SHIFTBENCH_IMAGENET_DIR is set.
     staged_erm, publish_erm = erm_assets.baseline_keys(kind)
     job = loc.resolve_job_def(erm_assets.baseline_job_name(kind))
-    config = {"image_root": "standin", "preset": "smoke", "max_iters": 20, "eval_every": 10, "in_process": True}
+    config = {"image_root": "standin", "preset": "smoke", "max_iters": 6, "eval_every": 3, "in_process": True}
     partition = dg.MultiPartitionKey({"benchmark": "mine", "seed": "0"})
     trained = job.execute_in_process(
         instance=instance,
@@ -568,7 +578,7 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
     )
     assert trained.success
     # Publish-only with no config (what the automation and a click in the UI launch) publishes exactly
-    # the results the staged asset recorded: a 20-iteration smoke run, named apart from the preset's.
+    # the results the staged asset recorded: a 6-iteration smoke run, named apart from the preset's.
     recorded = trained.asset_materializations_for_node("erm__breeds_benchmark_baseline")[0].metadata
     run, version = str(recorded["run"].value), str(recorded["version"].value)
     assert run.startswith("mine.smoke-")
@@ -586,7 +596,7 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
         defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 1), cursor=evaluation.cursor
     )
     assert requested(evaluation) == {"breeds/staged_benchmark": ["mine"], "breeds/benchmark": ["mine"]}
-    assert all(execute(loc, instance, requested(evaluation)))
+    assert all(run.success for run in execute(loc, instance, requested(evaluation)))
     evaluation = evaluate_automation(
         defs=with_erm, instance=instance, evaluation_time=datetime(2030, 1, 1, 12, 2), cursor=evaluation.cursor
     )
@@ -601,7 +611,7 @@ def test_a_changed_spec_requests_exactly_its_benchmark_and_the_results_trained_o
         "analysis/breeds_interventions": None,
     }
     # The retrain the automation launches has no config: it reuses the last run's settings (stand-in
-    # images, the smoke preset, 20 iterations), so it succeeds and publishes under the same run name.
+    # images, the smoke preset, 6 iterations), so it succeeds and publishes under the same run name.
     retrained = job.execute_in_process(instance=instance, partition_key=partition, raise_on_error=False)
     assert retrained.success
     again = retrained.asset_materializations_for_node("erm__breeds_benchmark_baseline")[0].metadata
@@ -885,7 +895,7 @@ def test_a_staged_benchmark_goes_stale_on_a_changed_spec_not_on_an_input_rebuilt
     from shiftbench.pipelines.cli import main
 
     spec_file = tmp_path / "mine.yaml"
-    spec = "family: breeds\nbenchmarks:\n  {name}:\n    level: 5\n    ancestor: n00004258\n    n_subclasses: 4\n"
+    spec = "family: breeds\nbenchmarks:\n  {name}:\n    level: 5\n    ancestor: n01503061\n    n_subclasses: 4\n"
     spec_file.write_text(spec.format(name="mine") + spec.format(name="yours").split("benchmarks:\n")[1])
     settings = cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE), SHIFTBENCH_BREEDS_SPECS=str(spec_file))
     assert main(["build", "breeds", "--benchmark", "mine"]) == 0

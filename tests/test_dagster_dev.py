@@ -77,7 +77,7 @@ def test_dagster_dev_serves_the_graph_and_lists_cli_runs_under_their_job(
         nodes = None
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and nodes is None:
-            time.sleep(1)
+            time.sleep(0.25)
             try:
                 nodes = (_query(port, ASSETS) or {}).get("assetNodes") or None
             except OSError:
