@@ -31,18 +31,22 @@ from shiftbench.errors import InputError
 
 from .conftest import run_client
 
+# Each case (seed, height, width) as a process of its own would compute it: the generators seeded afresh.
 ERASING_REFERENCE = r"""
 import sys
 import numpy as np
 import torch
 from torchvision import transforms
 
-out, seed, images, height, width = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-erasing = transforms.RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0)
-pixels = torch.rand(images, 3, height, width, generator=torch.Generator().manual_seed(99))
-torch.manual_seed(seed)
-erased = torch.stack([erasing(image.clone()) for image in pixels])
-np.savez(out, pixels=pixels.numpy(), erased=erased.numpy())
+out, images, cases = sys.argv[1], int(sys.argv[2]), [[int(v) for v in case.split(",")] for case in sys.argv[3:]]
+arrays = {}
+for seed, height, width in cases:
+    erasing = transforms.RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0)
+    pixels = torch.rand(images, 3, height, width, generator=torch.Generator().manual_seed(99))
+    torch.manual_seed(seed)
+    erased = torch.stack([erasing(image.clone()) for image in pixels])
+    arrays.update({f"pixels-{seed}": pixels.numpy(), f"erased-{seed}": erased.numpy()})
+np.savez(out, **arrays)
 print("ok")
 """
 
@@ -58,24 +62,28 @@ sys.modules.update({"cox": cox, "cox.store": cox.store})
 torch.Tensor.cuda = lambda self, *args, **kwargs: self  # the attacker moves its input to the GPU; here, the CPU
 from robustness.attacker import Attacker
 
-out, eps, step_size = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-torch.manual_seed(0)
-model = torchvision.models.resnet18(num_classes=4)
-g = torch.Generator().manual_seed(1)
-for module in model.modules():
-    if isinstance(module, torch.nn.BatchNorm2d):
-        module.weight.data.copy_(0.5 + torch.rand(module.num_features, generator=g))
-        module.running_var.copy_(0.5 + torch.rand(module.num_features, generator=g))
-model.eval()
-dataset = types.SimpleNamespace(mean=torch.tensor([0.4717, 0.4499, 0.3837]), std=torch.tensor([0.2600, 0.2516, 0.2575]))
-attacker = Attacker(model, dataset)
-pixels = 0.3 + 0.4 * torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2))  # off the clip's ends
-target = torch.tensor([0, 1, 2, 3, 0, 1])
-kwargs = dict(constraint="2", eps=eps, step_size=step_size, iterations=3, random_start=False, use_best=True)
-adversarial = attacker(pixels, target, **kwargs)
-last = attacker(pixels, target, **{**kwargs, "use_best": False})
-torch.save({"state_dict": model.state_dict(), "pixels": pixels, "target": target, "adversarial": adversarial,
-            "last": last}, out)
+def reference(eps, step_size):  # everything built afresh for each setting, as a process of its own would
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=4)
+    g = torch.Generator().manual_seed(1)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.weight.data.copy_(0.5 + torch.rand(module.num_features, generator=g))
+            module.running_var.copy_(0.5 + torch.rand(module.num_features, generator=g))
+    model.eval()
+    dataset = types.SimpleNamespace(mean=torch.tensor([0.4717, 0.4499, 0.3837]),
+                                    std=torch.tensor([0.2600, 0.2516, 0.2575]))
+    attacker = Attacker(model, dataset)
+    pixels = 0.3 + 0.4 * torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(2))  # off the clip's ends
+    target = torch.tensor([0, 1, 2, 3, 0, 1])
+    kwargs = dict(constraint="2", eps=eps, step_size=step_size, iterations=3, random_start=False, use_best=True)
+    adversarial = attacker(pixels, target, **kwargs)
+    last = attacker(pixels, target, **{**kwargs, "use_best": False})
+    return {"state_dict": model.state_dict(), "pixels": pixels, "target": target, "adversarial": adversarial,
+            "last": last}
+
+out, settings = sys.argv[1], [tuple(float(v) for v in setting.split(",")) for setting in sys.argv[2:]]
+torch.save({f"{eps},{step_size}": reference(eps, step_size) for eps, step_size in settings}, out)
 print("ok")
 """
 
@@ -85,19 +93,34 @@ STATS = (
 )
 
 
+ERASING_CASES = [(0, 224, 224), (1, 32, 32), (2, 40, 120)]
+PGD_SETTINGS = [(0.5, 0.4), (1.0, 0.8)]
+
+
+@pytest.fixture(scope="module")
+def erasing_reference(clients_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """torchvision's erasing of every case, from one client process (each case seeded as a process of its own)."""
+    out = tmp_path_factory.mktemp("erasing") / "erasing.npz"
+    cases = [",".join(map(str, case)) for case in ERASING_CASES]
+    assert run_client(clients_python, ERASING_REFERENCE, str(out), "200", *cases) == "ok\n"
+    return out
+
+
+@pytest.fixture(scope="module")
+def pgd_reference(clients_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The robustness library's attack at every setting, from one client process (each built afresh)."""
+    out = tmp_path_factory.mktemp("pgd") / "pgd.pt"
+    settings = [f"{eps},{step_size}" for eps, step_size in PGD_SETTINGS]
+    assert run_client(clients_python, PGD_REFERENCE, str(out), *settings) == "ok\n"
+    return out
+
+
 @pytest.mark.clients
-@pytest.mark.parametrize(("seed", "height", "width"), [(0, 224, 224), (1, 32, 32), (2, 40, 120)])
-def test_random_erasing_is_torchvisions(
-    seed: int, height: int, width: int, clients_python: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "erasing.npz"
-    images = 200
-    assert (
-        run_client(clients_python, ERASING_REFERENCE, str(out), str(seed), str(images), str(height), str(width))
-        == "ok\n"
-    )
-    with np.load(out) as reference:
-        pixels, erased = torch.from_numpy(reference["pixels"]), torch.from_numpy(reference["erased"])
+@pytest.mark.parametrize(("seed", "height", "width"), ERASING_CASES)
+def test_random_erasing_is_torchvisions(seed: int, height: int, width: int, erasing_reference: Path) -> None:
+    with np.load(erasing_reference) as reference:
+        pixels, erased = (torch.from_numpy(reference[f"{name}-{seed}"]) for name in ("pixels", "erased"))
+    assert pixels.shape == (200, 3, height, width)
     setting = iv.Intervention("random_erasing")
     ours = iv.perturb(pixels, setting, torch.Generator().manual_seed(seed))
     assert torch.equal(ours, erased)
@@ -106,13 +129,11 @@ def test_random_erasing_is_torchvisions(
 
 
 @pytest.mark.clients
-@pytest.mark.parametrize(("eps", "step_size"), [(0.5, 0.4), (1.0, 0.8)])
+@pytest.mark.parametrize(("eps", "step_size"), PGD_SETTINGS)
 def test_pgd_l2_gives_the_robustness_librarys_adversarial_images(
-    eps: float, step_size: float, clients_python: Path, tmp_path: Path
+    eps: float, step_size: float, pgd_reference: Path
 ) -> None:
-    out = tmp_path / "pgd.pt"
-    assert run_client(clients_python, PGD_REFERENCE, str(out), str(eps), str(step_size)) == "ok\n"
-    saved = torch.load(out, weights_only=True)
+    saved = torch.load(pgd_reference, weights_only=True)[f"{eps},{step_size}"]
     model = build_model("resnet18", 4, 32)
     model.load_state_dict(saved["state_dict"])
     model.train()  # the attack must run it in eval mode, and give it back in train mode
@@ -217,35 +238,48 @@ def sprites(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return small_sprites_home(tmp_path_factory.mktemp("interventions_home"), "sprites-uniform")
 
 
+def _small_plan(sprites: Any, **values: Any) -> Any:
+    from shiftbench.erm import launch
+
+    small = {"model": "small_cnn", "image_size": 32, "batch_size": 8, "max_iters": 4, "eval_every": 2, "threads": 1,
+             "optimizer": "sgd", "lr": 0.05, "momentum": 0.0, "step": "auto", **values}  # fmt: skip
+    return launch.plan_run(sprites, "sprites-uniform", preset="smoke", overrides=small)
+
+
+def _job_outputs(folder: Path) -> tuple[str, list[dict[str, Any]]]:
+    import polars as pl
+
+    summary = json.loads((folder / "run.json").read_text())
+    return summary["weights"]["sha256"], pl.read_parquet(folder / "metrics.parquet").to_dicts()
+
+
+@pytest.fixture(scope="module")
+def plain_weights(sprites: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The weights of the same small run without an intervention (one run for every intervention's test)."""
+    from shiftbench.erm.job import run_job
+
+    folder = tmp_path_factory.mktemp("plain")
+    run_job(_small_plan(sprites).job(folder), log=lambda _: None)
+    return _job_outputs(folder)[0]
+
+
 @pytest.mark.parametrize("intervention", ["gaussian_noise", "random_erasing", "pgd_l2"])
 def test_an_intervention_trains_through_the_job_and_resumes_with_the_same_draws(
-    intervention: str, sprites: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    intervention: str, sprites: Any, plain_weights: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through ``run_job`` with the eager step (named why); stopped after iteration 2 and resumed, the same weights
     and metrics as uninterrupted (the draws come from the run's checkpointed generator); not the plain run's."""
-    from shiftbench.erm import launch
     from shiftbench.erm.interrupt import TEST_HOOK, Interrupted
     from shiftbench.erm.job import run_job
 
-    def plan(**values: Any) -> Any:
-        small = {"model": "small_cnn", "image_size": 32, "batch_size": 8, "max_iters": 4, "eval_every": 2, "threads": 1,
-                 "optimizer": "sgd", "lr": 0.05, "momentum": 0.0, "step": "auto", **values}  # fmt: skip
-        return launch.plan_run(sprites, "sprites-uniform", preset="smoke", overrides=small)
-
-    def outputs(folder: Path) -> tuple[str, list[dict[str, Any]]]:
-        import polars as pl
-
-        summary = json.loads((folder / "run.json").read_text())
-        return summary["weights"]["sha256"], pl.read_parquet(folder / "metrics.parquet").to_dicts()
-
+    plan = _small_plan(sprites, intervention=intervention)
     lines: list[str] = []
-    run_job(plan(intervention=intervention).job(tmp_path / "whole"), log=lines.append)
+    run_job(plan.job(tmp_path / "whole"), log=lines.append)
     assert f"training step: eager ({intervention} draws per image on the host)" in lines
     monkeypatch.setenv(TEST_HOOK, "2")
     with pytest.raises(Interrupted):
-        run_job(plan(intervention=intervention).job(tmp_path / "stopped"), log=lambda _: None)
+        run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
     monkeypatch.delenv(TEST_HOOK)
-    run_job(plan(intervention=intervention).job(tmp_path / "stopped"), log=lambda _: None)
-    assert outputs(tmp_path / "stopped") == outputs(tmp_path / "whole")
-    run_job(plan().job(tmp_path / "plain"), log=lambda _: None)
-    assert outputs(tmp_path / "plain")[0] != outputs(tmp_path / "whole")[0]
+    run_job(plan.job(tmp_path / "stopped"), log=lambda _: None)
+    assert _job_outputs(tmp_path / "stopped") == _job_outputs(tmp_path / "whole")
+    assert plain_weights != _job_outputs(tmp_path / "whole")[0]

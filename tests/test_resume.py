@@ -2,6 +2,9 @@
 resumed publishes exactly what the uninterrupted run publishes; a checkpoint is used only by the run that wrote it;
 Ctrl-C on a real ``shiftbench train`` checkpoints, says so in one line and the same command resumes."""
 
+# long: one subject (a run stopped and resumed, at every level from the job to the command) whose tests share one
+# warehouse and the uninterrupted runs they compare with (module fixtures): split, each file would train them again.
+
 from __future__ import annotations
 
 import hashlib
@@ -12,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +41,17 @@ ROWS = {
 # Where the run is stopped: after iteration 1, mid-epoch (the 2nd batch of the 2nd epoch), during the evaluation
 # at 8, just before the end, and twice in a row (stopped again right after resuming).
 POINTS = {"first": "1", "mid_epoch": "8", "evaluation": "eval:8", "before_end": "11", "twice": "5,6"}
+# The cells of rows x points that run: every point and every row, not every pair. What a point exercises is the loop's
+# (shiftbench.erm.loop: the state before any evaluation, the stream across an epoch, an abandoned evaluation redone,
+# the last steps, a resumed run's state saved again) and the same for every method; what a row adds is state that
+# Loop.snapshot and Loop._restore carry at every point (GroupDRO's group weights, the augmentation generator), on
+# top of ERM's. So ERM takes the first and the last point, and each row with state of its own meets the points that
+# stress it most: saved again after resuming (twice) for both, the abandoned evaluation for GroupDRO, mid-epoch (the
+# generator with the stream's position) for AutoAugment.
+CELLS = [
+    ("erm", "first"), ("erm", "before_end"), ("groupdro", "evaluation"), ("groupdro", "twice"),
+    ("autoaugment", "mid_epoch"), ("autoaugment", "twice"),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -76,25 +91,35 @@ def _interrupted_run(plan: launch.RunPlan, out_dir: Path, points: str, monkeypat
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(warehouse: Settings, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    found = {}
-    for row in ROWS:
-        out_dir = tmp_path_factory.mktemp(f"plain-{row}")
-        run_job(_plan(warehouse, row).job(out_dir), log=lambda _: None)
-        found[row] = _outputs(out_dir)
-    return found
+def uninterrupted(warehouse: Settings, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], dict[str, Any]]:
+    """The outputs of a row's run trained without a stop, trained once per module the first time a test asks."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def outputs(row: str) -> dict[str, Any]:
+        if row not in found:
+            out_dir = tmp_path_factory.mktemp(f"plain-{row}")
+            with pytest.MonkeyPatch.context() as unhooked:  # never stopped, whatever the asking test has set
+                unhooked.delenv(TEST_HOOK, raising=False)
+                run_job(_plan(warehouse, row).job(out_dir), log=lambda _: None)
+            found[row] = _outputs(out_dir)
+        return found[row]
+
+    return outputs
 
 
-@pytest.mark.parametrize("point", POINTS)
-@pytest.mark.parametrize("row", ROWS)
+def test_every_row_and_every_stop_point_is_run() -> None:
+    assert {row for row, _ in CELLS} == set(ROWS) and {point for _, point in CELLS} == set(POINTS)
+
+
+@pytest.mark.parametrize(("row", "point"), CELLS)
 def test_a_run_stopped_anywhere_and_resumed_gives_the_uninterrupted_result(
-    warehouse: Settings, uninterrupted: dict[str, dict[str, Any]], row: str, point: str, tmp_path: Path,
+    warehouse: Settings, uninterrupted: Callable[[str], dict[str, Any]], row: str, point: str, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     stops = _interrupted_run(_plan(warehouse, row), tmp_path, POINTS[point], monkeypatch)
     expected = [int(p.removeprefix("eval:")) for p in POINTS[point].split(",")]
     assert stops == expected
-    assert _outputs(tmp_path) == uninterrupted[row]
+    assert _outputs(tmp_path) == uninterrupted(row)
     assert not (tmp_path / "resume").exists()  # the outputs supersede the checkpoint
 
 
@@ -235,45 +260,60 @@ def test_the_batch_stream_resumes_mid_epoch() -> None:
     assert [b.tolist() for b in head + [next(again) for _ in range(4)]] == [b.tolist() for b in whole]
 
 
-def _cli(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--preset", "smoke", "--seed", "0",
-            "--set", "max_iters=300", "--set", "eval_every=100", "--set", "checkpoint_every=20",
-            "--set", "threads=1", "--device", "cpu", *extra]  # fmt: skip
+def _command(warehouse: Settings, seed: int, **values: int) -> tuple[list[str], launch.RunPlan, dict[str, str]]:
+    """``shiftbench train`` of a run of ``values`` (100 iterations, checkpoints every 10: the Ctrl-C test's) in a
+    process of its own, with the plan it makes (its run folder: ``launch.scratch_dir``) and its environment."""
+    values = {"max_iters": 100, "eval_every": 50, "checkpoint_every": 10, "threads": 1, **values}
+    settings = [item for key, value in values.items() for item in ("--set", f"{key}={value}")]
+    command = [sys.executable, "-m", "shiftbench.pipelines.cli", "train", CASE, "--preset", "smoke"]
+    command += ["--seed", str(seed), "--device", "cpu", *settings]
+    plan = launch.plan_run(warehouse, CASE, preset="smoke", seed=seed, overrides={**values, "device": "cpu"})
+    env = {**os.environ, "SHIFTBENCH_HOME": str(warehouse.home), "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}
+    env.pop(TEST_HOOK, None)
+    return command, plan, env
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 300
+    while not path.is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @pytest.mark.slow
-def test_ctrl_c_on_shiftbench_train_checkpoints_and_the_same_command_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_on_shiftbench_train_checkpoints_and_the_same_command_resumes(
+    warehouse: Settings, tmp_path: Path
+) -> None:
     """A real SIGINT to a real ``shiftbench train`` (to its process group, as a terminal sends Ctrl-C) mid-run: one
     line, exit 130, no traceback; the same command resumes and publishes what an uninterrupted run publishes."""
-    home = tmp_path / "home"
-    small_sprites_home(home, CASE)
-    env = {**os.environ, "SHIFTBENCH_HOME": str(home), "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}  # fmt: skip
-    env.pop(TEST_HOOK, None)
-    child = subprocess.Popen(_cli(), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    command, plan, env = _command(warehouse, 0)
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster")
+    out_dir = launch.scratch_dir(warehouse, plan)
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True, preexec_fn=terminal_ctrl_c)  # fmt: skip
-    deadline = time.monotonic() + 300
-    while not list(home.glob("runs/*/resume/state.json")) and time.monotonic() < deadline:  # training, past 20
-        time.sleep(0.05)
+    _wait_for(out_dir / "resume" / "state.json")  # training, past 10: 90 iterations left to stop in
     os.killpg(child.pid, signal.SIGINT)
     out, err = child.communicate(timeout=300)
     assert child.returncode == EXIT_INTERRUPTED, (out, err)
     stopped = [line for line in err.splitlines() if "interrupted at iteration" in line]
     assert len(stopped) == 1 and "Traceback" not in err and "error" not in err, err
     line = re.fullmatch(
-        rf"\[train\] {CASE} seed 0: interrupted at iteration (\d+) of 300 \(SIGINT\), checkpoint kept in (\S+); "
+        rf"\[train\] {CASE} seed 0: interrupted at iteration (\d+) of 100 \(SIGINT\), checkpoint kept in (\S+); "
         "run the same command again to resume",
         stopped[0],
     )
-    assert line is not None and 20 <= int(line[1]) < 300 and Path(line[2]).is_dir(), stopped
-    again = subprocess.run(_cli(), env=env, capture_output=True, text=True, timeout=600)
+    assert line is not None and 10 <= int(line[1]) < 100 and Path(line[2]).is_dir(), stopped
+    assert Path(line[2]) == out_dir / "resume"  # the plan below is the command's
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert f"resuming from iteration {line[1]} " in again.stderr
     resumed = re.search(r"version (\S+) \(now latest", again.stdout)
     assert resumed is not None and not Path(line[2]).parent.exists()  # published: the run's folder is gone
-    plain = subprocess.run(_cli("--restart"), env=env, capture_output=True, text=True, timeout=600)
-    assert plain.returncode == 0 and f"version {resumed[1]} (already latest" in plain.stdout, plain.stdout
-    assert "resuming" not in plain.stderr
+    # The same run trained without a stop, in this process (``--restart`` retrains through the command in
+    # test_the_in_process_dagster_run_stops_and_resumes), publishes that version again, not a new one.
+    said: list[str] = []
+    plain, _ = launch.train_in_process(warehouse, plan, tmp_path / "plain", log=said.append)
+    assert plain.staged.version == resumed[1] and not plain.staged.created
+    assert not any("resuming" in entry for entry in said), said
 
 
 def test_checkpoint_every_is_checked() -> None:
@@ -525,12 +565,13 @@ def test_a_kill_during_the_jobs_clean_up_is_completed_without_training(
     assert not (out_dir / "resume").exists() and not list(out_dir.glob(".resume.discarded.*"))
 
 
-def test_a_kill_before_run_json_resumes_from_the_last_checkpoint(warehouse: Settings, tmp_path: Path) -> None:
+def test_a_kill_before_run_json_resumes_from_the_last_checkpoint(
+    warehouse: Settings, uninterrupted: Callable[[str], dict[str, Any]], tmp_path: Path
+) -> None:
     """Killed with its outputs written but not ``run.json`` (the commit): the folder is not finished (a crash while
     training, as far as anyone can tell); the same job resumes from the last periodic checkpoint and gives the
-    uninterrupted outputs."""
+    uninterrupted outputs (the ERM row's: the checkpoint interval changes no output)."""
     plan = _plan(warehouse, "erm", checkpoint_every=2)
-    run_job(plan.job(tmp_path / "plain"), log=lambda _: None)
     out_dir = tmp_path / "run"
     job_file = tmp_path / "job.json"
     job_file.write_text(json.dumps(plan.job(out_dir)), "utf-8")
@@ -541,7 +582,7 @@ def test_a_kill_before_run_json_resumes_from_the_last_checkpoint(warehouse: Sett
     lines: list[str] = []
     run_job(plan.job(out_dir), log=lines.append)
     assert any(line.startswith("resuming from iteration 2 ") for line in lines), lines
-    assert _outputs(out_dir) == _outputs(tmp_path / "plain")
+    assert _outputs(out_dir) == uninterrupted("erm")
 
 
 def test_a_run_that_makes_no_progress_gives_up_after_the_limit(
@@ -600,26 +641,19 @@ def test_a_stop_sent_to_the_command_its_group_or_the_job_checkpoints_with_the_si
     file). Each checkpoints and exits with the code docs/erm.md gives (130 for SIGINT, 75 for the others) and one line
     naming the signal: Dagster turns a SIGTERM it receives into SIGINT, so the command holds the signals and forwards
     them as they were (shiftbench.erm.interrupt.forwarded_stops)."""
-    env = {**os.environ, "SHIFTBENCH_HOME": str(warehouse.home), "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40"}  # fmt: skip
-    env.pop(TEST_HOOK, None)
-    seed = str(2 + STOPS.index((name, target)))  # a run of its own
-    command = [*_cli("--set", "max_iters=5000", "--set", "checkpoint_every=10")]
-    command[command.index("--seed") + 1] = seed
+    command, plan, env = _command(warehouse, 2 + STOPS.index((name, target)), max_iters=5000, eval_every=100)
+    env["DAGSTER_HOME"] = str(tmp_path / "dagster")  # a run of its own (seeds 2-9)
+    out_dir = launch.scratch_dir(warehouse, plan)
     child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True, preexec_fn=terminal_ctrl_c)  # fmt: skip
-    deadline = time.monotonic() + 300
-    runs = warehouse.home / "runs"
-    while not list(runs.glob(f"*seed{seed}/resume/state.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_for(out_dir / "resume" / "state.json")
     signum = signal.Signals[name]
     if target == "command":
         os.kill(child.pid, signum)
     elif target == "group":
         os.killpg(child.pid, signum)
     else:
-        (lock,) = runs.glob(f"*seed{seed}/.lock")
-        os.kill(int(lock.read_text()), signum)
+        os.kill(int((out_dir / ".lock").read_text()), signum)
     out, err = child.communicate(timeout=300)
     assert child.returncode == (EXIT_INTERRUPTED if name == "SIGINT" else EXIT_REQUEUE), (out, err)
     stopped = [line for line in err.splitlines() if "interrupted at iteration" in line]
@@ -662,8 +696,9 @@ def test_a_sweep_passes_each_stop_signal_on_to_its_runs_and_exits_with_its_code(
 
 
 def test_a_moved_warehouse_resumes_its_stopped_runs(
-    warehouse: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+    warehouse: Settings, uninterrupted: Callable[[str], dict[str, Any]], tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     """A run stopped in a warehouse that is then moved (``mv``) resumes where it is: the checkpoint names the images
     inside the warehouse relative to it, not by the absolute path it had (issue 48), and gives the uninterrupted
     run's outputs."""
@@ -681,8 +716,7 @@ def test_a_moved_warehouse_resumes_its_stopped_runs(
     lines: list[str] = []
     run_job(plan.job(launch.scratch_dir(moved, plan)), log=lines.append)
     assert any(line.startswith("resuming from iteration 5 ") for line in lines), lines
-    run_job(_plan(warehouse, "erm").job(tmp_path / "plain"), log=lambda _: None)
-    assert _outputs(launch.scratch_dir(moved, plan)) == _outputs(tmp_path / "plain")
+    assert _outputs(launch.scratch_dir(moved, plan)) == uninterrupted("erm")
 
 
 def test_the_code_identity_covers_every_module_the_job_imports() -> None:
@@ -708,13 +742,14 @@ def test_a_job_killed_as_its_outputs_are_committed_is_published_by_the_same_comm
     """Issue 48's reproduction through ``shiftbench train``: the job SIGKILLed the moment its ``run.json`` appears.
     The command says so in one line (no traceback), exit 1; the same command publishes the finished outputs without
     training, where it used to refuse a checkpoint whose file the clean-up had already deleted."""
-    env = {**os.environ, "SHIFTBENCH_HOME": str(warehouse.home), "DAGSTER_HOME": str(tmp_path / "dagster"),
-           "SHIFTBENCH_SPRITES_PER_COMBINATION": "40", "SHIFTBENCH_TEST_KILL_AT": "run.json"}  # fmt: skip
-    env.pop(TEST_HOOK, None)
-    command = _cli("--set", "checkpoint_every=40")
-    command[command.index("--seed") + 1] = "1"
+    # A short run (12 iterations) with a periodic checkpoint (at 4, the first is never skipped) left at the kill.
+    command, plan, env = _command(warehouse, 1, max_iters=12, eval_every=4, checkpoint_every=4)
+    env.update({"DAGSTER_HOME": str(tmp_path / "dagster"), "SHIFTBENCH_TEST_KILL_AT": "run.json"})
+    out_dir = launch.scratch_dir(warehouse, plan)
     killed = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert killed.returncode == 1 and "Traceback" not in killed.stderr, killed.stderr
+    assert (out_dir / "run.json").is_file() and (out_dir / "resume" / "state.json").is_file()
+    assert "iteration 12/12: " in killed.stderr, killed.stderr  # what training says, which the next must not
     assert killed.stderr.strip().splitlines()[-1] == (
         "error: the training job was killed by SIGKILL (out of memory, or killed by hand): what it finished is kept "
         "(its outputs, else its last checkpoint); run the same command again to complete it; nothing was published"
@@ -722,5 +757,6 @@ def test_a_job_killed_as_its_outputs_are_committed_is_published_by_the_same_comm
     env.pop("SHIFTBENCH_TEST_KILL_AT")
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
-    assert "finished by an earlier attempt; its outputs are kept" in again.stderr and "iteration 1/" not in again.stderr
+    assert "finished by an earlier attempt; its outputs are kept" in again.stderr, again.stderr
+    assert re.search(r"iteration \d+/12", again.stderr) is None, again.stderr  # no training
     assert re.search(r"version \S+ \(now latest", again.stdout), again.stdout

@@ -178,18 +178,22 @@ BAD_TRACKING = [
 ]
 
 
+@pytest.fixture(scope="module")
+def sprites_home(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    """A warehouse with sprites-uniform published: a split without subsets (nothing is ever trained in it)."""
+    from .conftest import small_sprites_home
+
+    return small_sprites_home(tmp_path_factory.mktemp("tracking_home"), "sprites-uniform")
+
+
 @pytest.mark.parametrize(("args", "message"), BAD_TRACKING, ids=["no-subsets", "lr-grid", "not-a-bool"])
 def test_track_conflicts_on_a_split_without_subsets_is_one_line(
-    args: list[str], message: str, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+    args: list[str], message: str, sprites_home: Settings, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
     from shiftbench.pipelines.cli import main
 
-    from .conftest import small_sprites_home
-
-    home = tmp_path_factory.getbasetemp() / "tracking_home"
-    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home)}) if home.exists() else None
-    settings = settings or small_sprites_home(home, "sprites-uniform")
+    settings = sprites_home
     monkeypatch.setenv("SHIFTBENCH_HOME", str(settings.home))
     runs_before = sorted((settings.store_dir).rglob("erm_runs.parquet"))
     assert main(["train", "sprites-uniform", "--preset", "smoke", *args, "--in-process"]) == 2
@@ -238,8 +242,8 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The user's path: build metashift-conflicts on the embedded generated sample, train with tracking from the
-    command line (stand-in images), query the strongest conflicts in DuckDB; an untracked run has the same weights."""
-    from shiftbench.erm.launch import CONFLICTS_FIGURE
+    command line (stand-in images), query the strongest conflicts in DuckDB; untracked, the run is the same run."""
+    from shiftbench.erm.launch import CONFLICTS_FIGURE, plan_run
     from shiftbench.pipelines.cli import main
     from shiftbench.store import Store
     from shiftbench.store.contracts import failures
@@ -284,13 +288,20 @@ def test_a_tracked_run_on_the_shipped_conflicts_task_publishes_the_table_and_the
     assert record.asset_materialization is not None
     shown = record.asset_materialization.metadata["training_conflicts"]
     assert isinstance(shown, dg.MarkdownMetadataValue) and "data:image/png;base64," in shown.value
-
-    assert main([*args, "--set", "eval_every=20", "--in-process"]) == 0  # untracked: the same run name and weights
-    plain = re.search(r"\[train\] (\S+) version (\S+)", capsys.readouterr().out)
-    assert plain is not None and plain.group(1) == run.group(1) and plain.group(2) != run.group(2)
-    weights = "SELECT count(DISTINCT weights_sha256) FROM erm_runs_history WHERE run = '" + run.group(1) + "'"
-    assert main(["sql", weights, "--csv"]) == 0
-    assert capsys.readouterr().out.splitlines()[1] == "1"
+    history = f"SELECT count(*), count(DISTINCT weights_sha256) FROM erm_runs_history WHERE run = '{run.group(1)}'"
+    assert main(["sql", history, "--csv"]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "1,1"
+    # Untracked, it is the same run (its name) training the same thing (every setting but the tracking's), so with
+    # the same weights (tracking changes none: test_tracking_leaves_the_weights_as_they_are, on train(), which the
+    # job hands the subsets only when tracking) and another version (its tables lack erm_training_conflicts).
+    values = {"max_iters": 40, "eval_every": 20}
+    plain = plan_run(settings, "metashift-conflicts@generated", preset="smoke", overrides=values)
+    tracked = plan_run(
+        settings, "metashift-conflicts@generated", preset="smoke", overrides={**values, "track_conflicts": True}
+    )
+    assert tracked.run == plain.run == run.group(1)
+    assert {k: v for k, v in tracked.config.items() if k not in ("track_conflicts", "track_every")} == plain.config
+    assert (tracked.config["track_conflicts"], tracked.config["track_every"]) == (True, 1)  # after every step
 
 
 def test_the_lean_job_and_the_gpu_bench_import_nothing_a_plain_torch_image_lacks() -> None:
