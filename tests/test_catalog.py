@@ -7,7 +7,6 @@ import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +22,7 @@ from shiftbench.warehouse.catalog import SQL_DIR, STORAGE_VERSION, open_catalog,
 from shiftbench.warehouse.publishing import check_version
 
 from .conftest import PROJECT, ToyDir, toy_tables
+from .test_cli import built_once
 
 
 def test_views_exist_and_are_empty_on_an_empty_store(tmp_path: Path) -> None:
@@ -34,20 +34,32 @@ def test_views_exist_and_are_empty_on_an_empty_store(tmp_path: Path) -> None:
             assert con.execute(f"SELECT count(*) FROM {table}_history").fetchone() == (0,)
 
 
+@pytest.fixture(scope="module")
+def _store_published_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("store_published")
+
+
 @pytest.fixture
-def published_store(tmp_path: Path, toy_breeds_dir: ToyDir) -> tuple[Path, list[str]]:
+def published_store(tmp_path: Path, toy_breeds_dir: ToyDir, _store_published_once: Path) -> tuple[Path, list[str]]:
+    """A store with two published versions of toy (the first no longer latest), one only staged, and toy-good;
+    built once per module and worker, each test on its own copy, its catalog built over that copy."""
     store = Store(tmp_path / "store")
-    versions = []
-    for seed in (0, 3):
-        staged = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
-        check_version(store, staged)
-        store.log.publish(staged)
-        versions.append(staged.version)
-    store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=4))  # staged, never published
-    other = store.writer.stage("breeds", "toy-good", toy_tables(toy_breeds_dir(), split="good"))
-    check_version(store, other)
-    store.log.publish(other)
+
+    def build() -> None:
+        for seed in (0, 3):
+            staged = store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=seed))
+            check_version(store, staged)
+            store.log.publish(staged)
+        store.writer.stage("breeds", "toy", toy_tables(toy_breeds_dir(), seed=4))  # staged, never published
+        other = store.writer.stage("breeds", "toy-good", toy_tables(toy_breeds_dir(), split="good"))
+        check_version(store, other)
+        store.log.publish(other)
+
+    built_once(_store_published_once, tmp_path, ("store",), build)
     refresh_catalog(tmp_path / "catalog.duckdb", store.root)
+    toy = store.log.versions("toy")
+    assert [v.is_latest for v in toy] == [False, True]  # oldest first: seed 0's, then seed 3's
+    versions = [v.version for v in toy]
     return tmp_path / "catalog.duckdb", versions
 
 
@@ -80,33 +92,51 @@ def test_every_shipped_example_query_runs(published_store: tuple[Path, list[str]
             con.sql(path.read_text()).fetchall()
 
 
+# A reader in another process: it queries until told to stop, and says when its first query is done (so the
+# refreshes start while it reads) and how many it made; its last query starts after the refreshes ended. It pauses
+# 50 ms between queries (each refresh still meets several): two readers that never pause would take most of two
+# cores from the refreshes they are there to meet.
+_READER = """
+import pathlib, sys, time
+import duckdb
+catalog, stop = sys.argv[1], pathlib.Path(sys.argv[2])
+n, stopping = 0, False
+while not stopping:
+    stopping = stop.exists()
+    with duckdb.connect(catalog, read_only=True) as con:
+        found = con.execute("SELECT count(*) FROM benchmarks").fetchone()[0]
+    assert found == 2, found
+    n += 1
+    if n == 1:
+        print("reading", flush=True)
+    time.sleep(0.05)
+print("ok", n)
+"""
+
+
 def test_readers_never_block_a_refresh_and_keep_a_consistent_view(
     published_store: tuple[Path, list[str]], tmp_path: Path
 ) -> None:
-    """Refreshes replace the catalog file atomically: readers in other processes, querying all the
-    while, never fail and never see a half-written catalog."""
+    """Refreshes replace the catalog file atomically: readers in other processes, querying all the while (from
+    before the first refresh to after the last), never fail and never see a half-written catalog."""
     catalog, _ = published_store
-    reader = textwrap.dedent(
-        f"""
-        import duckdb
-        for _ in range(150):
-            with duckdb.connect({str(catalog)!r}, read_only=True) as con:
-                n = con.execute("SELECT count(*) FROM benchmarks").fetchone()[0]
-                assert n == 2, n
-        print("ok")
-        """
-    )
-    readers = [subprocess.Popen([sys.executable, "-c", reader], stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    holder = duckdb.connect(str(catalog), read_only=True)  # an open reader (a user's DuckDB shell)
+    stop = tmp_path / "stop"
+    command = [sys.executable, "-c", _READER, str(catalog), str(stop)]
+    readers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
-        for _ in range(25):
-            assert refresh_catalog(catalog, tmp_path / "store").ok
-        assert holder.execute("SELECT count(*) FROM benchmarks").fetchone() == (2,)
+        assert [proc.stdout.readline() for proc in readers if proc.stdout] == ["reading\n"] * 2
+        holder = duckdb.connect(str(catalog), read_only=True)  # an open reader (a user's DuckDB shell)
+        try:
+            for _ in range(10):  # each one while both readers query
+                assert refresh_catalog(catalog, tmp_path / "store").ok
+            assert holder.execute("SELECT count(*) FROM benchmarks").fetchone() == (2,)
+        finally:
+            holder.close()
     finally:
-        holder.close()
-    for proc in readers:
-        out, _ = proc.communicate(timeout=120)
-        assert proc.returncode == 0 and out.strip() == "ok"
+        stop.touch()
+        outs = [proc.communicate(timeout=120)[0] for proc in readers]
+    for proc, out in zip(readers, outs, strict=True):
+        assert proc.returncode == 0 and out.split()[0] == "ok" and int(out.split()[1]) >= 2, out
 
 
 def test_a_damaged_version_is_left_out_and_named_not_fatal(

@@ -1,9 +1,12 @@
 """The CLI: builds through the Dagster jobs (one run per kind), and every bad input, before or inside a
 run, is one line naming the file, line or parameter, exit code 2, and publishes nothing."""
 
+# long: the command's table of bad inputs and its end-to-end runs share the toy home built once here (built_once)
+
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -33,6 +36,39 @@ def toy_cli(cli_env: Callable[..., Settings], toy_breeds_dir: ToyDir) -> tuple[S
     spec_file = directory.parent / "toy_specs.yaml"
     spec_file.write_text(TOY_SPECS)
     return cli_env(SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(directory), SHIFTBENCH_BREEDS_SPECS=str(spec_file)), directory
+
+
+def built_once(stash: Path, tmp_path: Path, parts: tuple[str, ...], build: Callable[[], object]) -> None:
+    """The folders ``parts`` of ``tmp_path`` as ``build`` leaves them, built once per ``stash`` (a module fixture's
+    folder: once per module and xdist worker) and copied into every later test's ``tmp_path`` (its own to change;
+    copies keep their symbolic links, as the homes' links to the shared test cache). A copy's files are new to the
+    home's catalog: its next refresh verifies them against their checksums, as for any copied home."""
+    if (stash / "done").exists():
+        for part in parts:
+            shutil.rmtree(tmp_path / part, ignore_errors=True)
+            shutil.copytree(stash / part, tmp_path / part, symlinks=True)
+        return
+    build()
+    for part in parts:
+        shutil.copytree(tmp_path / part, stash / part, symlinks=True)
+    (stash / "done").touch()
+
+
+@pytest.fixture(scope="module")
+def _toy_published_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("toy_published")
+
+
+@pytest.fixture
+def toy_published(toy_cli: tuple[Settings, Path], _toy_published_once: Path, tmp_path: Path) -> tuple[Settings, Path]:
+    """``toy_cli`` with toy built through the CLI and published: built once per module and worker, then each test
+    gets its own copy of the home and the Dagster home (the hierarchy dir is its own, the same files)."""
+
+    def build() -> None:
+        assert main(["build", "--benchmark", "toy"]) == 0
+
+    built_once(_toy_published_once, tmp_path, ("home", "dagster_home"), build)
+    return toy_cli
 
 
 TOY_HIERARCHY_WARNING = "differ from the BREEDS release; benchmarks record hierarchy=breeds-files"
@@ -166,7 +202,7 @@ CASES: list[tuple[str, dict[str, str], Callable[[Path], None] | None, list[str],
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "files", "mutate", "args", "message"), CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_one_clear_error_and_publishes_nothing(
-    toy_cli: tuple[Settings, Path],
+    toy_published: tuple[Settings, Path],
     capsys: pytest.CaptureFixture[str],
     case: str,
     files: dict[str, str],
@@ -174,9 +210,9 @@ def test_bad_input_is_one_clear_error_and_publishes_nothing(
     args: list[str],
     message: str,
 ) -> None:
-    # Toy specs so the good build is fast: level 1, N=4 (a user's spec file: no code reload needed).
-    settings, directory = toy_cli
-    assert main(["build", "--benchmark", "toy"]) == 0
+    # Toy specs so the good build is fast: level 1, N=4 (a user's spec file: no code reload needed); the good
+    # build is the fixture's, once per module, each case on its own copy of its home.
+    settings, directory = toy_published
     store = Store(settings.store_dir)
     good = store.log.latest("toy")
     assert good is not None
@@ -283,12 +319,12 @@ def test_bad_settings_and_spec_files_are_one_line(
 
 @pytest.mark.slow
 def test_check_finds_tampered_and_truncated_files_and_a_damaged_version_takes_nothing_down(
-    toy_cli: tuple[Settings, Path], capsys: pytest.CaptureFixture[str]
+    toy_published: tuple[Settings, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     import polars as pl
 
-    settings, _ = toy_cli
-    assert main(["build", "--benchmark", "toy", "--benchmark", "toy2"]) == 0
+    settings, _ = toy_published
+    assert main(["build", "--benchmark", "toy2"]) == 0
     store = Store(settings.store_dir)
     toy, toy2 = store.log.latest("toy"), store.log.latest("toy2")
     assert toy is not None and toy2 is not None
@@ -475,13 +511,13 @@ def test_yaml_numbers_unreadable_files_and_a_broken_catalog(
 
 @pytest.mark.slow
 def test_a_locked_dagster_storage_is_one_line_and_publishes_nothing(
-    toy_cli: tuple[Settings, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    toy_published: tuple[Settings, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Another process holding Dagster's SQLite run storage (a stuck run, a `dagster dev` gone wrong)."""
+    """Another process holding Dagster's SQLite run storage (a stuck run, a `dagster dev` gone wrong), in a home
+    whose storage exists: toy was built and published there."""
     import sqlite3
 
-    settings, _ = toy_cli
-    assert main(["build", "--benchmark", "toy"]) == 0
+    settings, _ = toy_published
     holder = sqlite3.connect(tmp_path / "dagster_home" / "history" / "runs.db", isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:

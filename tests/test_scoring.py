@@ -18,6 +18,8 @@ from shiftbench.pipelines.cli import main
 from shiftbench.scoring import metrics as m
 from shiftbench.store import Store
 
+from .test_cli import built_once
+
 CASE = "sprites-sc-object_color"
 
 
@@ -78,10 +80,23 @@ def test_the_worst_group_note_counts_the_groups_with_examples() -> None:
     assert worst_group.note("test", 4, 4, 1) == ""  # every group has examples: nothing to explain
 
 
+@pytest.fixture(scope="module")
+def _case_published_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("case_published")
+
+
 @pytest.fixture
-def published_case(cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]) -> Settings:
+def published_case(
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], _case_published_once: Path, tmp_path: Path
+) -> Settings:
+    """The CLI's home with CASE built and published: built once per module and worker, each test on its own copy of
+    the home and the Dagster home."""
     settings = cli_env()
-    assert main(["build", "conds", "--benchmark", CASE]) == 0
+
+    def build() -> None:
+        assert main(["build", "conds", "--benchmark", CASE]) == 0
+
+    built_once(_case_published_once, tmp_path, ("home", "dagster_home"), build)
     capsys.readouterr()
     return settings
 
