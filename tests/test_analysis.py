@@ -24,6 +24,8 @@ from shiftbench.metashift.figures import accuracy_vs_distance, subpopulation_tab
 from shiftbench.pipelines.cli import main
 from shiftbench.store import Store
 
+from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, small_sprites_home
+
 CASES = ("sprites-uniform", "sprites-sc-object_color")
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -165,9 +167,8 @@ def test_the_conds_grid_matches_learners_to_the_paper_s_rows_and_averages_cases(
 def test_conds_analysis_from_scored_predictions_through_the_cli_and_dagster(
     cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    settings = cli_env()
-    for case in CASES:
-        assert main(["build", "conds", "--benchmark", case]) == 0
+    small_sprites_home(tmp_path / "home", *CASES)  # both cases published (built once per run: a copy)
+    settings = cli_env(SHIFTBENCH_HOME=str(tmp_path / "home"), SHIFTBENCH_SPRITES_PER_COMBINATION="40")
     assert main(["analyse", "conds-accuracy-by-shift"]) == 0
     assert "no results yet" in capsys.readouterr().out
     expected: dict[tuple[str, str], list[float]] = {}
@@ -384,6 +385,7 @@ def test_breeds_figures_5_and_6_average_each_learners_seeds_and_keep_only_ordina
 
 
 RELATIVE_ENDS = [("test", "acc_relative_low:id_test"), ("test", "acc_relative_high:id_test")]
+TINY = {"max_iters": 2, "eval_every": 2, "image_size": 16}  # the analyses read what runs published, not how well
 # (--set overrides, seed): two architectures trained in the standard way, the MLP with two seeds and under two
 # interventions (a one-step attack: the cheapest).
 BREEDS_RUNS: tuple[tuple[dict[str, Any], int], ...] = (
@@ -398,31 +400,30 @@ BREEDS_RUNS: tuple[tuple[dict[str, Any], int], ...] = (
 def _train_breeds_standins(
     cli_env: Callable[..., Settings], tmp_path: Path
 ) -> tuple[Settings, dict[str, list[dict[tuple[str, str], float]]]]:
-    """Living-17 built from the BREEDS fixture over an ImageNet-style root of empty files (listed, never opened), and
-    :data:`BREEDS_RUNS` trained on stand-in images and published; each run's published results by setting."""
+    """Living-17 built (from the inputs it reads) on the BREEDS fixture over an ImageNet-style root of empty files
+    (listed, never opened), :data:`BREEDS_RUNS` trained on stand-in images and published; their results by setting."""
     from shiftbench.erm import launch
+    from shiftbench.families import registry, variants
+    from shiftbench.families.benchmark_builds import build_inputs
     from shiftbench.sources.imagenet import imagenet_classes
     from shiftbench.store.contracts import failures
     from shiftbench.warehouse.publishing import check_version, publish_staged
-
-    from .conftest import BREEDS_FIXTURE, IMAGENET_WORDNET_FIXTURE, stage_one
 
     root = tmp_path / "imagenet"  # listed, never opened: the runs train on stand-ins
     for wnid in imagenet_classes()["wnid"].to_list():
         (root / "train" / wnid).mkdir(parents=True)
         for k in range(3):
             (root / "train" / wnid / f"{wnid}_{k}.JPEG").touch()
-    settings = cli_env(
-        SHIFTBENCH_IMAGENET_DIR=str(root),
-        SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE),
-        SHIFTBENCH_IMAGENET_HIERARCHY_DIR=str(IMAGENET_WORDNET_FIXTURE),
-    )
-    staged = stage_one(settings, "breeds/benchmark", "living17")
+    settings = cli_env(SHIFTBENCH_IMAGENET_DIR=str(root), SHIFTBENCH_BREEDS_HIERARCHY_DIR=str(BREEDS_FIXTURE),
+                       SHIFTBENCH_IMAGENET_HIERARCHY_DIR=str(IMAGENET_WORDNET_FIXTURE))  # fmt: skip
+    family, kind = registry.family("breeds"), registry.family("breeds").kind("benchmark")
+    target = variants.resolve(settings, kind, "living17")
+    staged = kind.stage(settings, target, build_inputs(settings, family, kind.inputs_needed(settings, [target.spec])))
     assert not failures(check_version(Store(settings.store_dir), staged))
     publish_staged(settings, staged)
     by_setting: dict[str, list[dict[tuple[str, str], float]]] = {}
     for overrides, seed in BREEDS_RUNS:
-        values = {"max_iters": 10, "eval_every": 10, **overrides}
+        values = {**TINY, **overrides}
         plan = launch.plan_run(settings, "living17", preset="smoke", seed=seed, overrides=values, image_root="standin")
         outcome, _ = launch.train_in_process(settings, plan, launch.scratch_dir(settings, plan), log=lambda _: None)
         published = pl.read_parquet(outcome.staged.table_path("erm_results"))

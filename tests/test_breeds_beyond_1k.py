@@ -68,7 +68,7 @@ def _living17() -> list[dict[str, object]]:
 
 
 def test_the_shipped_tasks_beyond_1k_build_offline_and_hold_what_their_names_say(
-    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], tmp_path: Path
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
 ) -> None:
     settings = cli_env()
     assert _build(*SHIPPED) == 0
@@ -125,16 +125,14 @@ def test_the_shipped_tasks_beyond_1k_build_offline_and_hold_what_their_names_say
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.splitlines()[-1]) == {str(p): 0 for p in paths}
-    # Deterministic: another home builds the same versions.
-    first = _versions(settings)
-    other = cli_env(SHIFTBENCH_HOME=str(tmp_path / "other"))
-    assert _build(*SHIPPED) == 0
-    assert _versions(other) == first
-    # Without images (sources.images = none) the 21k versions keep the ids they had before issue 48 hashed the
-    # image listing by content (built on the commit before it and after).
-    assert {name: version for name, version in first.items() if name.endswith("@in21k")} == {
+    # Deterministic: every home (each run's is another temporary folder) builds these versions. Without images
+    # (sources.images = none) the 21k versions keep the ids they had before issue 48 hashed the image listing by
+    # content (built on the commit before it and after).
+    assert _versions(settings) == {
         "living17@in21k": "20d222d6c471b3b5", "living17-good@in21k": "de03512ad7a23571",
         "living17-bad@in21k": "2edcbc62229e9993", "living17-novel@in21k": "8a4abe9efb78efe7",
+        "superclasses@cifar100": "3fd3f0ea8ea1d3b8", "superclasses-good@cifar100": "6cd1db60b7855956",
+        "superclasses-bad@cifar100": "9737a1c107c898ea", "superclasses-nosplit@cifar100": "d6b29fcab4a94d33",
     }  # fmt: skip
 
 
@@ -161,14 +159,40 @@ def _card(settings: Settings, benchmark: str) -> str:
     return card.read_text()
 
 
+DOGS = ["dogs@in12k", "dogs-good@in12k", "dogs-bad@in12k", "dogs-nosplit@in12k"]
+
+
+@pytest.fixture(scope="module")
+def dogs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Settings, Path, Path]:
+    """A user's 21k spec at a level (:func:`_dog_specs`) built through the CLI with its three variants, over class
+    folders of images (:func:`_dog_images`): the home (only read by the tests), the spec file and the image root."""
+    from .conftest import TEST_CACHE
+
+    folder = tmp_path_factory.mktemp("dogs")
+    specs, root = _dog_specs(folder), _dog_images(folder / "in21k")
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(folder / "home"), "SHIFTBENCH_OFFLINE": "1"})
+    settings.cache_dir.mkdir(parents=True)
+    for name in ("wordnet", "nltk_data"):  # the run's WordNet cache, as make_settings links it
+        (TEST_CACHE / name).mkdir(parents=True, exist_ok=True)
+        (settings.cache_dir / name).symlink_to(TEST_CACHE / name)
+    with pytest.MonkeyPatch.context() as patch:
+        for key in [k for k in os.environ if k.startswith("SHIFTBENCH_")]:
+            patch.delenv(key)
+        variables = {"SHIFTBENCH_HOME": str(settings.home), "SHIFTBENCH_OFFLINE": "1",
+                     "DAGSTER_HOME": str(folder / "dagster_home"), "SHIFTBENCH_BREEDS_SPECS": str(specs),
+                     "SHIFTBENCH_IMAGENET21K_DIR": str(root)}  # fmt: skip
+        for key, value in variables.items():
+            patch.setenv(key, value)
+        assert _build(*DOGS) == 0
+    return settings, specs, root
+
+
 def test_a_users_21k_spec_at_a_level_builds_its_four_variants_and_images_when_given(
-    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dogs: tuple[Settings, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    specs = _dog_specs(tmp_path)
-    root = _dog_images(tmp_path / "in21k")
-    settings = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(root))
-    names = ["dogs@in12k", "dogs-good@in12k", "dogs-bad@in12k", "dogs-nosplit@in12k"]
-    assert _build(*names) == 0, capsys.readouterr().err
+    settings, _, root = dogs
+    monkeypatch.setenv("SHIFTBENCH_IMAGENET21K_DIR", str(root))
+    assert set(_versions(settings)) == set(DOGS)
     with _catalog(settings) as con:
         splits = dict(
             con.execute("SELECT split, count(*) FROM examples WHERE benchmark = 'dogs@in12k' GROUP BY ALL").fetchall()
@@ -205,14 +229,14 @@ def _dog_images(root: Path) -> Path:
 
 
 def test_the_version_id_is_the_images_not_where_or_when_they_were_copied(
-    cli_env: Callable[..., Settings], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dogs: tuple[Settings, Path, Path],
+    cli_env: Callable[..., Settings],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """The same images copied without their times (``cp -r``, a restore, another disk) give the same version id
     (issue 48); an image added or removed gives another."""
-    specs = _dog_specs(tmp_path)
-    original = _dog_images(tmp_path / "original")
-    first = cli_env(SHIFTBENCH_BREEDS_SPECS=str(specs), SHIFTBENCH_IMAGENET21K_DIR=str(original))
-    assert _build("dogs@in12k") == 0, capsys.readouterr().err
+    first, specs, original = dogs
     copy = tmp_path / "copy"
     shutil.copytree(original, copy, copy_function=shutil.copyfile)  # new files: nothing of the originals' stat
     for path in sorted(copy.rglob("*"), reverse=True):

@@ -1,6 +1,9 @@
 """MetaShift: exactness on the released subsets, networkx compatibility, distances on disconnected
 graphs, leakage-free tasks at the paper's sizes, scaling down, and clear errors."""
 
+# long: one family end to end (sources, subsets, meta-graphs, tasks, publishing, views, fanned-out builds), sharing
+# the module's scene tables and its one-piece build, which split into files would each rebuild.
+
 from __future__ import annotations
 
 import json
@@ -12,6 +15,7 @@ import sys
 from collections.abc import Callable
 from itertools import combinations
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -24,6 +28,7 @@ from shiftbench.errors import ContractViolation, InputError
 from shiftbench.metashift import build, collection
 from shiftbench.metashift import embedding as em
 from shiftbench.metashift import metagraph as mg
+from shiftbench.metashift.settings import MetaShiftSettings
 from shiftbench.metashift.specs import load_specs, parse_specs
 from shiftbench.metashift.subsets import candidate_memberships, subset_table
 from shiftbench.metashift.tasks import TaskData
@@ -52,6 +57,25 @@ def fixture_scenes() -> tuple[pl.DataFrame, pl.DataFrame]:
 def generated() -> tuple[pl.DataFrame, pl.DataFrame]:
     objects, images, _ = generate_scene_tables()
     return objects, images
+
+
+@pytest.fixture(scope="module")
+def generated_collection(generated: tuple[pl.DataFrame, pl.DataFrame]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shipped ``metashift`` collection built on the generated sample (tables and per-class results)."""
+    tables, results, _ = collection.build_collection(
+        SPECS.collections["metashift"], *generated, SPECS.general_contexts, {}
+    )
+    return tables, results
+
+
+@pytest.fixture(scope="module")
+def one_piece(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The version of ``metashift@generated`` staged in one piece, on this process's threads (the default: no
+    buckets), in a home of its own: what the fanned-out, bucketed and Dagster builds must give."""
+    home = tmp_path_factory.mktemp("one_piece") / "home"
+    settings = Settings.from_env({"SHIFTBENCH_HOME": str(home), "SHIFTBENCH_OFFLINE": "1"})
+    assert settings.of(MetaShiftSettings).metashift_buckets == 0
+    return str(stage_one(settings, "metashift/collection", "metashift@generated").version)
 
 
 def _task_data(objects: pl.DataFrame, images: pl.DataFrame, name: str) -> TaskData:
@@ -499,33 +523,38 @@ def test_released_settings_build_on_the_generated_sample(make_settings: Callable
         assert not failures(check_staged(staged))
 
 
-def test_collection_content_does_not_depend_on_string_hashing() -> None:
-    """networkx iterates sets of subset names: the published bytes must not depend on PYTHONHASHSEED."""
-    import os
-    import subprocess
-    import sys
+def _table_hashes(tables: dict[str, Any]) -> dict[str, str]:
+    from shiftbench.tables.fingerprint import sha256_streamed, sha256_table
 
+    return {k: sha256_table(v) if hasattr(v, "columns") else sha256_streamed(v) for k, v in sorted(tables.items())}
+
+
+def test_collection_content_does_not_depend_on_string_hashing(
+    generated_collection: tuple[dict[str, Any], dict[str, Any]],
+) -> None:
+    """networkx iterates sets of subset names: the published bytes must not depend on PYTHONHASHSEED. A process with
+    another seed than this one (its string hashes differ, checked) builds the tables this process built."""
     script = (
-        "from shiftbench.metashift.collection import build_collection;"
+        "import json; from shiftbench.metashift.collection import build_collection;"
         "from shiftbench.metashift.specs import load_specs;"
         "from shiftbench.sources.generated_scenes import generate_scene_tables;"
         "from shiftbench.tables.fingerprint import sha256_streamed, sha256_table; s = load_specs();"
         "o, i, _ = generate_scene_tables();"
         "t, _, _ = build_collection(s.collections['metashift'], o, i, s.general_contexts, {});"
         "h = lambda v: sha256_table(v) if hasattr(v, 'columns') else sha256_streamed(v);"
-        "print({k: h(v) for k, v in sorted(t.items())})"
+        "print(json.dumps([hash('cat(sofa)'), {k: h(v) for k, v in sorted(t.items())}]))"
     )
-    outputs = {
-        subprocess.run(
-            [sys.executable, "-c", script],
-            env={**os.environ, "PYTHONHASHSEED": seed},
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        for seed in ("1", "2")
-    }
-    assert len(outputs) == 1
+    seed = "2" if os.environ.get("PYTHONHASHSEED") == "1" else "1"
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env={**os.environ, "PYTHONHASHSEED": seed},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    string_hash, hashes = json.loads(done.stdout)
+    assert string_hash != hash("cat(sofa)")  # the two processes hash strings differently
+    assert hashes == _table_hashes(generated_collection[0])
 
 
 def test_edge_contract_recomputes_overlaps_within_the_class(
@@ -631,7 +660,7 @@ def _publish(settings: Settings, name: str, base: str, overrides: dict[str, obje
 
 @pytest.mark.slow
 def test_the_distance_view_equals_the_materialized_pairs_null_reasons_included(
-    make_settings: Callable[..., Settings],
+    make_settings: Callable[..., Settings], fixture_scenes: tuple[pl.DataFrame, pl.DataFrame]
 ) -> None:
     """On the fixture's meta-graphs (disconnected, some degenerate): the view over the embeddings gives exactly the
     rows a stored table has, floats and NULL reasons included; and the memberships view gives each selected subset's
@@ -669,20 +698,16 @@ def test_the_distance_view_equals_the_materialized_pairs_null_reasons_included(
             f"SELECT subset, image_id FROM metashift_subset_images WHERE benchmark = '{pairs[0][0]}'"
         ).pl()
         selected = con.sql(f"SELECT subset FROM metashift_subsets WHERE benchmark = '{pairs[0][0]}' AND selected").pl()
-    objects, images = read_gqa_scene_graphs([SCENES]).objects, read_gqa_scene_graphs([SCENES]).images
-    plain = candidate_memberships(objects, images, ["attribute"], SPECS.general_contexts).frame()
+    plain = candidate_memberships(*fixture_scenes, ["attribute"], SPECS.general_contexts).frame()
     plain = plain.filter(pl.col("subset").is_in(selected["subset"].implode())).select("subset", "image_id")
     assert members.sort("subset", "image_id").equals(plain.sort("subset", "image_id"))
     assert members.height > 50_000
 
 
-def test_a_bucketed_build_is_the_same_version(make_settings: Callable[..., Settings]) -> None:
+def test_a_bucketed_build_is_the_same_version(make_settings: Callable[..., Settings], one_piece: str) -> None:
     """Classes built in buckets, each in a worker process from the saved index, give the version one piece gives."""
-    ids = []
-    for buckets in ("0", "3"):
-        settings = make_settings(SHIFTBENCH_METASHIFT_BUCKETS=buckets)
-        ids.append(stage_one(settings, "metashift/collection", "metashift@generated").version)
-    assert ids[0] == ids[1]
+    settings = make_settings(SHIFTBENCH_METASHIFT_BUCKETS="3")
+    assert stage_one(settings, "metashift/collection", "metashift@generated").version == one_piece
 
 
 def test_a_declared_scope_is_in_the_params_and_on_the_card(
@@ -746,7 +771,7 @@ def test_a_class_list_with_an_unknown_class_is_one_line_and_publishes_nothing(
 
 
 def test_the_fanned_out_units_give_the_version_of_one_piece(
-    make_settings: Callable[..., Settings], tmp_path: Path
+    make_settings: Callable[..., Settings], tmp_path: Path, one_piece: str
 ) -> None:
     """The kind's Fanout (plan, units run apart, stage), as the Dagster job runs it step by step."""
     from shiftbench.families import benchmark_builds, registry, variants
@@ -757,16 +782,17 @@ def test_the_fanned_out_units_give_the_version_of_one_piece(
     assert kind.fanout is not None
     target = variants.resolve(settings, kind, "metashift@generated")
     inputs = benchmark_builds.build_inputs(settings, family, kind.inputs_needed(settings, [target.spec]))
-    whole = kind.stage(settings, target, inputs)
     units = kind.fanout.plan(settings, target, inputs, tmp_path / "work", 4)
     assert len(units) == 4
     for unit in reversed(units):  # in any order, as parallel steps finish
         kind.fanout.unit(tmp_path / "work", unit)
-    assert kind.fanout.stage(settings, target, inputs, tmp_path / "work").version == whole.version
+    assert kind.fanout.stage(settings, target, inputs, tmp_path / "work").version == one_piece
 
 
 def test_a_version_written_before_distances_became_a_view_still_checks(
-    tmp_path: Path, generated: tuple[pl.DataFrame, pl.DataFrame]
+    tmp_path: Path,
+    generated: tuple[pl.DataFrame, pl.DataFrame],
+    generated_collection: tuple[dict[str, Any], dict[str, Any]],
 ) -> None:
     """Versions of the old layout store every candidate's memberships and every pair's distance: their contracts
     still run (and still catch a wrong count), so `shiftbench check` verifies them."""
@@ -775,7 +801,7 @@ def test_a_version_written_before_distances_became_a_view_still_checks(
 
     objects, images = generated
     spec = SPECS.collections["metashift"]
-    tables, results, _ = collection.build_collection(spec, objects, images, SPECS.general_contexts, {})
+    tables, results = generated_collection
     memberships = candidate_memberships(objects, images, spec.context_kinds, SPECS.general_contexts)
     old = {name: tables[name] for name in ("benchmarks", "metashift_edges", "metashift_communities",
                                            "metashift_embeddings", "metashift_graphs", "shift_magnitudes")}  # fmt: skip
@@ -795,20 +821,19 @@ def test_a_version_written_before_distances_became_a_view_still_checks(
 
 @pytest.mark.slow
 def test_the_fanout_job_runs_units_as_steps_and_publishes_the_same_version(
-    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str]
+    cli_env: Callable[..., Settings], capsys: pytest.CaptureFixture[str], one_piece: str
 ) -> None:
     """`build --units 2`: one Dagster run of metashift_collections_fanout (plan -> 2 unit steps -> publish) on the
-    multiprocess executor, then the same build in one piece: the same version, already latest."""
+    multiprocess executor publishes the version the same build in one piece gives (:func:`one_piece`), as latest."""
     from shiftbench.pipelines.cli import main
+    from shiftbench.store import Store
 
-    cli_env()
+    settings = cli_env()
     assert main(["build", "metashift", "--benchmark", "metashift@generated", "--units", "2"]) == 0
     first = capsys.readouterr().out
-    assert re.search(r"metashift@generated: version [0-9a-f]{16} \(now latest; .*; 2 units", first), first
-    assert main(["build", "metashift", "--benchmark", "metashift@generated"]) == 0
-    again = capsys.readouterr().out
-    version = re.search(r"version ([0-9a-f]{16})", first).group(1)  # type: ignore[union-attr]
-    assert f"version {version} (already latest" in again, again
+    assert re.search(rf"metashift@generated: version {one_piece} \(now latest; .*; 2 units", first), first
+    latest = Store(settings.store_dir).log.latest("metashift@generated")
+    assert latest is not None and latest.version == one_piece
     assert main(["build", "metashift", "--benchmark", "cat-dog-dg-cabinet-bed@generated", "--units", "2"]) == 2
     assert "metashift tasks are built in one piece" in capsys.readouterr().err
 
@@ -839,10 +864,11 @@ import numpy as np
 import shiftbench
 from shiftbench.metashift import checks, kernels, louvain
 assert shiftbench.__file__.startswith(sys.argv[1]), shiftbench.__file__
-kernels.count_attributes(np.array([0, 1, 1]), np.zeros(2, dtype=np.int64))
-if sys.argv[2] == "all":
+checks._grouped(np.array([0, 1, 0]), np.array([5, 6, 7]), 2)
+if sys.argv[2] == "all":  # kernels' cheapest to compile (count_attributes' np.sort costs 2.5 s more), louvain's all
+    i, none = np.array([0]), np.zeros(0, dtype=np.int64)
+    kernels.cooccurrences(i, np.array([0, 1]), i, i, np.array([0, 0]), none, i, none, none, i, 1)
     louvain.communities(3, np.array([0, 1]), np.array([1, 2]), np.array([1.0, 1.0]), 0)
-    checks._grouped(np.array([0, 1, 0]), np.array([5, 6, 7]), 2)
 """
 
 
@@ -880,9 +906,9 @@ def test_compiled_loops_are_cached_outside_a_read_only_package(tmp_path: Path) -
             assert sorted(site.rglob("*")) == package  # nothing written into the installed package
             if folder is not None:
                 cached = {p.name.split("-")[0] for p in folder.rglob("*.nbi")}
-                expected = {"kernels.count_attributes"}
+                expected = {"checks._grouped"}
                 if which == "all":
-                    expected |= {"louvain._adjacency_py", "checks._grouped"}
+                    expected |= {"louvain._adjacency_py", "kernels.cooccurrences"}
                 assert expected <= cached, cached
         assert not (tmp_path / "home").exists()  # nor numba's own fallback under the home folder
     finally:

@@ -26,10 +26,10 @@ from shiftbench.scoring import provenance
 from shiftbench.splits import published as splits
 from shiftbench.store import Store
 
-from .conftest import TEST_CACHE, small_sprites_home
+from .conftest import small_sprites_home
 
 CASE = "sprites-uniform"
-FAST = {"max_iters": 10, "eval_every": 5}
+FAST = {"max_iters": 2, "eval_every": 2}  # what is named and labelled, not how well it learned
 
 
 @pytest.fixture(scope="module")
@@ -37,11 +37,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Settings:
     """One published sprites case (the generated sprites shared with the other tests' cache) and five runs of
     one protocol: seeds 0 and 1 on its images, seed 0 on stand-ins, and seed 2 on stand-ins published the way
     shiftbench did before runs were named apart (under the real run's name)."""
-    home = tmp_path_factory.mktemp("provenance_home")
-    (TEST_CACHE / "sprites").mkdir(parents=True, exist_ok=True)
-    (home / "cache").mkdir()
-    (home / "cache" / "sprites").symlink_to(TEST_CACHE / "sprites")
-    settings = small_sprites_home(home, CASE)
+    settings = small_sprites_home(tmp_path_factory.mktemp("provenance") / "home", CASE)  # the run's build, copied
     for seed, images in ((0, None), (1, None), (0, "standin"), (2, "standin")):
         plan = launch.plan_run(settings, CASE, preset="smoke", seed=seed, overrides=FAST, image_root=images)
         if seed == 2:  # an older shiftbench: the stand-in run under the name of the real run
@@ -172,7 +168,7 @@ def test_the_cli_names_a_standin_run_apart(
     monkeypatch.setenv("SHIFTBENCH_HOME", str(home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster_home"))
     train = ["train", CASE, "--preset", "smoke", "--seed", "4", "--image-root", "standin", "--in-process"]
-    assert main([*train, "--set", "max_iters=6", "--set", "eval_every=3"]) == 0, capsys.readouterr().err
+    assert main([*train, "--set", "max_iters=2", "--set", "eval_every=2"]) == 0, capsys.readouterr().err
     out = capsys.readouterr().out
     assert f"[train] {CASE}.smoke-" in out and ".mlp.seed4@standin: " in out and "images standin" in out
     assert ".mlp.seed4@standin version " in out and "now latest" in out

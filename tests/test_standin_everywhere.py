@@ -32,12 +32,12 @@ from shiftbench.scoring import provenance
 from shiftbench.splits import published as splits
 from shiftbench.store import Store
 
-from .conftest import PROJECT, TEST_CACHE, publish_all, small_sprites_home
+from .conftest import PROJECT, publish_all, small_sprites_home
 
 CASE = "sprites-uniform"
 SC = "sprites-sc-object_color"  # its id_val lacks many of the 81 cells (no counterexamples there)
 TASK = "dg-small@generated"  # cat-dog-dg-cabinet-bed@generated, 40 training and 20 test images
-FAST = ["--preset", "smoke", "--set", "max_iters=10", "--set", "eval_every=5", "--in-process"]
+FAST = ["--preset", "smoke", "--set", "max_iters=2", "--set", "eval_every=2", "--in-process"]
 
 pytestmark = pytest.mark.slow
 
@@ -46,10 +46,7 @@ pytestmark = pytest.mark.slow
 def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     root = tmp_path_factory.mktemp("everywhere")
     home = root / "home"
-    (TEST_CACHE / "sprites").mkdir(parents=True, exist_ok=True)
-    (home / "cache").mkdir(parents=True)
-    (home / "cache" / "sprites").symlink_to(TEST_CACHE / "sprites")
-    settings = small_sprites_home(home, CASE, SC)
+    settings = small_sprites_home(home, CASE, SC)  # a copy of the run's build of the two cases
     task = registry.family("metashift").kind("task")
     registry.register_variant(
         settings, task, TASK, "cat-dog-dg-cabinet-bed@generated", {"train_size": 40, "test_size": 20}
