@@ -32,6 +32,7 @@ if str(PROJECT) not in sys.path:  # run as a script from anywhere: the checkout'
     sys.path.insert(0, str(PROJECT))
 
 from shiftbench.config import settings as settings_module  # noqa: E402
+from shiftbench.config.package_files import CONTRACTS_DIR  # noqa: E402
 from shiftbench.store import contracts as contracts_module  # noqa: E402
 from shiftbench.store.contracts import Contract  # noqa: E402
 
@@ -174,7 +175,7 @@ def _relative(path: Path) -> str:
     """A contract's path beside the ``shiftbench`` package (``data_contracts/x.yaml``; its file name
     where it lies elsewhere), the same in a checkout and an installed package."""
     try:
-        return path.resolve().relative_to(Path(contracts_module.__file__).resolve().parent.parent).as_posix()
+        return path.resolve().relative_to(CONTRACTS_DIR.resolve().parent).as_posix()
     except ValueError:
         return path.name
 
