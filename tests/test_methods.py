@@ -34,6 +34,9 @@ from .conftest import small_sprites_home
 CASE = "sprites-sc-object_color"
 CPU = torch.device("cpu")
 PARAMS = {"groupdro_eta": 0.5, "irm_lambda": 100.0, "irm_anneal_iters": 2, "coral_lambda": 1.0}
+# One torch thread: a run's default (every core) oversubscribes the workers of a parallel test run. How a run
+# executes, not what it learns: the run keeps its name (shiftbench.erm.config.EXECUTION_ONLY).
+ONE_THREAD = {"threads": 1}
 
 
 @pytest.fixture(scope="module")
@@ -169,7 +172,7 @@ def test_every_method_trains_through_the_cli_into_the_results_view(
 ) -> None:
     monkeypatch.setenv("SHIFTBENCH_HOME", str(warehouse.home))
     monkeypatch.setenv("SHIFTBENCH_SPRITES_PER_COMBINATION", "40")
-    fast = ["--set", "max_iters=30", "--set", "eval_every=15", "--set", "group_by=y,object_color"]
+    fast = ["--set", "max_iters=10", "--set", "eval_every=5", "--set", "group_by=y,object_color", "--set", "threads=1"]
     runs = {}
     for method in ("reweight", "groupdro", "irm", "coral"):
         args = ["train", CASE, "--preset", "smoke", "--seed", "0", "--set", f"method={method}", *fast, "--in-process"]
@@ -190,7 +193,7 @@ def test_every_method_trains_through_the_cli_into_the_results_view(
 
 
 def test_a_learning_rate_grid_keeps_the_best_on_the_selection_split(warehouse: Settings) -> None:
-    overrides = {"max_iters": 30, "eval_every": 15, "lr_grid": [1e-1, 1e-3], "normalization": "symmetric"}
+    overrides = {"max_iters": 10, "eval_every": 5, "lr_grid": [1e-1, 1e-3], "normalization": "symmetric", **ONE_THREAD}
     plan = launch.plan_run(warehouse, CASE, preset="smoke", seed=2, overrides=overrides)
     outcome, summary = launch.train_in_process(warehouse, plan, launch.scratch_dir(warehouse, plan), log=print)
     scores = summary["lr_grid_scores"]
@@ -283,7 +286,7 @@ def _flip_a_byte_of_the_largest_tensor(path: Path) -> None:
     assert len(torch.load(path, weights_only=True)) > 0  # what the run loaded before: no error from torch
 
 
-CHECKPOINT_RUN = {"max_iters": 4, "eval_every": 2, "model": "mlp", "image_size": 32}
+CHECKPOINT_RUN = {"max_iters": 4, "eval_every": 2, "model": "mlp", "image_size": 32, **ONE_THREAD}
 
 
 def test_a_run_records_the_sha256_and_size_of_the_checkpoint_it_loaded(warehouse: Settings, tmp_path: Path) -> None:
