@@ -364,22 +364,16 @@ def _link_or_copy(source: str, target: str) -> None:
 
 def _link_tree(source: Path, target: Path) -> None:
     """Hard-link the files of ``source`` into ``target`` unless one of them is missing (through a temporary sibling
-    and a rename, so other workers never see half of it). Each home gets its own folder entries: a test that
-    renames an image there (test_erm does) leaves the shared copy whole."""
+    and a rename, so other workers never see half of it: shiftbench.runtime.cache.publish_cache_dir). Each home gets
+    its own folder entries: a test that renames an image there (test_erm does) leaves the shared copy whole."""
     import shutil
-    import uuid
 
-    if target.exists() or not source.is_dir():
-        return
-    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        shutil.copytree(source, tmp, copy_function=_link_or_copy)
-        tmp.rename(target)
-    except OSError:
-        if not target.exists():
-            raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    from shiftbench.runtime.cache import publish_cache_dir
+
+    if source.is_dir():
+        publish_cache_dir(
+            target, lambda tmp: shutil.copytree(source, tmp, copy_function=_link_or_copy, dirs_exist_ok=True)
+        )
 
 
 def publish_all(settings: Settings, kind_name: str, benchmarks: list[str]) -> list[Any]:
