@@ -7,12 +7,15 @@ cd "$(dirname "$0")/.."
 phases=()
 phase() { phases+=("$1 $((SECONDS - phase_start)) s"); phase_start=$SECONDS; }
 phase_start=$SECONDS
+# The third-party clients the client tests load our outputs with (WILDS, torchvision for DomainBed, DuckDB 1.x), in an
+# environment of their own: installed in the background while .venv is set up and linted and typed (each install
+# mostly waits on downloads and unpacking; mypy is one core), waited for before pytest. Its log is printed then.
+clients_log=$(mktemp)
+bash scripts/clients_env.sh >"$clients_log" 2>&1 &
+clients_pid=$!
+trap 'kill "$clients_pid" 2>/dev/null || true; rm -f "$clients_log"' EXIT
 bash scripts/setup.sh
 phase setup
-# The third-party clients the client tests load our outputs with (WILDS, torchvision for DomainBed, DuckDB 1.x).
-bash scripts/clients_env.sh
-phase "clients env"
-export SHIFTBENCH_REQUIRE_CLIENTS=1
 # The files some tests read that no install gives (timm's wheel, in .downloads/): fetched, then required.
 bash scripts/test_downloads.sh
 phase downloads
@@ -26,9 +29,15 @@ phase lint
 echo "[test] mypy (--strict on the library) on the package as it is imported"
 bash scripts/typecheck.sh
 phase types
+clients_status=0
+wait "$clients_pid" || clients_status=$?
+cat "$clients_log"
+[ "$clients_status" -eq 0 ] || { echo "[test] scripts/clients_env.sh failed (exit $clients_status)" >&2; exit "$clients_status"; }
+phase "clients env wait"
+export SHIFTBENCH_REQUIRE_CLIENTS=1
 echo "[test] a single-node Slurm cluster for the tests marked slurm (stopped on exit)"
 # scripts/slurm_local.sh installs slurm-wlm and munge when missing and prints the SLURM_CONF to export.
-trap 'bash scripts/slurm_local.sh stop' EXIT
+trap 'bash scripts/slurm_local.sh stop; rm -f "$clients_log"' EXIT
 eval "$(bash scripts/slurm_local.sh start)"
 phase "slurm start"
 export SHIFTBENCH_REQUIRE_SLURM=1
